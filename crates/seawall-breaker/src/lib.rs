@@ -1,0 +1,1 @@
+//! seawall-breaker: not written yet.

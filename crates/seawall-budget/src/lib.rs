@@ -1,0 +1,1 @@
+//! seawall-budget: not written yet.

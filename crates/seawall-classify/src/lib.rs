@@ -1,0 +1,1 @@
+//! seawall-classify: not written yet.

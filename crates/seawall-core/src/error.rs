@@ -1,0 +1,570 @@
+//! [`LlmError`]: the one error every seawall layer speaks.
+//!
+//! A layer decides from the error's [`FailureClass`]; the rest (status, the provider's code and
+//! type, the server's retry hint, the rate-limit snapshot, the request id, the attempt history)
+//! is there for the next layer and for the human reading the log. The error is boxed, so a
+//! `Result<Response, LlmError>` stays one pointer wide on the success path.
+//!
+//! Credentials never reach `Display` or `Debug`: messages are length-bounded and passed through
+//! [`redact`] when the error is built, and the source error is only shown redacted.
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::class::FailureClass;
+use crate::ratelimit::RateLimitSnapshot;
+
+/// A type-erased error, as tower uses.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// The longest message an [`LlmError`] keeps, in bytes. Longer ones are cut at a character
+/// boundary and end with `…`.
+pub const MAX_MESSAGE_LEN: usize = 1024;
+
+/// One failed attempt in the history carried by the final error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// The attempt's class.
+    pub class: FailureClass,
+    /// The HTTP status, if a response head arrived.
+    pub status: Option<StatusCode>,
+    /// How long the attempt took.
+    pub elapsed: Duration,
+    /// How long the retry layer waited after it (zero for the last attempt).
+    pub delay: Duration,
+}
+
+/// Why the retry layer stopped retrying, recorded on the final error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GiveUp {
+    /// The class (or `x-should-retry: false`) forbids a retry.
+    NotRetryable,
+    /// The per-class or global attempt cap was reached.
+    AttemptsExhausted,
+    /// The shared retry budget was spent.
+    RetryBudget,
+    /// The server asked for a longer wait than the configured cap.
+    HintTooLong,
+    /// The next wait would cross the caller's total time budget.
+    DeadlineTooClose,
+    /// Retries were switched off at run time.
+    Disabled,
+}
+
+impl GiveUp {
+    /// A stable snake_case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GiveUp::NotRetryable => "not_retryable",
+            GiveUp::AttemptsExhausted => "attempts_exhausted",
+            GiveUp::RetryBudget => "retry_budget",
+            GiveUp::HintTooLong => "hint_too_long",
+            GiveUp::DeadlineTooClose => "deadline_too_close",
+            GiveUp::Disabled => "disabled",
+        }
+    }
+}
+
+/// The error of every seawall layer.
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_core::{FailureClass, LlmError};
+///
+/// let err = LlmError::new(FailureClass::RateLimited, "Rate limit reached for requests")
+///     .with_status(http::StatusCode::TOO_MANY_REQUESTS)
+///     .with_code("rate_limit_exceeded")
+///     .with_retry_after(Duration::from_millis(1200));
+/// assert_eq!(err.class(), FailureClass::RateLimited);
+/// assert_eq!(err.retry_after(), Some(Duration::from_millis(1200)));
+/// assert!(err.to_string().starts_with("rate_limited"));
+/// ```
+pub struct LlmError {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    class: FailureClass,
+    status: Option<StatusCode>,
+    code: Option<Box<str>>,
+    error_type: Option<Box<str>>,
+    message: Box<str>,
+    retry_after: Option<Duration>,
+    should_retry: Option<bool>,
+    rate_limit: Option<RateLimitSnapshot>,
+    request_id: Option<Box<str>>,
+    attempts: Vec<Attempt>,
+    give_up: Option<GiveUp>,
+    source: Option<BoxError>,
+}
+
+fn bounded(s: &str) -> Box<str> {
+    let redacted = redact(s);
+    if redacted.len() <= MAX_MESSAGE_LEN {
+        return redacted.into();
+    }
+    let mut end = MAX_MESSAGE_LEN - '…'.len_utf8();
+    while !redacted.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + 3);
+    out.push_str(&redacted[..end]);
+    out.push('…');
+    out.into()
+}
+
+fn short(s: &str) -> Box<str> {
+    // Codes, types and request ids are short identifiers; a long one is noise or an attack.
+    const MAX: usize = 128;
+    let s = redact(s);
+    let mut end = s.len().min(MAX);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].into()
+}
+
+impl LlmError {
+    /// A new error of `class` with a message (redacted and bounded to [`MAX_MESSAGE_LEN`]).
+    pub fn new(class: FailureClass, message: impl AsRef<str>) -> Self {
+        LlmError {
+            inner: Box::new(Inner {
+                class,
+                status: None,
+                code: None,
+                error_type: None,
+                message: bounded(message.as_ref()),
+                retry_after: None,
+                should_retry: None,
+                rate_limit: None,
+                request_id: None,
+                attempts: Vec::new(),
+                give_up: None,
+                source: None,
+            }),
+        }
+    }
+
+    /// Sets the HTTP status.
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.inner.status = Some(status);
+        self
+    }
+
+    /// Sets the provider's error code (`insufficient_quota`, `context_length_exceeded`, ...).
+    pub fn with_code(mut self, code: impl AsRef<str>) -> Self {
+        self.inner.code = Some(short(code.as_ref()));
+        self
+    }
+
+    /// Sets the provider's error type (`rate_limit_error`, `overloaded_error`, ...).
+    pub fn with_error_type(mut self, error_type: impl AsRef<str>) -> Self {
+        self.inner.error_type = Some(short(error_type.as_ref()));
+        self
+    }
+
+    /// Sets the server's requested delay before a retry.
+    pub fn with_retry_after(mut self, delay: Duration) -> Self {
+        self.inner.retry_after = Some(delay);
+        self
+    }
+
+    /// Records the server's `x-should-retry` directive.
+    pub fn with_should_retry(mut self, should_retry: bool) -> Self {
+        self.inner.should_retry = Some(should_retry);
+        self
+    }
+
+    /// Attaches the rate-limit snapshot of the response.
+    pub fn with_rate_limit(mut self, snapshot: RateLimitSnapshot) -> Self {
+        self.inner.rate_limit = Some(snapshot);
+        self
+    }
+
+    /// Sets the upstream request id.
+    pub fn with_request_id(mut self, id: impl AsRef<str>) -> Self {
+        self.inner.request_id = Some(short(id.as_ref()));
+        self
+    }
+
+    /// Keeps the underlying error (a transport error, say) as the source.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    /// Replaces the class, keeping everything else.
+    pub fn with_class(mut self, class: FailureClass) -> Self {
+        self.inner.class = class;
+        self
+    }
+
+    /// The failure class.
+    pub fn class(&self) -> FailureClass {
+        self.inner.class
+    }
+
+    /// The HTTP status, if a response head arrived.
+    pub fn status(&self) -> Option<StatusCode> {
+        self.inner.status
+    }
+
+    /// The provider's error code.
+    pub fn code(&self) -> Option<&str> {
+        self.inner.code.as_deref()
+    }
+
+    /// The provider's error type.
+    pub fn error_type(&self) -> Option<&str> {
+        self.inner.error_type.as_deref()
+    }
+
+    /// The message, redacted and bounded.
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// The server's requested delay before a retry (`retry-after-ms`, `retry-after`, "try again
+    /// in 1.2s", ...), if it gave one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.inner.retry_after
+    }
+
+    /// The best wait the server told us about: its explicit retry hint, else the reset of an
+    /// exhausted rate-limit window.
+    pub fn retry_hint(&self) -> Option<Duration> {
+        self.inner
+            .retry_after
+            .or_else(|| self.inner.rate_limit.as_ref()?.exhausted_until())
+    }
+
+    /// The server's `x-should-retry` directive, which beats the class default either way.
+    pub fn should_retry(&self) -> Option<bool> {
+        self.inner.should_retry
+    }
+
+    /// The rate-limit snapshot of the response, if it had one.
+    pub fn rate_limit(&self) -> Option<&RateLimitSnapshot> {
+        self.inner.rate_limit.as_ref()
+    }
+
+    /// The upstream request id.
+    pub fn request_id(&self) -> Option<&str> {
+        self.inner.request_id.as_deref()
+    }
+
+    /// The earlier attempts of the logical call, oldest first (filled by the retry layer).
+    pub fn attempts(&self) -> &[Attempt] {
+        &self.inner.attempts
+    }
+
+    /// Appends to the attempt history.
+    pub fn push_attempt(&mut self, attempt: Attempt) {
+        self.inner.attempts.push(attempt);
+    }
+
+    /// Replaces the attempt history.
+    pub fn set_attempts(&mut self, attempts: Vec<Attempt>) {
+        self.inner.attempts = attempts;
+    }
+
+    /// Why the retry layer stopped, if it saw this error.
+    pub fn give_up(&self) -> Option<GiveUp> {
+        self.inner.give_up
+    }
+
+    /// Records why the retry layer stopped.
+    pub fn set_give_up(&mut self, reason: GiveUp) {
+        self.inner.give_up = Some(reason);
+    }
+
+    /// The underlying error, for downcasting (its own text is not redacted: seawall shows it
+    /// only through `Display`/`Debug` of this error, which redact it).
+    pub fn source_ref(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
+        self.inner.source.as_deref()
+    }
+
+    /// Turns any boxed error into an `LlmError`: an `LlmError` inside is unwrapped; anything
+    /// else becomes `Disconnected` (an unknown transport failure may have reached the
+    /// upstream, so it is retried only when the request is idempotent). Use a classifier
+    /// from `seawall-classify` for a finer answer.
+    pub fn from_boxed(err: BoxError) -> Self {
+        match err.downcast::<LlmError>() {
+            Ok(e) => *e,
+            Err(other) => {
+                let text = other.to_string();
+                LlmError::new(FailureClass::Disconnected, text).with_source(other)
+            }
+        }
+    }
+}
+
+impl From<BoxError> for LlmError {
+    fn from(err: BoxError) -> Self {
+        LlmError::from_boxed(err)
+    }
+}
+
+impl From<std::convert::Infallible> for LlmError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+impl fmt::Display for LlmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        f.write_str(i.class.as_str())?;
+        match (i.status, i.code.as_deref().or(i.error_type.as_deref())) {
+            (Some(s), Some(c)) => write!(f, " (HTTP {}, {c})", s.as_u16())?,
+            (Some(s), None) => write!(f, " (HTTP {})", s.as_u16())?,
+            (None, Some(c)) => write!(f, " ({c})")?,
+            (None, None) => {}
+        }
+        if !i.message.is_empty() {
+            write!(f, ": {}", i.message)?;
+        }
+        if let Some(d) = i.retry_after {
+            write!(f, "; retry after {d:?}")?;
+        }
+        if !i.attempts.is_empty() {
+            write!(f, "; after {} attempts", i.attempts.len() + 1)?;
+        }
+        Ok(())
+    }
+}
+
+struct RedactedChain<'a>(&'a (dyn StdError + 'static));
+
+impl fmt::Debug for RedactedChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut list = f.debug_list();
+        let mut next: Option<&(dyn StdError + 'static)> = Some(self.0);
+        while let Some(e) = next {
+            list.entry(&redact(&e.to_string()));
+            next = e.source();
+        }
+        list.finish()
+    }
+}
+
+impl fmt::Debug for LlmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        let mut d = f.debug_struct("LlmError");
+        d.field("class", &i.class)
+            .field("status", &i.status.map(|s| s.as_u16()))
+            .field("code", &i.code)
+            .field("error_type", &i.error_type)
+            .field("message", &i.message)
+            .field("retry_after", &i.retry_after)
+            .field("should_retry", &i.should_retry)
+            .field("rate_limit", &i.rate_limit)
+            .field("request_id", &i.request_id);
+        if !i.attempts.is_empty() {
+            d.field("attempts", &i.attempts);
+        }
+        if let Some(g) = i.give_up {
+            d.field("give_up", &g);
+        }
+        if let Some(s) = &i.source {
+            let s: &(dyn StdError + 'static) = &**s;
+            d.field("source", &RedactedChain(s));
+        }
+        d.finish()
+    }
+}
+
+impl StdError for LlmError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// Markers after which a secret follows, matched case-insensitively.
+const SECRET_MARKERS: &[&str] = &[
+    "bearer ",
+    "authorization:",
+    "authorization=",
+    "x-api-key:",
+    "x-api-key=",
+    "api-key:",
+    "api-key=",
+    "api_key=",
+    "apikey=",
+    "access_token=",
+    "key=",
+];
+
+fn is_token_byte(b: u8) -> bool {
+    !(b.is_ascii_whitespace() || matches!(b, b'&' | b'"' | b'\'' | b',' | b';' | b')' | b'>'))
+}
+
+/// Replaces credentials in `text` with `[REDACTED]`: OpenAI / Anthropic style keys (`sk-...`),
+/// bearer tokens, and `api-key` / `key` / `access_token` header or query values.
+///
+/// ```
+/// use seawall_core::redact;
+/// let s = redact("Incorrect API key provided: sk-proj-abcdef123456. See https://x/?api-key=s3cr3t&v=1");
+/// assert!(!s.contains("abcdef123456") && !s.contains("s3cr3t"));
+/// assert!(s.contains("v=1"));
+/// ```
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let lower = text.to_ascii_lowercase();
+    let lb = lower.as_bytes();
+    // (start, end) byte ranges to replace, in order, non-overlapping.
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let mut matched = None;
+        if lb[i..].starts_with(b"sk-") && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
+            let end = i
+                + 3
+                + bytes[i + 3..]
+                    .iter()
+                    .take_while(|b| is_token_byte(**b))
+                    .count();
+            if end - i >= 3 + 6 {
+                matched = Some((i + 3, end));
+            }
+        } else if let Some(m) = SECRET_MARKERS
+            .iter()
+            .find(|m| lb[i..].starts_with(m.as_bytes()))
+        {
+            let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+            if word_start || !m.starts_with("key") {
+                let mut start = i + m.len();
+                while start < bytes.len() && bytes[start] == b' ' {
+                    start += 1;
+                }
+                let end = start
+                    + bytes[start..]
+                        .iter()
+                        .take_while(|b| is_token_byte(**b))
+                        .count();
+                if end > start {
+                    matched = Some((start, end));
+                }
+            }
+        }
+        match matched {
+            Some((s, e)) => {
+                cuts.push((s, e));
+                i = e;
+            }
+            None => i += 1,
+        }
+    }
+    if cuts.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (s, e) in cuts {
+        // Markers are ASCII, and token ends stop at ASCII bytes or the end: both are char
+        // boundaries.
+        out.push_str(&text[last..s]);
+        out.push_str("[REDACTED]");
+        last = e;
+    }
+    out.push_str(&text[last..]);
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_is_bounded_at_a_char_boundary() {
+        let long = "é".repeat(5000);
+        let e = LlmError::new(FailureClass::ServerError, &long);
+        assert!(e.message().len() <= MAX_MESSAGE_LEN);
+        assert!(e.message().ends_with('…'));
+    }
+
+    #[test]
+    fn display_and_debug_never_show_credentials() {
+        #[derive(Debug)]
+        struct Transport;
+        impl fmt::Display for Transport {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("GET https://h/v1?api-key=topsecret1 failed, Authorization: Bearer sk-ant-api03-zzzzzzzz")
+            }
+        }
+        impl StdError for Transport {}
+        let e = LlmError::new(
+            FailureClass::Authentication,
+            "Incorrect API key provided: sk-proj-0123456789abcdef",
+        )
+        .with_code("invalid_api_key x-api-key: hunter2hunter2")
+        .with_source(Transport);
+        let shown = format!("{e} {e:?} {e:#?}");
+        for secret in [
+            "0123456789abcdef",
+            "topsecret1",
+            "zzzzzzzz",
+            "hunter2hunter2",
+        ] {
+            assert!(!shown.contains(secret), "{secret} leaked in {shown}");
+        }
+        assert!(shown.contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn redact_leaves_ordinary_text_alone() {
+        for s in [
+            "Rate limit reached. Please try again in 1.2s",
+            "monkey=banana; task-list",
+            "ask-me anything",
+        ] {
+            assert!(matches!(redact(s), Cow::Borrowed(_)), "{s}");
+        }
+    }
+
+    #[test]
+    fn retry_hint_falls_back_to_rate_limit_reset() {
+        let mut snap = RateLimitSnapshot::default();
+        snap.tokens.remaining = Some(0);
+        snap.tokens.reset_after = Some(Duration::from_secs(4));
+        let e = LlmError::new(FailureClass::RateLimited, "").with_rate_limit(snap);
+        assert_eq!(e.retry_hint(), Some(Duration::from_secs(4)));
+        let e = e.with_retry_after(Duration::from_secs(1));
+        assert_eq!(e.retry_hint(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn boxed_llm_error_round_trips() {
+        let boxed: BoxError = Box::new(LlmError::new(FailureClass::Overloaded, "busy"));
+        assert_eq!(LlmError::from(boxed).class(), FailureClass::Overloaded);
+        let other: BoxError = "weird".into();
+        assert_eq!(LlmError::from(other).class(), FailureClass::Disconnected);
+    }
+
+    #[test]
+    fn error_is_one_pointer() {
+        assert_eq!(
+            std::mem::size_of::<LlmError>(),
+            std::mem::size_of::<usize>()
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn redact_never_panics_and_removes_keys(prefix in ".{0,40}", key in "[A-Za-z0-9]{8,40}") {
+            let text = format!("{prefix} sk-{key} tail");
+            let out = redact(&text);
+            proptest::prop_assert!(!out.contains(&key));
+            let _ = bounded(&text);
+        }
+    }
+}

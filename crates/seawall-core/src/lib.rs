@@ -1,0 +1,39 @@
+//! The shared vocabulary of seawall.
+//!
+//! seawall is a set of tower middleware that keeps LLM API failure storms away from an
+//! application. Every layer decides from one classification of each outcome, so they all speak
+//! the types defined here:
+//!
+//! - [`FailureClass`] and its default [`Disposition`] (retry? counts for a breaker? worth a
+//!   fallback?), overridable per class in a [`Dispositions`] table;
+//! - [`LlmError`], the one error type of every layer, which never prints credentials;
+//! - [`RateLimitSnapshot`], the upstream's rate-limit headers in one shape;
+//! - [`LlmRequest`] and [`LlmResponse`], the few things layers read from requests and responses,
+//!   implemented for `http::Request<Bytes>` / `http::Response<B>` and easy to implement for a
+//!   typed client;
+//! - [`OnComplete`] hooks and [`HookedBody`], so a permit or a budget reservation is held until
+//!   a streamed body ends or is dropped, not released at the response head;
+//! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
+//! - [`CallContext`], through which layers report to an observer;
+//! - [`Random`], an injectable, seedable jitter source.
+#![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
+#![forbid(unsafe_code)]
+
+mod class;
+mod context;
+mod error;
+mod random;
+mod ratelimit;
+mod request;
+mod response;
+
+pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
+pub use context::{CallContext, CallFacts, ServedBy};
+pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
+pub use random::{Random, SeededRandom};
+pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
+pub use request::{Idempotent, LlmRequest, Provider, RequestMeta};
+pub use response::{
+    BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
+    as_llm_error,
+};

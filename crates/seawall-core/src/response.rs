@@ -1,0 +1,539 @@
+//! What the layers read from a response, and how they learn when its body ends.
+//!
+//! For an LLM the response head is not the end of the call: a stream runs for seconds or
+//! minutes after it, and its usage arrives in the last chunk. Permits, budget reservations and
+//! half-open probe slots must be held until the body ends or is dropped (DESIGN.md, streaming).
+//! So every layer that holds something attaches an [`OnComplete`] hook with
+//! [`LlmResponse::on_complete`]; for HTTP responses this wraps the body in a [`HookedBody`] that
+//! fires the hook exactly once: at the end of the body, at its first error, or when it is
+//! dropped.
+//!
+//! Usage and stream facts are parsed once, by the classifying body next to the transport, into
+//! a shared [`BodyReport`] in the response extensions; the hooks of the outer layers read it.
+
+use std::any::Any;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+
+use http::{Extensions, Response};
+use http_body::{Body, Frame, SizeHint};
+
+use crate::error::{BoxError, LlmError};
+use crate::ratelimit::RateLimitSnapshot;
+
+/// Token usage reported by the upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Usage {
+    /// Prompt tokens, cached ones included.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens served from the provider's cache (billed at the cached price).
+    pub cached_input_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+}
+
+/// Why a stream finished, as the upstream said.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// A natural stop (`stop`, `end_turn`, `stop_sequence`).
+    Stop,
+    /// The output hit `max_tokens` (`length`, `max_tokens`): ask for a continuation.
+    Length,
+    /// Tool or function call (`tool_calls`, `tool_use`).
+    ToolCalls,
+    /// The provider's content filter stopped it.
+    ContentFilter,
+    /// Anything else, verbatim.
+    Other(Box<str>),
+}
+
+/// Facts about a response body, written once by the body parser next to the transport and
+/// read by every outer layer. Shared through an `Arc` in the response extensions.
+#[derive(Debug, Default)]
+pub struct BodyReport {
+    usage: OnceLock<Usage>,
+    model: OnceLock<Box<str>>,
+    finish_reason: OnceLock<FinishReason>,
+    finished: OnceLock<()>,
+    first_content: OnceLock<tokio::time::Instant>,
+    last_content: AtomicU64,
+    content_events: AtomicU64,
+    started: OnceLock<tokio::time::Instant>,
+}
+
+impl BodyReport {
+    /// A new, empty report whose clock starts now (the attempt's start, ideally).
+    pub fn new() -> Self {
+        Self::starting_at(tokio::time::Instant::now())
+    }
+
+    /// A new report whose clock started at `start`.
+    pub fn starting_at(start: tokio::time::Instant) -> Self {
+        let r = BodyReport::default();
+        let _ = r.started.set(start);
+        r
+    }
+
+    /// Records the final usage (first write wins).
+    pub fn set_usage(&self, usage: Usage) {
+        let _ = self.usage.set(usage);
+    }
+
+    /// Records the model that served (first write wins).
+    pub fn set_model(&self, model: &str) {
+        let _ = self.model.set(model.into());
+    }
+
+    /// Records the finish reason (first write wins).
+    pub fn set_finish_reason(&self, reason: FinishReason) {
+        let _ = self.finish_reason.set(reason);
+    }
+
+    /// Records that the finish marker (`[DONE]`, `message_stop`, or the end of a complete JSON
+    /// body) was seen.
+    pub fn set_finished(&self) {
+        let _ = self.finished.set(());
+    }
+
+    /// Records one event of real content (a token delta, not a keep-alive).
+    pub fn record_content(&self) {
+        let now = tokio::time::Instant::now();
+        let _ = self.first_content.set(now);
+        self.content_events.fetch_add(1, Ordering::Relaxed);
+        let since = now.saturating_duration_since(self.start());
+        self.last_content.store(
+            since.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn start(&self) -> tokio::time::Instant {
+        *self.started.get_or_init(tokio::time::Instant::now)
+    }
+
+    /// The usage, once known.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage.get().copied()
+    }
+
+    /// The model that served, once known.
+    pub fn model(&self) -> Option<&str> {
+        self.model.get().map(|m| &**m)
+    }
+
+    /// The finish reason, once known.
+    pub fn finish_reason(&self) -> Option<&FinishReason> {
+        self.finish_reason.get()
+    }
+
+    /// Whether the finish marker was seen.
+    pub fn is_finished(&self) -> bool {
+        self.finished.get().is_some()
+    }
+
+    /// Whether any real content has arrived.
+    pub fn has_content(&self) -> bool {
+        self.first_content.get().is_some()
+    }
+
+    /// The number of content events so far.
+    pub fn content_events(&self) -> u64 {
+        self.content_events.load(Ordering::Relaxed)
+    }
+
+    /// Time from the report's start to the first content.
+    pub fn time_to_first_token(&self) -> Option<std::time::Duration> {
+        Some(
+            self.first_content
+                .get()?
+                .saturating_duration_since(self.start()),
+        )
+    }
+
+    /// Mean time per output token after the first: the span from first to last content divided
+    /// by the output tokens after the first (usage if known, else content events).
+    pub fn time_per_output_token(&self) -> Option<std::time::Duration> {
+        let ttft = self.time_to_first_token()?;
+        let last = std::time::Duration::from_nanos(self.last_content.load(Ordering::Relaxed));
+        let tokens = self
+            .usage()
+            .map(|u| u.output_tokens)
+            .unwrap_or_else(|| self.content_events());
+        if tokens < 2 {
+            return None;
+        }
+        let span = last.saturating_sub(ttft);
+        Some(span / u32::try_from(tokens - 1).unwrap_or(u32::MAX))
+    }
+}
+
+/// How a response body ended.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    /// The body ended normally.
+    Complete,
+    /// The body yielded an error (`None` when it is not an [`LlmError`]).
+    Failed(Option<&'a LlmError>),
+    /// The body was dropped before its end: the caller went away.
+    Dropped,
+}
+
+/// What a hook learns when the body ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion<'a> {
+    /// How it ended.
+    pub outcome: Outcome<'a>,
+    /// The body report, if the response had one.
+    pub report: Option<&'a BodyReport>,
+    /// The usage, if known (from the report, or from the response itself).
+    pub usage: Option<Usage>,
+}
+
+/// Something that runs once when a response is done: releases a permit, settles a budget
+/// reservation, records a breaker outcome.
+pub trait OnComplete: Send + 'static {
+    /// Called exactly once.
+    fn on_complete(self, completion: Completion<'_>);
+}
+
+impl<F> OnComplete for F
+where
+    F: FnOnce(Completion<'_>) + Send + 'static,
+{
+    fn on_complete(self, completion: Completion<'_>) {
+        self(completion)
+    }
+}
+
+/// What the layers read from a response, and how they hook its end.
+///
+/// Implemented for `http::Response<B>`. A user's own, fully-read response type implements it in
+/// a few lines; its hook fires at once:
+///
+/// ```
+/// use seawall_core::{Completion, LlmResponse, OnComplete, Outcome, Usage};
+///
+/// struct Answer { text: String, usage: Usage }
+///
+/// impl LlmResponse for Answer {
+///     type Hooked<G: OnComplete> = Answer;
+///     fn usage(&self) -> Option<Usage> { Some(self.usage) }
+///     fn on_complete<G: OnComplete>(self, hook: G) -> Answer {
+///         hook.on_complete(Completion { outcome: Outcome::Complete, report: None, usage: Some(self.usage) });
+///         self
+///     }
+/// }
+/// let a = Answer { text: "hi".into(), usage: Usage { input_tokens: 3, output_tokens: 1, cached_input_tokens: 0 } };
+/// let a = a.on_complete(|c: Completion<'_>| assert_eq!(c.usage.unwrap().total(), 4));
+/// assert_eq!(a.text, "hi");
+/// ```
+pub trait LlmResponse: Sized {
+    /// The response type once a hook is attached.
+    type Hooked<G: OnComplete>: LlmResponse;
+
+    /// Usage, if known at the head (a fully-read response), else from a finished body report.
+    fn usage(&self) -> Option<Usage>;
+
+    /// The model that served, if known.
+    fn served_model(&self) -> Option<&str> {
+        None
+    }
+
+    /// The upstream's rate-limit snapshot, if it sent one.
+    fn rate_limit(&self) -> Option<&RateLimitSnapshot> {
+        self.extensions()?.get()
+    }
+
+    /// The shared body report, if a body parser attached one.
+    fn body_report(&self) -> Option<&Arc<BodyReport>> {
+        self.extensions()?.get()
+    }
+
+    /// The response's extensions, if it has any.
+    fn extensions(&self) -> Option<&Extensions> {
+        None
+    }
+
+    /// The response's extensions, mutably.
+    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
+        None
+    }
+
+    /// Arranges for `hook` to run once when the response is done.
+    fn on_complete<G: OnComplete>(self, hook: G) -> Self::Hooked<G>;
+}
+
+impl<B> LlmResponse for Response<B>
+where
+    B: Body,
+    B::Error: 'static,
+{
+    type Hooked<G: OnComplete> = Response<HookedBody<B, G>>;
+
+    fn usage(&self) -> Option<Usage> {
+        self.extensions()
+            .get::<Usage>()
+            .copied()
+            .or_else(|| self.body_report()?.usage())
+    }
+
+    fn served_model(&self) -> Option<&str> {
+        self.body_report()?.model()
+    }
+
+    fn extensions(&self) -> Option<&Extensions> {
+        Some(Response::extensions(self))
+    }
+
+    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
+        Some(Response::extensions_mut(self))
+    }
+
+    fn on_complete<G: OnComplete>(self, hook: G) -> Self::Hooked<G> {
+        let report = self.body_report().cloned();
+        let usage = self.extensions().get::<Usage>().copied();
+        // An empty body may never be polled (hyper checks `is_end_stream` first): it is done.
+        let hook = if self.body().is_end_stream() {
+            fire(hook, Outcome::Complete, report.as_deref(), usage);
+            None
+        } else {
+            Some(hook)
+        };
+        self.map(|inner| HookedBody {
+            inner,
+            hook,
+            report,
+            usage,
+        })
+    }
+}
+
+/// Finds an [`LlmError`] in a body error, whether it is one or a boxed one.
+pub fn as_llm_error<'a>(err: &'a (dyn Any + 'static)) -> Option<&'a LlmError> {
+    err.downcast_ref::<LlmError>().or_else(|| {
+        err.downcast_ref::<BoxError>()
+            .and_then(|b| b.downcast_ref::<LlmError>())
+    })
+}
+
+pin_project_lite::pin_project! {
+    /// A body that runs its hook once, when the inner body ends, fails, or is dropped.
+    ///
+    /// The hook bound sits on the struct because the hook runs from `Drop`.
+    pub struct HookedBody<B, G: OnComplete> {
+        #[pin]
+        inner: B,
+        hook: Option<G>,
+        report: Option<Arc<BodyReport>>,
+        usage: Option<crate::response::Usage>,
+    }
+
+    impl<B, G: OnComplete> PinnedDrop for HookedBody<B, G> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(hook) = this.hook.take() {
+                fire(hook, Outcome::Dropped, this.report.as_deref(), *this.usage);
+            }
+        }
+    }
+}
+
+fn fire<G: OnComplete>(
+    hook: G,
+    outcome: Outcome<'_>,
+    report: Option<&BodyReport>,
+    usage: Option<Usage>,
+) {
+    let usage = usage.or_else(|| report?.usage());
+    hook.on_complete(Completion {
+        outcome,
+        report,
+        usage,
+    });
+}
+
+impl<B, G: OnComplete> HookedBody<B, G> {
+    /// The wrapped body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+}
+
+impl<B, G: OnComplete> std::fmt::Debug for HookedBody<B, G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookedBody")
+            .field("pending", &self.hook.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B, G> Body for HookedBody<B, G>
+where
+    B: Body,
+    B::Error: 'static,
+    G: OnComplete,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let polled = ready!(this.inner.poll_frame(cx));
+        match &polled {
+            None => {
+                if let Some(hook) = this.hook.take() {
+                    fire(hook, Outcome::Complete, this.report.as_deref(), *this.usage);
+                }
+            }
+            Some(Err(e)) => {
+                if let Some(hook) = this.hook.take() {
+                    let e: &(dyn Any + 'static) = e;
+                    fire(
+                        hook,
+                        Outcome::Failed(as_llm_error(e)),
+                        this.report.as_deref(),
+                        *this.usage,
+                    );
+                }
+            }
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use std::sync::Mutex;
+
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    fn hook(log: &Log) -> impl OnComplete {
+        let log = log.clone();
+        move |c: Completion<'_>| {
+            let what = match c.outcome {
+                Outcome::Complete => "complete".to_owned(),
+                Outcome::Failed(e) => format!("failed:{}", e.map_or("?", |e| e.class().as_str())),
+                Outcome::Dropped => "dropped".to_owned(),
+            };
+            log.lock()
+                .unwrap()
+                .push(format!("{what}:{:?}", c.usage.map(|u| u.total())));
+        }
+    }
+
+    #[tokio::test]
+    async fn fires_once_on_end_with_report_usage() {
+        let log = Log::default();
+        let report = Arc::new(BodyReport::new());
+        let mut resp = Response::new(Full::new(Bytes::from_static(b"hello")));
+        resp.extensions_mut().insert(report.clone());
+        let resp = resp.on_complete(hook(&log));
+        report.set_usage(Usage {
+            input_tokens: 2,
+            output_tokens: 3,
+            cached_input_tokens: 0,
+        });
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+        assert_eq!(*log.lock().unwrap(), ["complete:Some(5)"]);
+    }
+
+    #[tokio::test]
+    async fn fires_dropped_when_abandoned_and_complete_when_empty() {
+        let log = Log::default();
+        let chunks = futures_like(vec![Ok(Frame::data(Bytes::from_static(b"a")))]);
+        let resp = Response::new(chunks).on_complete(hook(&log));
+        drop(resp);
+        let resp = Response::new(http_body_util::Empty::<Bytes>::new()).on_complete(hook(&log));
+        drop(resp);
+        assert_eq!(*log.lock().unwrap(), ["dropped:None", "complete:None"]);
+    }
+
+    #[tokio::test]
+    async fn fires_failed_with_the_llm_error() {
+        let log = Log::default();
+        let err = LlmError::new(crate::FailureClass::StreamInterrupted, "cut");
+        let body = futures_like(vec![Ok(Frame::data(Bytes::from_static(b"a"))), Err(err)]);
+        let mut body = Response::new(body).on_complete(hook(&log)).into_body();
+        assert!(body.frame().await.unwrap().is_ok());
+        assert!(body.frame().await.unwrap().is_err());
+        drop(body);
+        assert_eq!(*log.lock().unwrap(), ["failed:stream_interrupted:None"]);
+    }
+
+    fn futures_like(
+        items: Vec<Result<Frame<Bytes>, LlmError>>,
+    ) -> StreamBody<futures_iter::Iter<Result<Frame<Bytes>, LlmError>>> {
+        StreamBody::new(futures_iter::Iter(items.into_iter()))
+    }
+
+    mod futures_iter {
+        use std::pin::Pin;
+        use std::task::{Context, Poll};
+        pub(super) struct Iter<T>(pub(super) std::vec::IntoIter<T>);
+        impl<T: Unpin> futures_core::Stream for Iter<T> {
+            type Item = T;
+            fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<T>> {
+                Poll::Ready(self.0.next())
+            }
+        }
+    }
+
+    #[test]
+    fn tpot_from_usage() {
+        tokio_test_paused(|| async {
+            let r = BodyReport::new();
+            assert_eq!(r.time_to_first_token(), None);
+            tokio::time::advance(std::time::Duration::from_millis(300)).await;
+            r.record_content();
+            tokio::time::advance(std::time::Duration::from_millis(900)).await;
+            r.record_content();
+            r.set_usage(Usage {
+                input_tokens: 1,
+                output_tokens: 10,
+                cached_input_tokens: 0,
+            });
+            assert_eq!(
+                r.time_to_first_token(),
+                Some(std::time::Duration::from_millis(300))
+            );
+            assert_eq!(
+                r.time_per_output_token(),
+                Some(std::time::Duration::from_millis(100))
+            );
+        });
+    }
+
+    fn tokio_test_paused<F: std::future::Future<Output = ()>>(f: impl FnOnce() -> F) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(f());
+    }
+}

@@ -1,0 +1,1 @@
+//! seawall-fallback: not written yet.

@@ -1,0 +1,1 @@
+//! seawall-gate: not written yet.

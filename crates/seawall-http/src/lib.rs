@@ -1,0 +1,1 @@
+//! seawall-http: not written yet.

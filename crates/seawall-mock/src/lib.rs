@@ -1,0 +1,1 @@
+//! seawall-mock: not written yet.

@@ -1,0 +1,1 @@
+//! seawall-observe: not written yet.

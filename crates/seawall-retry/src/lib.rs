@@ -1,0 +1,1 @@
+//! seawall-retry: not written yet.

@@ -1,0 +1,1 @@
+//! seawall-stream: not written yet.
