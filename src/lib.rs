@@ -1,0 +1,43 @@
+//! seawall: tower middleware that keeps LLM API failure storms away from an application.
+//!
+//! Each policy is its own crate with its own `Layer`, re-exported here behind a cargo feature
+//! of the same name (all on by default). Stack only the ones you need with
+//! `tower::ServiceBuilder`; the README explains the recommended order and why.
+//!
+//! | feature | module | layer |
+//! |---|---|---|
+//! | `classify` | [`classify`] | `ClassifyLayer`: status, headers, bodies and transport errors to one [`LlmError`] |
+//! | `retry` | [`retry`] | `BackoffRetryLayer`: classified retries, server hints, time and retry budgets |
+//! | `breaker` | [`breaker`] | `CircuitBreakerLayer`: per provider/model, failure-rate and slow-call windows |
+//! | `fallback` | [`fallback`] | `FallbackLayer`: another model or provider when the primary failed for good |
+//! | `gate` | [`gate`] | `ConcurrencyGateLayer`: shared permits, bounded queue, RPM/TPM limits |
+//! | `budget` | [`budget`] | `CostBudgetLayer`: reserve, settle, never overspend, account every attempt |
+//! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
+//! | `observe` | [`observe`] | one record per logical call |
+//! | `http` | [`http`] | a hyper/rustls transport with no retries of its own |
+//! | `mock` | [`mock`] | the chaos upstream, over HTTP or in process |
+#![forbid(unsafe_code)]
+
+pub use seawall_core as core;
+pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
+
+#[cfg(feature = "breaker")]
+pub use seawall_breaker as breaker;
+#[cfg(feature = "budget")]
+pub use seawall_budget as budget;
+#[cfg(feature = "classify")]
+pub use seawall_classify as classify;
+#[cfg(feature = "fallback")]
+pub use seawall_fallback as fallback;
+#[cfg(feature = "gate")]
+pub use seawall_gate as gate;
+#[cfg(feature = "http")]
+pub use seawall_http as http;
+#[cfg(feature = "mock")]
+pub use seawall_mock as mock;
+#[cfg(feature = "observe")]
+pub use seawall_observe as observe;
+#[cfg(feature = "retry")]
+pub use seawall_retry as retry;
+#[cfg(feature = "stream")]
+pub use seawall_stream as stream;
