@@ -211,6 +211,12 @@ pub trait LlmRequest {
         None
     }
 
+    /// The request's headers, mutably, if it has any (for an `Idempotency-Key` or an
+    /// attempt-number header).
+    fn headers_mut(&mut self) -> Option<&mut http::HeaderMap> {
+        None
+    }
+
     /// The per-call context an observing layer put in the extensions, if any.
     fn call_context(&self) -> Option<&Arc<CallContext>> {
         self.extensions()?.get()
@@ -337,6 +343,10 @@ impl LlmRequest for Request<Bytes> {
 
     fn extensions_mut(&mut self) -> Option<&mut Extensions> {
         Some(Request::extensions_mut(self))
+    }
+
+    fn headers_mut(&mut self) -> Option<&mut http::HeaderMap> {
+        Some(Request::headers_mut(self))
     }
 }
 
