@@ -263,6 +263,11 @@ pub trait LlmResponse: Sized {
         None
     }
 
+    /// The response's headers, if it has any (for the upstream request id, say).
+    fn headers(&self) -> Option<&http::HeaderMap> {
+        None
+    }
+
     /// The response's extensions, mutably.
     fn extensions_mut(&mut self) -> Option<&mut Extensions> {
         None
@@ -292,6 +297,10 @@ where
 
     fn extensions(&self) -> Option<&Extensions> {
         Some(Response::extensions(self))
+    }
+
+    fn headers(&self) -> Option<&http::HeaderMap> {
+        Some(Response::headers(self))
     }
 
     fn extensions_mut(&mut self) -> Option<&mut Extensions> {
