@@ -268,6 +268,11 @@ pub trait LlmResponse: Sized {
         None
     }
 
+    /// The HTTP status, if the response has one.
+    fn status(&self) -> Option<http::StatusCode> {
+        None
+    }
+
     /// The response's extensions, mutably.
     fn extensions_mut(&mut self) -> Option<&mut Extensions> {
         None
@@ -301,6 +306,10 @@ where
 
     fn headers(&self) -> Option<&http::HeaderMap> {
         Some(Response::headers(self))
+    }
+
+    fn status(&self) -> Option<http::StatusCode> {
+        Some(Response::status(self))
     }
 
     fn extensions_mut(&mut self) -> Option<&mut Extensions> {
