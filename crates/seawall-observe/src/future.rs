@@ -1,0 +1,249 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use seawall_core::{
+    CallContext, CallFacts, Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome,
+    ServedBy,
+};
+
+use crate::record::{CallOutcome, CallRecord, Recorder};
+
+/// What a call carries from `call` to its record.
+pub(crate) struct Pending {
+    pub(crate) context: Arc<CallContext>,
+    pub(crate) start: tokio::time::Instant,
+    pub(crate) recorder: Arc<dyn Recorder>,
+    pub(crate) model: Option<Arc<str>>,
+    pub(crate) config_version: Option<Arc<str>>,
+    pub(crate) span: tracing::Span,
+}
+
+/// What the response head told us, kept until the body ends.
+#[derive(Default)]
+struct Head {
+    status: Option<u16>,
+    request_id: Option<String>,
+    served_by: Option<ServedBy>,
+    served_model: Option<Arc<str>>,
+    class: Option<FailureClass>,
+    error_code: Option<String>,
+    error_attempts: u32,
+}
+
+impl Pending {
+    fn finish(self, head: Head, outcome: CallOutcome, completion: Option<&Completion<'_>>) {
+        let facts: CallFacts = self.context.snapshot();
+        let report = completion.and_then(|c| c.report);
+        let served_by = facts.served_by.clone().or(head.served_by);
+        let served_model = served_by
+            .as_ref()
+            .and_then(|s| s.model.clone())
+            .or_else(|| report.and_then(|r| r.model()).map(Arc::from))
+            .or(head.served_model)
+            .or_else(|| self.model.clone());
+        let usage = completion.and_then(|c| c.usage).or(facts.usage);
+        let attempts = if facts.attempts > 0 {
+            facts.attempts
+        } else if head.error_attempts > 0 {
+            head.error_attempts
+        } else if head.class.is_some_and(FailureClass::is_local) {
+            0
+        } else {
+            1
+        };
+        let record = CallRecord {
+            request_id: head.request_id,
+            model: self.model,
+            served_model,
+            target: served_by.as_ref().map(|s| s.target.clone()),
+            outcome,
+            status: head.status,
+            class: head.class,
+            error_code: head.error_code,
+            usage,
+            cost_usd: facts.cost_usd,
+            attempts,
+            queue_wait: facts.queue_wait,
+            time_to_first_token: facts
+                .time_to_first_token
+                .or_else(|| report?.time_to_first_token()),
+            time_per_output_token: facts
+                .time_per_output_token
+                .or_else(|| report?.time_per_output_token()),
+            latency: self.start.elapsed(),
+            fallback: facts.fallbacks > 0
+                || served_by.as_ref().is_some_and(|s| &*s.target != "primary"),
+            degraded: served_by.as_ref().is_some_and(|s| s.degraded),
+            config_version: self.config_version,
+        };
+        fill_span(&self.span, &record);
+        self.recorder.record(&record);
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn fill_span(span: &tracing::Span, r: &CallRecord) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("seawall.outcome", tracing::field::debug(r.outcome));
+    span.record("seawall.attempts", r.attempts);
+    span.record("seawall.latency_ms", ms(r.latency));
+    if let Some(m) = &r.served_model {
+        span.record("gen_ai.response.model", &**m);
+    }
+    if let Some(id) = &r.request_id {
+        span.record("gen_ai.response.id", id.as_str());
+    }
+    if let Some(s) = r.status {
+        span.record("http.response.status_code", s);
+    }
+    if let Some(c) = r.class {
+        span.record("error.type", c.as_str());
+    }
+    if let Some(u) = r.usage {
+        span.record("gen_ai.usage.input_tokens", u.input_tokens);
+        span.record("gen_ai.usage.output_tokens", u.output_tokens);
+    }
+    if let Some(q) = r.queue_wait {
+        span.record("seawall.queue_wait_ms", ms(q));
+    }
+    if let Some(t) = r.time_to_first_token {
+        span.record("seawall.ttft_ms", ms(t));
+    }
+    if let Some(t) = r.time_per_output_token {
+        span.record("seawall.tpot_ms", ms(t));
+    }
+    if let Some(c) = r.cost_usd {
+        span.record("seawall.cost_usd", c);
+    }
+    if let Some(t) = &r.target {
+        span.record("seawall.target", &**t);
+    }
+}
+
+/// The hook that emits the record when the response body is done.
+pub struct Finish {
+    pending: Pending,
+    head: Head,
+}
+
+impl std::fmt::Debug for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finish").finish_non_exhaustive()
+    }
+}
+
+impl OnComplete for Finish {
+    fn on_complete(self, completion: Completion<'_>) {
+        let mut head = self.head;
+        let outcome = match completion.outcome {
+            Outcome::Complete => CallOutcome::Success,
+            Outcome::Failed(e) => {
+                head.class = Some(e.map_or(FailureClass::StreamInterrupted, LlmError::class));
+                head.error_code = e.and_then(|e| e.code()).map(str::to_owned);
+                CallOutcome::Interrupted
+            }
+            Outcome::Dropped => CallOutcome::Cancelled,
+        };
+        self.pending.finish(head, outcome, Some(&completion));
+    }
+}
+
+fn request_id(headers: Option<&http::HeaderMap>) -> Option<String> {
+    let h = headers?;
+    ["x-request-id", "request-id"]
+        .iter()
+        .find_map(|n| h.get(*n)?.to_str().ok())
+        .map(|s| s.chars().take(128).collect())
+}
+
+pin_project_lite::pin_project! {
+    /// Response future of [`Observe`](crate::Observe).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        pending: Option<Pending>,
+    }
+
+    impl<F> PinnedDrop for ResponseFuture<F> {
+        fn drop(this: Pin<&mut Self>) {
+            // The caller went away before the response head: still one record.
+            if let Some(p) = this.project().pending.take() {
+                p.finish(Head::default(), CallOutcome::Cancelled, None);
+            }
+        }
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn new(inner: F, pending: Pending) -> Self {
+        ResponseFuture {
+            inner,
+            pending: Some(pending),
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, R, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<R, E>>,
+    R: LlmResponse,
+    E: Into<LlmError>,
+{
+    type Output = Result<R::Hooked<Finish>, LlmError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = {
+            let _enter = this.pending.as_ref().map(|p| p.span.enter());
+            ready!(this.inner.poll(cx))
+        };
+        let Some(pending) = this.pending.take() else {
+            return Poll::Ready(Err(LlmError::new(
+                FailureClass::InvalidRequest,
+                "response future polled after completion",
+            )));
+        };
+        Poll::Ready(match result {
+            Ok(resp) => {
+                let head = Head {
+                    status: resp.status().map(|s| s.as_u16()),
+                    request_id: request_id(resp.headers()),
+                    served_by: resp.extensions().and_then(|e| e.get::<ServedBy>()).cloned(),
+                    served_model: resp.served_model().map(Arc::from),
+                    ..Head::default()
+                };
+                Ok(resp.on_complete(Finish { pending, head }))
+            }
+            Err(e) => {
+                let e: LlmError = e.into();
+                let head = Head {
+                    status: e.status().map(|s| s.as_u16()),
+                    request_id: e.request_id().map(str::to_owned),
+                    class: Some(e.class()),
+                    error_code: e.code().map(str::to_owned),
+                    error_attempts: if e.attempts().is_empty() {
+                        0
+                    } else {
+                        e.attempts().len() as u32 + 1
+                    },
+                    ..Head::default()
+                };
+                pending.finish(head, CallOutcome::Failed, None);
+                Err(e)
+            }
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! The per-call record and the recorders that receive it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_core::{FailureClass, Usage};
+use serde::Serialize;
+
+/// How a logical call ended, from the caller's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// An answer, delivered to its end.
+    Success,
+    /// An error before any answer (the record's `class` says which).
+    Failed,
+    /// The answer began but its body ended in an error (a broken stream).
+    Interrupted,
+    /// The caller dropped the future or the body first.
+    Cancelled,
+}
+
+/// One record per logical call (not per attempt), filled by whichever layers are stacked.
+///
+/// Fields a layer did not report are `None` rather than a guess: a stack without a gate has no
+/// queue time, a non-streaming call without a classifier has no time to first token.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallRecord {
+    /// The upstream's request id (`x-request-id` / `request-id`), when it sent one.
+    pub request_id: Option<String>,
+    /// The model the caller asked for.
+    pub model: Option<Arc<str>>,
+    /// The model that answered (after a fallback, or as the upstream reported it).
+    pub served_model: Option<Arc<str>>,
+    /// The fallback target that answered (`None` without a fallback layer).
+    pub target: Option<Arc<str>>,
+    /// How the call ended.
+    pub outcome: CallOutcome,
+    /// The final HTTP status, when known.
+    pub status: Option<u16>,
+    /// The final failure class (`None` for a success).
+    #[serde(serialize_with = "ser_class")]
+    pub class: Option<FailureClass>,
+    /// The provider's error code (`insufficient_quota`, ...).
+    pub error_code: Option<String>,
+    /// Token usage reported by the upstream.
+    #[serde(serialize_with = "ser_usage")]
+    pub usage: Option<Usage>,
+    /// Cost in US dollars, as the budget layer priced it.
+    pub cost_usd: Option<f64>,
+    /// Upstream attempts (1 without retries; 0 when a local layer refused the call).
+    pub attempts: u32,
+    /// Time spent queued in the concurrency gate (`None` without a gate).
+    #[serde(serialize_with = "ser_ms")]
+    pub queue_wait: Option<Duration>,
+    /// Time to the first token of the final attempt.
+    #[serde(serialize_with = "ser_ms")]
+    pub time_to_first_token: Option<Duration>,
+    /// Mean time per output token after the first.
+    #[serde(serialize_with = "ser_ms")]
+    pub time_per_output_token: Option<Duration>,
+    /// Total latency, from the call to the end of the body (or the error).
+    #[serde(serialize_with = "ser_ms_req")]
+    pub latency: Duration,
+    /// Whether a fallback target (not the primary) answered.
+    pub fallback: bool,
+    /// Whether the answer was a cached or static degraded response.
+    pub degraded: bool,
+    /// The configured `config_version` tag, to tell deployments apart.
+    pub config_version: Option<Arc<str>>,
+}
+
+impl CallRecord {
+    /// Retries made: attempts after the first.
+    pub fn retries(&self) -> u32 {
+        self.attempts.saturating_sub(1)
+    }
+
+    /// The record as one line of JSON.
+    pub fn to_json(&self) -> String {
+        // Serializing plain data to a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+fn ser_class<S: serde::Serializer>(c: &Option<FailureClass>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_str(c.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_usage<S: serde::Serializer>(u: &Option<Usage>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    match u {
+        Some(u) => {
+            let mut st = s.serialize_struct("Usage", 3)?;
+            st.serialize_field("input_tokens", &u.input_tokens)?;
+            st.serialize_field("output_tokens", &u.output_tokens)?;
+            st.serialize_field("cached_input_tokens", &u.cached_input_tokens)?;
+            st.end()
+        }
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64() * 1e3),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_ms_req<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+/// Receives one [`CallRecord`] per logical call.
+///
+/// Called on the task that finished the call (the one that polled the body to its end); keep
+/// it quick and non-blocking.
+pub trait Recorder: Send + Sync + 'static {
+    /// Receives a finished call.
+    fn record(&self, record: &CallRecord);
+}
+
+/// Discards records (the layer still fills its `tracing` span).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopRecorder;
+
+impl Recorder for NoopRecorder {
+    fn record(&self, _: &CallRecord) {}
+}
+
+impl<F> Recorder for F
+where
+    F: Fn(&CallRecord) + Send + Sync + 'static,
+{
+    fn record(&self, record: &CallRecord) {
+        self(record)
+    }
+}
+
+impl<A: Recorder, B: Recorder> Recorder for (A, B) {
+    fn record(&self, record: &CallRecord) {
+        self.0.record(record);
+        self.1.record(record);
+    }
+}
+
+impl<R: Recorder + ?Sized> Recorder for Arc<R> {
+    fn record(&self, record: &CallRecord) {
+        (**self).record(record)
+    }
+}
+
+/// Emits each record as a `tracing` event at INFO (target `seawall::call`), as JSON in the
+/// `record` field plus the key figures as fields.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TracingRecorder;
+
+impl Recorder for TracingRecorder {
+    fn record(&self, r: &CallRecord) {
+        tracing::info!(
+            target: "seawall::call",
+            outcome = ?r.outcome,
+            class = r.class.map(FailureClass::as_str),
+            attempts = r.attempts,
+            latency_ms = r.latency.as_secs_f64() * 1e3,
+            record = %r.to_json(),
+            "llm call"
+        );
+    }
+}
