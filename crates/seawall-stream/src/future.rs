@@ -1,0 +1,306 @@
+//! The response future: waits for the head, then for the first real content (the commit point).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::Response;
+use http::response::Parts;
+use http_body::{Body, Frame};
+use pin_project_lite::pin_project;
+use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, LlmError};
+use tokio::time::Instant;
+
+use crate::body::{Committed, TimedBody, Timer, llm_error};
+use crate::config::{Deadline, Reason, StreamTimeouts, deadline, earliest};
+use crate::sse::SseScan;
+use crate::stats::StreamStats;
+
+/// What the service learned from the request.
+pub(crate) struct Call {
+    pub(crate) start: Instant,
+    pub(crate) config: StreamTimeouts,
+    pub(crate) streaming: bool,
+    pub(crate) cx: Option<Arc<CallContext>>,
+}
+
+impl Call {
+    fn at(&self, d: Option<std::time::Duration>, reason: Reason) -> Deadline {
+        deadline(self.start, d, reason)
+    }
+
+    fn head_deadline(&self) -> Deadline {
+        let ttft = if self.streaming {
+            self.at(self.config.first_token(), Reason::FirstToken)
+        } else {
+            None
+        };
+        earliest([
+            self.at(self.config.attempt(), Reason::Attempt),
+            ttft,
+            self.at(self.config.total(), Reason::Total),
+        ])
+    }
+
+    fn timeout(&self, reason: Reason) -> LlmError {
+        LlmError::new(FailureClass::Timeout, reason.describe(&self.config))
+    }
+}
+
+pin_project! {
+    /// The future of [`StreamTimeout`](crate::StreamTimeout): resolves at the commit point.
+    ///
+    /// It resolves with the response once the first real content has arrived (or the body has
+    /// ended, or, for a body that is not a server-sent-events stream, at its first bytes).
+    /// Before that, a timeout or a body error resolves it with `Err`, which outer layers may
+    /// retry or fall back on. Dropping it drops the upstream future or body.
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+        timer: Timer,
+        call: Call,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, B> {
+        Head { #[pin] fut: F },
+        Body { waiting: Option<Waiting<B>> },
+        Done,
+    }
+}
+
+impl<F, B> ResponseFuture<F, B> {
+    pub(crate) fn new(fut: F, call: Call) -> Self {
+        ResponseFuture {
+            state: State::Head { fut },
+            timer: Timer::default(),
+            call,
+        }
+    }
+}
+
+impl<F, B> fmt::Debug for ResponseFuture<F, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Head { .. } => "waiting for the head",
+            State::Body { .. } => "waiting for the first content",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the wait for content ended.
+enum Step {
+    Content,
+    Overflow,
+    Ended,
+}
+
+/// A response whose head has arrived, waiting for its first content.
+struct Waiting<B> {
+    parts: Parts,
+    body: B,
+    held: VecDeque<Frame<Bytes>>,
+    held_bytes: usize,
+    sse: bool,
+    scan: Option<SseScan>,
+    report: Option<Arc<BodyReport>>,
+    last_frame: Instant,
+}
+
+fn is_event_stream(parts: &Parts) -> Option<bool> {
+    let ct = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)?
+        .to_str()
+        .ok()?;
+    Some(
+        ct.trim_start()
+            .get(..17)
+            .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream")),
+    )
+}
+
+impl<B> Waiting<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    fn new(resp: Response<B>, call: &Call) -> Self {
+        let (parts, body) = resp.into_parts();
+        let sse = is_event_stream(&parts).unwrap_or(call.streaming);
+        let report = parts.extensions.get::<Arc<BodyReport>>().cloned();
+        let scan = (sse && report.is_none()).then(SseScan::default);
+        Waiting {
+            parts,
+            body,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            sse,
+            scan,
+            report,
+            last_frame: Instant::now(),
+        }
+    }
+
+    fn deadline(&self, call: &Call) -> Deadline {
+        let total = call.at(call.config.total(), Reason::Total);
+        if self.sse || call.streaming {
+            earliest([
+                call.at(call.config.first_token(), Reason::FirstToken),
+                total,
+            ])
+        } else {
+            let idle = deadline(self.last_frame, call.config.idle(), Reason::Idle);
+            earliest([idle, total])
+        }
+    }
+
+    fn poll_content(&mut self, cx: &mut Context<'_>, max: usize) -> Poll<Result<Step, LlmError>> {
+        loop {
+            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(self.ended()),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(llm_error(e))),
+                Poll::Ready(Some(Ok(frame))) => frame,
+            };
+            self.last_frame = Instant::now();
+            let content = match frame.data_ref() {
+                None => false,
+                Some(data) if !self.sse => data.iter().any(|b| !b.is_ascii_whitespace()),
+                Some(data) => match (&mut self.scan, &self.report) {
+                    (Some(scan), _) => {
+                        let seen = scan.feed(data, false);
+                        if let Some(err) = seen.error {
+                            return Poll::Ready(Err(err));
+                        }
+                        seen.content
+                    }
+                    (None, Some(report)) => report.has_content(),
+                    (None, None) => true,
+                },
+            };
+            self.held_bytes += frame.data_ref().map_or(0, Bytes::len);
+            self.held.push_back(frame);
+            if content {
+                return Poll::Ready(Ok(Step::Content));
+            }
+            if self.held_bytes > max {
+                return Poll::Ready(Ok(Step::Overflow));
+            }
+        }
+    }
+
+    fn ended(&self) -> Result<Step, LlmError> {
+        match &self.scan {
+            Some(scan) if !scan.is_finished() => Err(LlmError::new(
+                FailureClass::Disconnected,
+                "the stream ended before any content, without its finish marker",
+            )),
+            _ => Ok(Step::Ended),
+        }
+    }
+
+    fn commit(self, step: Step, timer: Timer, call: &mut Call) -> Response<TimedBody<B>> {
+        let ttft = matches!(step, Step::Content).then(|| call.start.elapsed());
+        if let (Some(t), Some(cx)) = (ttft, &call.cx) {
+            cx.update(|f| f.time_to_first_token = Some(t));
+        }
+        let stats = Arc::new(StreamStats::new(ttft, self.sse, self.report.clone()));
+        let mut parts = self.parts;
+        parts.extensions.insert(Arc::clone(&stats));
+        let inner = match step {
+            Step::Ended => None,
+            Step::Content | Step::Overflow => Some(self.body),
+        };
+        let body = TimedBody::new(Committed {
+            inner,
+            replay: self.held,
+            timer,
+            config: call.config,
+            start: call.start,
+            scan: self.scan,
+            report: self.report,
+            stats,
+            cx: call.cx.take(),
+        });
+        Response::from_parts(parts, body)
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<LlmError>,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response<TimedBody<B>>, LlmError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Head { fut } => {
+                    match fut.poll(cx) {
+                        Poll::Ready(Ok(resp)) => {
+                            let waiting = Waiting::new(resp, this.call);
+                            this.state.set(State::Body {
+                                waiting: Some(waiting),
+                            });
+                            continue;
+                        }
+                        Poll::Ready(Err(e)) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(e.into()));
+                        }
+                        Poll::Pending => {}
+                    }
+                    return match this.timer.poll_at(this.call.head_deadline(), cx) {
+                        Poll::Ready(reason) => {
+                            this.state.set(State::Done);
+                            Poll::Ready(Err(this.call.timeout(reason)))
+                        }
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+                StateProj::Body { waiting } => {
+                    let Some(mut w) = waiting.take() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    match w.poll_content(cx, this.call.config.max_buffer()) {
+                        Poll::Ready(Ok(step)) => {
+                            this.state.set(State::Done);
+                            let timer = std::mem::take(this.timer);
+                            return Poll::Ready(Ok(w.commit(step, timer, this.call)));
+                        }
+                        Poll::Ready(Err(e)) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(e));
+                        }
+                        Poll::Pending => {}
+                    }
+                    let due = w.deadline(this.call);
+                    *waiting = Some(w);
+                    return match this.timer.poll_at(due, cx) {
+                        Poll::Ready(reason) => {
+                            this.state.set(State::Done);
+                            Poll::Ready(Err(this.call.timeout(reason)))
+                        }
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The service.
+
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::Response;
+use http_body::Body;
+use seawall_core::{BoxError, LlmError, LlmRequest};
+use tower_service::Service;
+
+use crate::body::TimedBody;
+use crate::config::StreamTimeouts;
+use crate::future::{Call, ResponseFuture};
+
+/// Enforces [`StreamTimeouts`] on an inner service and resolves its future at the commit point.
+///
+/// See the [crate documentation](crate) for what counts as content and how errors are split
+/// between the future (before the commit point) and the body (after it).
+#[derive(Debug, Clone)]
+pub struct StreamTimeout<S> {
+    inner: S,
+    config: StreamTimeouts,
+}
+
+impl<S> StreamTimeout<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, config: StreamTimeouts) -> Self {
+        StreamTimeout { inner, config }
+    }
+
+    /// The timeouts it enforces.
+    pub fn config(&self) -> &StreamTimeouts {
+        &self.config
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req, B> Service<Req> for StreamTimeout<S>
+where
+    S: Service<Req, Response = Response<B>>,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<TimedBody<B>>;
+    type Error = LlmError;
+    type Future = ResponseFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        req.prepare();
+        let call = Call {
+            start: tokio::time::Instant::now(),
+            config: self.config,
+            streaming: req.is_streaming(),
+            cx: req.call_context().cloned(),
+        };
+        ResponseFuture::new(self.inner.call(req), call)
+    }
+}
