@@ -1,1 +1,84 @@
-//! seawall-classify: not written yet.
+//! `ClassifyLayer`: one classification of every outcome of an LLM API call.
+//!
+//! Every other seawall layer decides from a [`FailureClass`](seawall_core::FailureClass): the
+//! retry layer retries a 429 `rate_limit_exceeded` but never a 429 `insufficient_quota`, the
+//! breaker counts a 503 but not a 400, the fallback sends a `context_length_exceeded` to a
+//! larger model. Those distinctions live in status codes, headers, JSON error bodies, SSE
+//! events inside a 200 stream and transport error chains, and they differ between OpenAI-style
+//! and Anthropic-style APIs. This crate reads all of them once, next to the transport, so the
+//! layers above only ever see `Ok(response)` or an [`LlmError`](seawall_core::LlmError).
+//!
+//! [`ClassifyLayer`] wraps any `Service<http::Request<Bytes>, Response = http::Response<B>>`:
+//!
+//! - **Failure statuses** become `Err(LlmError)` with the class, status, provider code and
+//!   type, message, request id, the server's retry hint (`retry-after-ms`,
+//!   `x-ms-retry-after-ms`, `retry-after` as seconds or HTTP-date, "Please try again in
+//!   1.4s"), `x-should-retry`, and the rate-limit snapshot. Error bodies are read up to a limit
+//!   (64 KiB by default) and the rest is dropped unread.
+//! - **Successful responses** pass through with a [`ClassifiedBody`] that never buffers the
+//!   body: it fills the shared [`BodyReport`](seawall_core::BodyReport) (first content,
+//!   usage, model, finish reason, finish marker) and turns an error event inside the stream,
+//!   or a stream cut before its finish marker, into a classified body error. The rate-limit
+//!   snapshot is in the extensions, so a gate can act on `remaining = 0` before a 429.
+//! - **Transport errors** are classified from their source chain
+//!   ([`classify_transport_error`]).
+//!
+//! Which classifier: [`AutoClassifier`] (the default) reads both wire formats, whichever a
+//! response carries; [`OpenAiClassifier`] and [`AnthropicClassifier`] read one;
+//! [`StatusClassifier`] looks at the status alone; implement [`Classifier`] for an upstream
+//! of your own.
+//!
+//! Server hints are clamped to [`hints::MAX_HINT`] (one day); negative, NaN or unparseable
+//! ones are ignored; a date in the past is zero. No input makes the classifier panic.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use seawall_classify::ClassifyLayer;
+//! use seawall_core::FailureClass;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Any HTTP transport; here, one that always answers a quota error.
+//! let transport = tower::service_fn(|_req: http::Request<Bytes>| async {
+//!     let body = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+//!     Ok::<_, std::io::Error>(
+//!         http::Response::builder().status(429).body(Full::new(Bytes::from(body))).unwrap(),
+//!     )
+//! });
+//! let service = ServiceBuilder::new()
+//!     .layer(ClassifyLayer::default().with_error_body_limit(16 * 1024))
+//!     .service(transport);
+//!
+//! let request = http::Request::post("https://api.openai.com/v1/chat/completions")
+//!     .body(Bytes::from_static(br#"{"model":"gpt-4o-mini","messages":[]}"#))
+//!     .unwrap();
+//! let err = service.oneshot(request).await.unwrap_err();
+//! assert_eq!(err.class(), FailureClass::QuotaExhausted); // a 429 that must not be retried
+//! assert_eq!(err.code(), Some("insufficient_quota"));
+//! # }
+//! ```
+#![doc(html_root_url = "https://docs.rs/seawall-classify/0.1.0")]
+#![forbid(unsafe_code)]
+
+mod body;
+mod classifier;
+mod error_body;
+mod future;
+pub mod hints;
+mod layer;
+mod parse;
+mod service;
+mod transport;
+
+pub use body::ClassifiedBody;
+pub use classifier::{
+    AnthropicClassifier, AutoClassifier, Classifier, ErrorResponse, OpenAiClassifier,
+    StatusClassifier, class_of, class_of_status,
+};
+pub use error_body::ProviderError;
+pub use future::ResponseFuture;
+pub use layer::{ClassifyLayer, DEFAULT_ERROR_BODY_LIMIT};
+pub use service::Classify;
+pub use transport::classify_transport_error;

@@ -1,0 +1,464 @@
+//! The [`Classifier`] trait and the built-in classifiers.
+
+use std::time::SystemTime;
+
+use http::{HeaderMap, StatusCode};
+use seawall_core::{BoxError, FailureClass, LlmError};
+
+use crate::error_body::ProviderError;
+use crate::hints;
+
+/// Turns a failed HTTP response (or a transport error) into an [`LlmError`].
+///
+/// [`ClassifyLayer`](crate::ClassifyLayer) calls it for every response whose status is a
+/// failure, with the head and at most the layer's error-body limit of the body. Implement it to
+/// teach seawall about an upstream of your own; [`ErrorResponse::decorate`] attaches the
+/// standard hints (retry delay, `x-should-retry`, rate limits, request id), and the built-in
+/// classifiers can be reused for the cases you do not handle:
+///
+/// ```
+/// use seawall_classify::{AutoClassifier, Classifier, ErrorResponse};
+/// use seawall_core::{FailureClass, LlmError};
+///
+/// /// Our gateway answers 499 when its own queue is full: that is an overload.
+/// #[derive(Clone, Copy, Debug)]
+/// struct Gateway;
+///
+/// impl Classifier for Gateway {
+///     fn classify_response(&self, response: &ErrorResponse<'_>) -> LlmError {
+///         if response.status().as_u16() == 499 {
+///             return response.decorate(LlmError::new(FailureClass::Overloaded, "gateway queue full"));
+///         }
+///         AutoClassifier.classify_response(response)
+///     }
+/// }
+///
+/// let headers = http::HeaderMap::new();
+/// let r = ErrorResponse::new(http::StatusCode::from_u16(499).unwrap(), &headers, b"");
+/// assert_eq!(Gateway.classify_response(&r).class(), FailureClass::Overloaded);
+/// ```
+pub trait Classifier {
+    /// Classifies a response whose status [`is_failure`](Classifier::is_failure).
+    fn classify_response(&self, response: &ErrorResponse<'_>) -> LlmError;
+
+    /// Classifies an error of the inner service (connect failure, timeout, reset, ...). The
+    /// default reads the error's source chain with [`classify_transport_error`](crate::classify_transport_error).
+    fn classify_transport_error(&self, error: BoxError) -> LlmError {
+        crate::transport::classify_transport_error(error)
+    }
+
+    /// Whether a response head is a failure to classify. The default: any status outside
+    /// 2xx.
+    fn is_failure(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+        let _ = headers;
+        !status.is_success()
+    }
+}
+
+/// A failed response as a [`Classifier`] sees it: status, headers, and the first bytes of the
+/// body (up to the layer's error-body limit).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorResponse<'a> {
+    status: StatusCode,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+    truncated: bool,
+    now: SystemTime,
+}
+
+impl<'a> ErrorResponse<'a> {
+    /// A response received now.
+    pub fn new(status: StatusCode, headers: &'a HeaderMap, body: &'a [u8]) -> Self {
+        ErrorResponse {
+            status,
+            headers,
+            body,
+            truncated: false,
+            now: SystemTime::now(),
+        }
+    }
+
+    /// Marks the body as cut at the limit.
+    pub fn with_truncated(mut self, truncated: bool) -> Self {
+        self.truncated = truncated;
+        self
+    }
+
+    /// Sets the wall-clock time of receipt, the reference for HTTP-dates and RFC 3339 resets
+    /// when the response has no `Date` header (for tests).
+    pub fn with_now(mut self, now: SystemTime) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The body, at most the error-body limit of it.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// Whether the body was longer than the limit (the rest was dropped unread).
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// When the response was received.
+    pub fn now(&self) -> SystemTime {
+        self.now
+    }
+
+    /// Parses the body.
+    pub fn provider_error(&self) -> ProviderError {
+        ProviderError::parse(self.body)
+    }
+
+    /// Attaches what the headers (and the error's message) say to `err`: the status, the
+    /// request id, the server's retry delay (`retry-after-ms`, `x-ms-retry-after-ms`,
+    /// `retry-after`, else "try again in ..." in the message), `x-should-retry`, and the
+    /// rate-limit snapshot of both wire formats.
+    pub fn decorate(&self, err: LlmError) -> LlmError {
+        self.decorate_with(err, Dialect::Auto)
+    }
+
+    fn decorate_with(&self, mut err: LlmError, dialect: Dialect) -> LlmError {
+        err = err.with_status(self.status);
+        if let Some(id) = hints::request_id(self.headers) {
+            err = err.with_request_id(id);
+        }
+        let delay = hints::retry_after_from_headers(self.headers, self.now).or_else(|| {
+            (dialect != Dialect::Anthropic && dialect != Dialect::Status)
+                .then(|| hints::retry_after_from_message(err.message()))
+                .flatten()
+        });
+        if let Some(d) = delay {
+            err = err.with_retry_after(d);
+        }
+        if let Some(s) = hints::should_retry(self.headers) {
+            err = err.with_should_retry(s);
+        }
+        if let Some(snap) = hints::rate_limits(self.headers, self.now) {
+            err = err.with_rate_limit(snap);
+        }
+        err
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Auto,
+    OpenAi,
+    Anthropic,
+    Status,
+}
+
+/// The default: understands both OpenAI-compatible and Anthropic error bodies and headers,
+/// whichever the response carries. Use it when one stack talks to both, or when unsure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AutoClassifier;
+
+/// OpenAI and OpenAI-compatible APIs: OpenAI, Azure OpenAI, DeepSeek, vLLM-style servers.
+///
+/// Reads `{"error":{"message","type","param","code"}}` (and the flat vLLM shape), `retry-after-ms`,
+/// `x-ms-retry-after-ms`, `retry-after`, "Please try again in 1.4s" / "Please retry after 6
+/// seconds" in the message, and `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenAiClassifier;
+
+/// Anthropic's Messages API: `{"type":"error","error":{"type","message"},"request_id"}`,
+/// `retry-after`, `request-id`, and `anthropic-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AnthropicClassifier;
+
+/// Status only: the class comes from the HTTP status alone (unknown 4xx: `InvalidRequest`,
+/// unknown 5xx: `ServerError`); the body is only used for the message. The standard headers
+/// (`retry-after`, `x-should-retry`, request id, rate limits) are still read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusClassifier;
+
+impl Classifier for AutoClassifier {
+    fn classify_response(&self, response: &ErrorResponse<'_>) -> LlmError {
+        classify_with(response, Dialect::Auto)
+    }
+}
+
+impl Classifier for OpenAiClassifier {
+    fn classify_response(&self, response: &ErrorResponse<'_>) -> LlmError {
+        classify_with(response, Dialect::OpenAi)
+    }
+}
+
+impl Classifier for AnthropicClassifier {
+    fn classify_response(&self, response: &ErrorResponse<'_>) -> LlmError {
+        classify_with(response, Dialect::Anthropic)
+    }
+}
+
+impl Classifier for StatusClassifier {
+    fn classify_response(&self, response: &ErrorResponse<'_>) -> LlmError {
+        classify_with(response, Dialect::Status)
+    }
+}
+
+fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
+    let status = response.status;
+    let parsed = response.provider_error();
+    let class = if dialect == Dialect::Status {
+        class_of_status(status.as_u16())
+    } else {
+        class_of(status.as_u16(), &parsed)
+    };
+    let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
+    response.decorate_with(err, dialect)
+}
+
+/// Builds the error of a class from a parsed body: message (or the status's reason), code,
+/// type, body request id.
+pub(crate) fn error_from(
+    class: FailureClass,
+    status: Option<StatusCode>,
+    parsed: &ProviderError,
+    with_names: bool,
+) -> LlmError {
+    let message = match (parsed.message(), status) {
+        (Some(m), _) => m.to_owned(),
+        (None, Some(s)) => format!(
+            "HTTP {} {}{}",
+            s.as_u16(),
+            s.canonical_reason().unwrap_or("(unknown status)"),
+            if parsed.is_empty() {
+                " with an empty body"
+            } else {
+                ""
+            }
+        ),
+        (None, None) => "upstream error".to_owned(),
+    };
+    let mut err = LlmError::new(class, message);
+    if with_names {
+        if let Some(c) = parsed.code() {
+            err = err.with_code(c);
+        }
+        if let Some(t) = parsed.error_type() {
+            err = err.with_error_type(t);
+        }
+    }
+    if let Some(id) = parsed.request_id() {
+        err = err.with_request_id(id);
+    }
+    err
+}
+
+fn contains_any(haystack: &str, needles: &[&str]) -> bool {
+    needles.iter().any(|n| haystack.contains(n))
+}
+
+const QUOTA_NAMES: &[&str] = &[
+    "insufficient_quota",
+    "enforced_spend_limit_reached",
+    "billing_hard_limit_reached",
+    "billing_not_active",
+    "billing_error",
+    "insufficient_balance",
+    "insufficient_funds",
+    "payment_required",
+];
+const QUOTA_PHRASES: &[&str] = &[
+    "exceeded your current quota",
+    "insufficient balance",
+    "insufficient_quota",
+    "credit balance is too low",
+    "spend limit",
+    "billing hard limit",
+    "account is not active",
+];
+const CONTEXT_NAMES: &[&str] = &[
+    "context_length_exceeded",
+    "request_too_large",
+    "model_context_window_exceeded",
+];
+const CONTEXT_PHRASES: &[&str] = &[
+    "maximum context length",
+    "context length exceeded",
+    "context_length_exceeded",
+    "prompt is too long",
+    "context window",
+    "exceed context limit",
+    "exceeds the context",
+    "input is too long",
+];
+const CONTENT_NAMES: &[&str] = &[
+    "content_policy_violation",
+    "content_filter",
+    "content_filtered",
+    "moderation_blocked",
+    "responsibleaipolicyviolation",
+    "invalid_prompt",
+];
+const CONTENT_PHRASES: &[&str] = &[
+    "content management policy",
+    "content policy",
+    "content_policy",
+    "safety system",
+    "content filter",
+    "flagged as potentially violating",
+];
+const OVERLOADED_NAMES: &[&str] = &[
+    "overloaded_error",
+    "overloaded",
+    "server_overloaded",
+    "engine_overloaded",
+    "service_unavailable",
+    "service_unavailable_error",
+];
+const TIMEOUT_NAMES: &[&str] = &["timeout_error", "timeout", "gateway_timeout"];
+
+fn generic_name_class(name: &str) -> Option<FailureClass> {
+    use FailureClass::*;
+    Some(match name {
+        "rate_limit_exceeded"
+        | "rate_limit_error"
+        | "rate_limited"
+        | "too_many_requests"
+        | "requests"
+        | "tokens" => RateLimited,
+        "api_error"
+        | "server_error"
+        | "internal_error"
+        | "internal_server_error"
+        | "internalservererror" => ServerError,
+        "authentication_error"
+        | "invalid_api_key"
+        | "invalid_authentication"
+        | "unauthorized"
+        | "authenticationerror" => Authentication,
+        "permission_error"
+        | "permission_denied"
+        | "forbidden"
+        | "unsupported_country_region_territory"
+        | "permissiondeniederror" => PermissionDenied,
+        "not_found_error" | "not_found" | "model_not_found" | "deploymentnotfound"
+        | "notfounderror" => NotFound,
+        "invalid_request_error"
+        | "invalid_request"
+        | "bad_request"
+        | "badrequesterror"
+        | "invalid_value"
+        | "unprocessable_entity" => InvalidRequest,
+        "conflict" | "conflict_error" => Conflict,
+        "request_timeout" => RequestTimeout,
+        n => match n.parse::<u16>() {
+            Ok(code @ 400..=599) => class_of_status(code),
+            _ => return None,
+        },
+    })
+}
+
+/// The class of a status alone (the status-only classifier, and the base of the others).
+///
+/// Unknown 4xx: `InvalidRequest`; unknown 5xx (and nonsense codes of 600 and above):
+/// `ServerError`; unexpected 1xx/2xx/3xx (redirects are not followed, so the base URL is
+/// wrong): `InvalidRequest`.
+pub fn class_of_status(status: u16) -> FailureClass {
+    use FailureClass::*;
+    match status {
+        401 => Authentication,
+        402 => QuotaExhausted,
+        403 => PermissionDenied,
+        404 => NotFound,
+        408 => RequestTimeout,
+        409 => Conflict,
+        413 => ContextLengthExceeded,
+        429 => RateLimited,
+        503 | 529 => Overloaded,
+        504 | 524 => UpstreamTimeout,
+        500..=599 => ServerError,
+        s if s >= 600 => ServerError,
+        _ => InvalidRequest,
+    }
+}
+
+struct Signals {
+    quota: bool,
+    context: bool,
+    content: bool,
+    overloaded: bool,
+    timeout: bool,
+    generic: Option<FailureClass>,
+}
+
+impl Signals {
+    fn of(e: &ProviderError) -> Signals {
+        let names: Vec<String> = e.names().map(|n| n.to_ascii_lowercase()).collect();
+        let has = |list: &[&str]| names.iter().any(|n| list.contains(&n.as_str()));
+        let msg = e.message().unwrap_or("").to_ascii_lowercase();
+        Signals {
+            quota: has(QUOTA_NAMES) || contains_any(&msg, QUOTA_PHRASES),
+            context: has(CONTEXT_NAMES) || contains_any(&msg, CONTEXT_PHRASES),
+            content: has(CONTENT_NAMES) || contains_any(&msg, CONTENT_PHRASES),
+            overloaded: has(OVERLOADED_NAMES) || msg.contains("overloaded"),
+            timeout: has(TIMEOUT_NAMES),
+            generic: names.iter().find_map(|n| generic_name_class(n)),
+        }
+    }
+}
+
+/// The class of a failed response from its status and parsed body (DESIGN.md's table).
+///
+/// A 2xx status means an error event inside a successful stream: the class then comes from the
+/// body alone (unknown: `ServerError`).
+pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
+    use FailureClass::*;
+    let s = Signals::of(e);
+    match status {
+        429 if s.quota => QuotaExhausted,
+        401 | 402 | 403 | 404 | 408 | 409 | 413 | 429 => class_of_status(status),
+        400..=499 => {
+            if s.quota {
+                QuotaExhausted
+            } else if s.context {
+                ContextLengthExceeded
+            } else if s.content {
+                ContentFiltered
+            } else if status == 400 || status == 422 {
+                InvalidRequest
+            } else {
+                s.generic.unwrap_or(InvalidRequest)
+            }
+        }
+        503 | 529 | 504 | 524 => class_of_status(status),
+        500..=599 => {
+            if s.overloaded {
+                Overloaded
+            } else if s.timeout {
+                UpstreamTimeout
+            } else {
+                ServerError
+            }
+        }
+        200..=299 => {
+            if s.quota {
+                QuotaExhausted
+            } else if s.context {
+                ContextLengthExceeded
+            } else if s.content {
+                ContentFiltered
+            } else if s.overloaded {
+                Overloaded
+            } else if s.timeout {
+                UpstreamTimeout
+            } else {
+                s.generic.unwrap_or(ServerError)
+            }
+        }
+        other => class_of_status(other),
+    }
+}

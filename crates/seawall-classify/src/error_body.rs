@@ -1,0 +1,377 @@
+//! What an upstream error body says, in either wire format, parsed leniently.
+
+use serde_json::Value;
+
+use seawall_core::Provider;
+
+/// The longest text kept from a non-JSON body for the error message.
+const MAX_TEXT: usize = 200;
+
+/// The fields of an upstream error body.
+///
+/// Understands OpenAI's `{"error":{"message","type","param","code"}}` (also Azure OpenAI,
+/// DeepSeek, vLLM, and an array around it), Anthropic's
+/// `{"type":"error","error":{"type","message"},"request_id"}`, the flat
+/// `{"object":"error","message","type","code"}` of older vLLM, `{"error":"text"}`,
+/// `{"detail": ...}` and `{"message": ...}`. A body that is not JSON (HTML from a proxy, plain
+/// text, truncated JSON, invalid UTF-8) still yields what can be found: `"type"`/`"code"`/
+/// `"message"` string fields of truncated JSON, an HTML `<title>`, or the first 200 characters
+/// of text.
+///
+/// ```
+/// use seawall_classify::ProviderError;
+/// use seawall_core::Provider;
+///
+/// let e = ProviderError::parse(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}"#);
+/// assert_eq!(e.error_type(), Some("overloaded_error"));
+/// assert_eq!(e.provider(), Provider::Anthropic);
+/// assert_eq!(e.request_id(), Some("req_1"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderError {
+    error_type: Option<String>,
+    code: Option<String>,
+    message: Option<String>,
+    param: Option<String>,
+    inner_code: Option<String>,
+    request_id: Option<String>,
+    provider: Provider,
+    json: bool,
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+impl ProviderError {
+    /// Parses an error body (possibly truncated); never fails.
+    pub fn parse(body: &[u8]) -> ProviderError {
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+        let trimmed = body.trim_ascii();
+        if trimmed.is_empty() {
+            return ProviderError::default();
+        }
+        if let Ok(v) = serde_json::from_slice::<Value>(trimmed) {
+            return ProviderError::from_value(&v);
+        }
+        let mut e = ProviderError::default();
+        if trimmed.starts_with(b"{") || trimmed.starts_with(b"[") {
+            // Truncated or broken JSON: pick out the string fields we care about.
+            e.error_type = string_field(trimmed, "type").filter(|t| t != "error");
+            e.code = string_field(trimmed, "code");
+            e.message = string_field(trimmed, "message");
+            if e.error_type.is_some() || e.code.is_some() || e.message.is_some() {
+                e.provider = guess_provider(trimmed);
+                return e;
+            }
+        }
+        let lossy = String::from_utf8_lossy(trimmed);
+        e.message = Some(summarize_text(&lossy));
+        e
+    }
+
+    /// Reads an already parsed JSON value (an error body, or the payload of an SSE error event).
+    pub fn from_value(v: &Value) -> ProviderError {
+        let v = match v {
+            Value::Array(items) => items.first().unwrap_or(&Value::Null),
+            other => other,
+        };
+        let mut e = ProviderError {
+            json: true,
+            ..ProviderError::default()
+        };
+        let Value::Object(top) = v else {
+            e.message = text(v);
+            return e;
+        };
+        e.request_id = top.get("request_id").and_then(text);
+        let anthropic_shape = top.get("type").and_then(Value::as_str) == Some("error");
+        match top.get("error") {
+            Some(Value::Object(err)) => {
+                e.error_type = err.get("type").and_then(text);
+                e.code = err.get("code").and_then(text);
+                e.message = err.get("message").and_then(text);
+                e.param = err.get("param").and_then(text);
+                e.inner_code = err
+                    .get("innererror")
+                    .and_then(|i| i.get("code"))
+                    .and_then(text);
+                e.provider = if anthropic_shape {
+                    Provider::Anthropic
+                } else {
+                    Provider::OpenAi
+                };
+            }
+            Some(other) if !other.is_null() => {
+                e.message = text(other);
+                e.provider = Provider::OpenAi;
+            }
+            _ => {
+                // Flat shapes: vLLM's {"object":"error",...}, the Responses API's error event
+                // {"type":"error","code","message"}, FastAPI's {"detail":...}.
+                e.error_type = top.get("type").and_then(text).filter(|t| t != "error");
+                e.code = top.get("code").and_then(text);
+                e.param = top.get("param").and_then(text);
+                e.message =
+                    top.get("message")
+                        .and_then(text)
+                        .or_else(|| match top.get("detail")? {
+                            Value::Object(d) => d.get("message").and_then(text),
+                            Value::Array(_) => Some("request validation failed".to_owned()),
+                            d => text(d),
+                        });
+                if top.get("object").and_then(Value::as_str) == Some("error") {
+                    e.provider = Provider::OpenAi;
+                }
+            }
+        }
+        e
+    }
+
+    /// The provider's error type (`invalid_request_error`, `overloaded_error`, ...).
+    pub fn error_type(&self) -> Option<&str> {
+        self.error_type.as_deref()
+    }
+
+    /// The provider's error code (`insufficient_quota`, `context_length_exceeded`, `"429"`).
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The message, or the text summary of a non-JSON body.
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+
+    /// OpenAI's `param`.
+    pub fn param(&self) -> Option<&str> {
+        self.param.as_deref()
+    }
+
+    /// Azure OpenAI's `innererror.code` (`ResponsibleAIPolicyViolation`).
+    pub fn inner_code(&self) -> Option<&str> {
+        self.inner_code.as_deref()
+    }
+
+    /// Anthropic's body `request_id`.
+    pub fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+
+    /// Which wire format the body looked like.
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    /// Whether the body was valid JSON.
+    pub fn is_json(&self) -> bool {
+        self.json
+    }
+
+    /// Whether nothing at all was found.
+    pub fn is_empty(&self) -> bool {
+        self.error_type.is_none() && self.code.is_none() && self.message.is_none()
+    }
+
+    /// The type, code and inner code, for matching names.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        [&self.error_type, &self.code, &self.inner_code]
+            .into_iter()
+            .filter_map(|s| s.as_deref())
+    }
+}
+
+fn guess_provider(body: &[u8]) -> Provider {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    if has(b"\"request_id\"") || has(b"_error\"") && has(b"\"type\":\"error\"") {
+        Provider::Anthropic
+    } else if has(b"\"error\"") {
+        Provider::OpenAi
+    } else {
+        Provider::Unknown
+    }
+}
+
+/// Finds the first `"key": "value"` in (possibly truncated) JSON and decodes the value.
+pub(crate) fn string_field(body: &[u8], key: &str) -> Option<String> {
+    let start = value_start(body, key, b'"')?;
+    let mut de = serde_json::Deserializer::from_slice(&body[start..]).into_iter::<String>();
+    de.next()?.ok().filter(|s| !s.is_empty())
+}
+
+/// Finds `"key"` followed by `:` and a value starting with `open`; returns the value's offset.
+/// Keys inside JSON strings are escaped (`\"key\"`), so a match preceded by a backslash is
+/// skipped.
+pub(crate) fn value_start(body: &[u8], key: &str, open: u8) -> Option<usize> {
+    find_key(body, key, open, false)
+}
+
+/// Like [`value_start`], for the last occurrence.
+pub(crate) fn last_value_start(body: &[u8], key: &str, open: u8) -> Option<usize> {
+    find_key(body, key, open, true)
+}
+
+fn find_key(body: &[u8], key: &str, open: u8, last: bool) -> Option<usize> {
+    let k = key.as_bytes();
+    let n = k.len() + 2;
+    if body.len() < n {
+        return None;
+    }
+    let check = |i: usize| -> Option<usize> {
+        let w = &body[i..i + n];
+        if w[0] != b'"' || w[n - 1] != b'"' || &w[1..n - 1] != k {
+            return None;
+        }
+        if i > 0 && body[i - 1] == b'\\' {
+            return None;
+        }
+        let mut j = i + n;
+        while body.get(j)?.is_ascii_whitespace() {
+            j += 1;
+        }
+        if body[j] != b':' {
+            return None;
+        }
+        j += 1;
+        while body.get(j)?.is_ascii_whitespace() {
+            j += 1;
+        }
+        (body[j] == open).then_some(j)
+    };
+    let range = 0..=body.len() - n;
+    if last {
+        range.rev().find_map(check)
+    } else {
+        range.into_iter().find_map(check)
+    }
+}
+
+/// A one-line summary of a non-JSON body: an HTML page's `<title>`, else the first characters
+/// of the text with whitespace collapsed.
+fn summarize_text(text: &str) -> String {
+    let mut end = text.len().min(4096);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let head = &text[..end];
+    // ASCII lowering keeps byte offsets, so they index `head` too.
+    let lower = head.to_ascii_lowercase();
+    if lower.trim_start().starts_with('<') || lower.contains("<html") {
+        if let (Some(a), Some(b)) = (lower.find("<title>"), lower.find("</title>")) {
+            let start = a + "<title>".len();
+            if b > start {
+                let title = collapse(&head[start..b]);
+                if !title.is_empty() {
+                    return format!("non-JSON (HTML) error body: {title}");
+                }
+            }
+        }
+        return "non-JSON (HTML) error body".to_owned();
+    }
+    let c = collapse(text);
+    if c.is_empty() {
+        return String::new();
+    }
+    format!("non-JSON error body: {c}")
+}
+
+fn collapse(text: &str) -> String {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if out.chars().count() >= MAX_TEXT {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.extend(word.chars().filter(|c| !c.is_control()));
+    }
+    if out.chars().count() > MAX_TEXT {
+        out = out.chars().take(MAX_TEXT).collect();
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_shape() {
+        let e = ProviderError::parse(
+            br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
+        );
+        assert_eq!(e.error_type(), Some("insufficient_quota"));
+        assert_eq!(e.code(), Some("insufficient_quota"));
+        assert_eq!(e.param(), None);
+        assert_eq!(e.provider(), Provider::OpenAi);
+        assert!(e.is_json());
+    }
+
+    #[test]
+    fn azure_and_vllm_shapes() {
+        let e = ProviderError::parse(
+            br#"{"error":{"message":"filtered","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation"}}}"#,
+        );
+        assert_eq!(e.code(), Some("content_filter"));
+        assert_eq!(e.inner_code(), Some("ResponsibleAIPolicyViolation"));
+        assert_eq!(e.param(), Some("prompt"));
+        let e = ProviderError::parse(
+            br#"{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","param":null,"code":400}"#,
+        );
+        assert_eq!(e.error_type(), Some("BadRequestError"));
+        assert_eq!(e.code(), Some("400"));
+        let e = ProviderError::parse(br#"[{"error":{"code":429,"message":"slow down"}}]"#);
+        assert_eq!(e.code(), Some("429"));
+        let e = ProviderError::parse(br#"{"error":"model 'x' not found"}"#);
+        assert_eq!(e.message(), Some("model 'x' not found"));
+        let e = ProviderError::parse(br#"{"detail":"Not Found"}"#);
+        assert_eq!(e.message(), Some("Not Found"));
+    }
+
+    #[test]
+    fn truncated_json_keeps_leading_fields() {
+        let mut body =
+            br#"{"error":{"message":"boom","type":"server_error","code":null,"extra":""#.to_vec();
+        body.extend(std::iter::repeat_n(b'x', 1000));
+        let e = ProviderError::parse(&body);
+        assert_eq!(e.error_type(), Some("server_error"));
+        assert_eq!(e.message(), Some("boom"));
+        assert!(!e.is_json());
+    }
+
+    #[test]
+    fn html_text_and_empty() {
+        let e = ProviderError::parse(
+            b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>",
+        );
+        assert_eq!(
+            e.message(),
+            Some("non-JSON (HTML) error body: 502 Bad Gateway")
+        );
+        let e = ProviderError::parse(b"upstream connect error or disconnect/reset before headers");
+        assert!(
+            e.message()
+                .unwrap()
+                .starts_with("non-JSON error body: upstream")
+        );
+        assert!(ProviderError::parse(b"  \n ").is_empty());
+        let e = ProviderError::parse(b"\xff\xfe\x00bad\xc3");
+        assert!(e.message().unwrap().contains("bad"));
+    }
+
+    #[test]
+    fn key_search_skips_escaped_keys() {
+        let body = br#"{"content":"say \"model\": \"fake\"","model":"real"}"#;
+        let at = value_start(body, "model", b'"').unwrap();
+        assert_eq!(&body[at..at + 6], br#""real""#);
+        assert_eq!(string_field(body, "model").as_deref(), Some("real"));
+        assert_eq!(string_field(b"\"model\"", "model"), None);
+        assert_eq!(string_field(b"\"model\" :", "model"), None);
+    }
+}

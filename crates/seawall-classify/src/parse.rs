@@ -1,0 +1,622 @@
+//! Incremental parsers of successful bodies: SSE streams of both wire formats, and plain JSON
+//! bodies read through a head window and a rolling tail window. Neither buffers the body.
+
+use http::StatusCode;
+use serde_json::Value;
+
+use seawall_core::{BodyReport, BoxError, FailureClass, FinishReason, LlmError, Usage};
+
+use crate::classifier::{class_of, error_from};
+use crate::error_body::{self, ProviderError};
+use crate::hints;
+
+/// The largest SSE event (or incomplete line) kept; a longer one is skipped, counted as
+/// content, and never buffered further.
+pub(crate) const MAX_EVENT: usize = 1 << 20;
+/// The first bytes of a JSON body kept (the model is near the start).
+const JSON_HEAD: usize = 4 << 10;
+/// The last bytes of a JSON body kept (usage and finish reason are near the end).
+const JSON_TAIL: usize = 16 << 10;
+
+/// Raw usage fields, merged as events arrive (Anthropic splits usage over `message_start` and
+/// `message_delta`; vLLM may repeat cumulative usage in every chunk).
+#[derive(Debug, Default, Clone, Copy)]
+struct RawUsage {
+    /// OpenAI `prompt_tokens` (cached tokens included).
+    prompt: Option<u64>,
+    /// Anthropic / Responses API `input_tokens`.
+    input: Option<u64>,
+    output: Option<u64>,
+    /// Anthropic `cache_read_input_tokens` (not included in `input_tokens`).
+    cache_read: Option<u64>,
+    /// Anthropic `cache_creation_input_tokens` (not included in `input_tokens`).
+    cache_creation: Option<u64>,
+    /// OpenAI `prompt_tokens_details.cached_tokens`, Responses API
+    /// `input_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`.
+    cached_detail: Option<u64>,
+}
+
+impl RawUsage {
+    fn from_value(v: &Value) -> Option<RawUsage> {
+        let obj = v.as_object()?;
+        let n = |k: &str| obj.get(k).and_then(Value::as_u64);
+        let detail = |k: &str| {
+            obj.get(k)
+                .and_then(|d| d.get("cached_tokens"))
+                .and_then(Value::as_u64)
+        };
+        let raw = RawUsage {
+            prompt: n("prompt_tokens"),
+            input: n("input_tokens"),
+            output: n("completion_tokens").or_else(|| n("output_tokens")),
+            cache_read: n("cache_read_input_tokens"),
+            cache_creation: n("cache_creation_input_tokens"),
+            cached_detail: detail("prompt_tokens_details")
+                .or_else(|| detail("input_tokens_details"))
+                .or_else(|| n("prompt_cache_hit_tokens")),
+        };
+        (raw.prompt.is_some() || raw.input.is_some() || raw.output.is_some()).then_some(raw)
+    }
+
+    fn merge(&mut self, newer: RawUsage) {
+        let keep = |old: &mut Option<u64>, new: Option<u64>| {
+            if new.is_some() {
+                *old = new;
+            }
+        };
+        keep(&mut self.prompt, newer.prompt);
+        keep(&mut self.input, newer.input);
+        keep(&mut self.output, newer.output);
+        keep(&mut self.cache_read, newer.cache_read);
+        keep(&mut self.cache_creation, newer.cache_creation);
+        keep(&mut self.cached_detail, newer.cached_detail);
+    }
+
+    fn to_usage(self) -> Usage {
+        let (input, cached) = if let Some(p) = self.prompt {
+            (p, self.cached_detail.unwrap_or(0))
+        } else if self.cache_read.is_some() || self.cache_creation.is_some() {
+            let read = self.cache_read.unwrap_or(0);
+            let input = self
+                .input
+                .unwrap_or(0)
+                .saturating_add(read)
+                .saturating_add(self.cache_creation.unwrap_or(0));
+            (input, read)
+        } else {
+            (self.input.unwrap_or(0), self.cached_detail.unwrap_or(0))
+        };
+        Usage {
+            input_tokens: input,
+            output_tokens: self.output.unwrap_or(0),
+            cached_input_tokens: cached.min(input),
+        }
+    }
+}
+
+fn finish_reason(s: &str) -> FinishReason {
+    match s {
+        "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "length" | "max_tokens" | "max_output_tokens" => FinishReason::Length,
+        "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" | "refusal" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.chars().take(64).collect::<String>().into()),
+    }
+}
+
+/// Whether a JSON value carries output: a non-empty string or array, an object, a number.
+fn has_output(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// A body error when the body broke or ended early: `StreamInterrupted` once content was
+/// seen, else `Disconnected` (nothing reached the caller yet, and the upstream may have billed
+/// the prompt).
+fn broken(report: &BodyReport, what: &str) -> LlmError {
+    if report.has_content() {
+        LlmError::new(FailureClass::StreamInterrupted, what)
+    } else {
+        LlmError::new(
+            FailureClass::Disconnected,
+            format!("{what} (before any content)"),
+        )
+    }
+}
+
+/// The parser of one successful body.
+#[derive(Debug)]
+pub(crate) enum Parser {
+    Sse(SseParser),
+    Json(JsonScanner),
+}
+
+impl Parser {
+    pub(crate) fn sse(request_id: Option<&str>) -> Parser {
+        Parser::Sse(SseParser {
+            request_id: request_id.map(Into::into),
+            ..SseParser::default()
+        })
+    }
+
+    pub(crate) fn json() -> Parser {
+        Parser::Json(JsonScanner::default())
+    }
+
+    /// Feeds a chunk; returns an error the stream carried, if any.
+    pub(crate) fn feed(&mut self, chunk: &[u8], report: &BodyReport) -> Option<LlmError> {
+        match self {
+            Parser::Sse(p) => p.feed(chunk, report),
+            Parser::Json(p) => {
+                p.feed(chunk, report);
+                None
+            }
+        }
+    }
+
+    /// The body ended normally; returns an error if it ended too early.
+    pub(crate) fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
+        match self {
+            Parser::Sse(p) => p.eof(report),
+            Parser::Json(p) => {
+                p.eof(report);
+                None
+            }
+        }
+    }
+
+    /// The body failed with a transport error.
+    pub(crate) fn failed(&mut self, error: BoxError, report: &BodyReport) -> LlmError {
+        let error = match error.downcast::<LlmError>() {
+            Ok(e) => return *e,
+            Err(e) => e,
+        };
+        if let Parser::Sse(p) = self {
+            p.flush_usage(report);
+        }
+        let mut err = broken(report, &format!("response body failed: {error}"));
+        if let Parser::Sse(SseParser {
+            request_id: Some(id),
+            ..
+        }) = self
+        {
+            err = err.with_request_id(&**id);
+        }
+        err.with_status(StatusCode::OK).with_source(error)
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum EventName {
+    #[default]
+    Message,
+    Error,
+    Ping,
+    /// `message_stop`, `response.completed`, `response.incomplete`.
+    Finish,
+    Other,
+}
+
+/// Parses an SSE stream line by line, across chunk boundaries.
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    /// The incomplete trailing line.
+    line: Vec<u8>,
+    /// The current line was too long: drop bytes until the next newline.
+    skipping: bool,
+    event: EventName,
+    data: Vec<u8>,
+    /// The current event's data was too long to keep.
+    oversized: bool,
+    /// Whether any event was dispatched.
+    events: bool,
+    /// Whether an OpenAI or Anthropic event was recognised (so its finish marker is expected).
+    known: bool,
+    finished: bool,
+    usage: Option<RawUsage>,
+    request_id: Option<Box<str>>,
+}
+
+impl SseParser {
+    fn feed(&mut self, chunk: &[u8], report: &BodyReport) -> Option<LlmError> {
+        let mut rest = chunk;
+        while let Some(pos) = rest.iter().position(|b| *b == b'\n') {
+            let piece = &rest[..pos];
+            rest = &rest[pos + 1..];
+            if self.skipping {
+                self.skipping = false;
+                continue;
+            }
+            let err = if self.line.is_empty() {
+                self.on_line(piece, report)
+            } else if self.line.len() + piece.len() > MAX_EVENT {
+                self.line.clear();
+                self.oversized = true;
+                None
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(piece);
+                let err = self.on_line(&line, report);
+                line.clear();
+                self.line = line;
+                err
+            };
+            if err.is_some() {
+                return err;
+            }
+        }
+        if !self.skipping && !rest.is_empty() {
+            if self.line.len() + rest.len() > MAX_EVENT {
+                self.line.clear();
+                self.skipping = true;
+                self.oversized = true;
+            } else {
+                self.line.extend_from_slice(rest);
+            }
+        }
+        None
+    }
+
+    fn on_line(&mut self, line: &[u8], report: &BodyReport) -> Option<LlmError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return self.dispatch(report);
+        }
+        if line[0] == b':' {
+            return None; // a comment, such as `: keep-alive`
+        }
+        let (field, value) = match line.iter().position(|b| *b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"event" => {
+                self.event = match value {
+                    b"error" => EventName::Error,
+                    b"ping" => EventName::Ping,
+                    b"message_stop" | b"response.completed" | b"response.incomplete" => {
+                        EventName::Finish
+                    }
+                    b"message" => EventName::Message,
+                    _ => EventName::Other,
+                };
+            }
+            b"data" => {
+                if self.data.len() + value.len() + 1 > MAX_EVENT {
+                    self.oversized = true;
+                    self.data.clear();
+                } else if !self.oversized {
+                    if !self.data.is_empty() {
+                        self.data.push(b'\n');
+                    }
+                    self.data.extend_from_slice(value);
+                }
+            }
+            _ => {} // id, retry, unknown fields
+        }
+        None
+    }
+
+    fn dispatch(&mut self, report: &BodyReport) -> Option<LlmError> {
+        let event = std::mem::take(&mut self.event);
+        let oversized = std::mem::take(&mut self.oversized);
+        if self.data.is_empty() && !oversized {
+            return None; // a blank line, or an event without data
+        }
+        self.events = true;
+        let data = std::mem::take(&mut self.data);
+        let err = self.on_event(event, oversized, data.trim_ascii(), report);
+        self.data = data;
+        self.data.clear();
+        err
+    }
+
+    fn on_event(
+        &mut self,
+        event: EventName,
+        oversized: bool,
+        data: &[u8],
+        report: &BodyReport,
+    ) -> Option<LlmError> {
+        if data == b"[DONE]" {
+            self.known = true;
+            self.finish(report);
+            return None;
+        }
+        if oversized {
+            match event {
+                EventName::Finish => self.finish(report),
+                EventName::Error => {
+                    let e = ProviderError::from_value(&Value::String(
+                        "oversized error event inside the stream".into(),
+                    ));
+                    return Some(self.stream_error(&e, report));
+                }
+                _ => report.record_content(),
+            }
+            return None;
+        }
+        if event == EventName::Ping {
+            return None;
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+            if event == EventName::Error {
+                let text = String::from_utf8_lossy(data);
+                let e = ProviderError::from_value(&Value::String(text.into_owned()));
+                return Some(self.stream_error(&e, report));
+            }
+            // Not JSON: a plain-text stream of some other API; its data is the output.
+            report.record_content();
+            return None;
+        };
+        self.on_json(event, &v, report)
+    }
+
+    fn on_json(&mut self, event: EventName, v: &Value, report: &BodyReport) -> Option<LlmError> {
+        let ty = v.get("type").and_then(Value::as_str).unwrap_or("");
+        let error_field = v.get("error").is_some_and(|e| !e.is_null());
+        if event == EventName::Error || ty == "error" || error_field {
+            self.known = true;
+            return Some(self.stream_error(&ProviderError::from_value(v), report));
+        }
+        if ty == "response.failed" {
+            self.known = true;
+            let payload = v.get("response").unwrap_or(v);
+            return Some(self.stream_error(&ProviderError::from_value(payload), report));
+        }
+        match ty {
+            "message_start" => {
+                self.known = true;
+                if let Some(m) = v.get("message") {
+                    Self::model(m, report);
+                    self.merge_usage(m.get("usage"));
+                }
+            }
+            "content_block_delta" => {
+                self.known = true;
+                let delta = v.get("delta");
+                let out = ["text", "partial_json", "thinking", "signature"]
+                    .iter()
+                    .any(|k| has_output(delta.and_then(|d| d.get(*k))));
+                if out {
+                    report.record_content();
+                }
+            }
+            "message_delta" => {
+                self.known = true;
+                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    report.set_finish_reason(finish_reason(r));
+                }
+                self.merge_usage(v.get("usage"));
+            }
+            "message_stop" => {
+                self.known = true;
+                self.finish(report);
+            }
+            "content_block_start" | "content_block_stop" | "ping" => self.known = true,
+            t if t.starts_with("response.") => {
+                self.known = true;
+                if t.ends_with(".delta") && has_output(v.get("delta")) {
+                    report.record_content();
+                }
+                if let Some(r) = v.get("response") {
+                    Self::model(r, report);
+                    if t == "response.completed" || t == "response.incomplete" {
+                        self.merge_usage(r.get("usage"));
+                        let reason = r
+                            .pointer("/incomplete_details/reason")
+                            .and_then(Value::as_str)
+                            .unwrap_or("stop");
+                        report.set_finish_reason(finish_reason(reason));
+                        self.finish(report);
+                    }
+                }
+            }
+            _ => {
+                if let Some(choices) = v.get("choices").and_then(Value::as_array) {
+                    self.known = true;
+                    Self::model(v, report);
+                    let mut content = false;
+                    for c in choices {
+                        if let Some(d) = c.get("delta") {
+                            content |= [
+                                "content",
+                                "tool_calls",
+                                "refusal",
+                                "reasoning_content",
+                                "reasoning",
+                                "function_call",
+                                "audio",
+                            ]
+                            .iter()
+                            .any(|k| has_output(d.get(*k)));
+                        }
+                        content |= has_output(c.get("text"));
+                        if let Some(r) = c.get("finish_reason").and_then(Value::as_str) {
+                            report.set_finish_reason(finish_reason(r));
+                        }
+                    }
+                    if content {
+                        report.record_content();
+                    }
+                }
+                self.merge_usage(v.get("usage"));
+            }
+        }
+        None
+    }
+
+    fn model(v: &Value, report: &BodyReport) {
+        if report.model().is_none() {
+            if let Some(m) = v
+                .get("model")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+            {
+                report.set_model(m);
+            }
+        }
+    }
+
+    fn merge_usage(&mut self, v: Option<&Value>) {
+        if let Some(raw) = v.and_then(RawUsage::from_value) {
+            self.usage.get_or_insert_with(RawUsage::default).merge(raw);
+        }
+    }
+
+    fn flush_usage(&self, report: &BodyReport) {
+        if let Some(u) = self.usage {
+            report.set_usage(u.to_usage());
+        }
+    }
+
+    fn finish(&mut self, report: &BodyReport) {
+        self.finished = true;
+        self.flush_usage(report);
+        report.set_finished();
+    }
+
+    fn stream_error(&self, e: &ProviderError, report: &BodyReport) -> LlmError {
+        let class = class_of(200, e);
+        let mut err = error_from(class, None, e, true).with_status(StatusCode::OK);
+        if e.message().is_none() {
+            err =
+                LlmError::new(class, "error event inside a 200 stream").with_status(StatusCode::OK);
+            if let Some(c) = e.code() {
+                err = err.with_code(c);
+            }
+            if let Some(t) = e.error_type() {
+                err = err.with_error_type(t);
+            }
+        }
+        if err.request_id().is_none() {
+            if let Some(id) = &self.request_id {
+                err = err.with_request_id(&**id);
+            }
+        }
+        if let Some(d) = hints::retry_after_from_message(err.message()) {
+            err = err.with_retry_after(d);
+        }
+        self.flush_usage(report);
+        if report.has_content() {
+            err = err.with_class(FailureClass::StreamInterrupted);
+        }
+        err
+    }
+
+    fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
+        if !self.skipping && !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            if let Some(e) = self.on_line(&line, report) {
+                return Some(e);
+            }
+        }
+        if let Some(e) = self.dispatch(report) {
+            return Some(e);
+        }
+        if self.finished {
+            return None;
+        }
+        self.flush_usage(report);
+        if self.events && !self.known {
+            // Some other SSE dialect: its end marker is unknown, so EOF is its end.
+            return None;
+        }
+        let mut err =
+            broken(report, "stream ended without its finish marker").with_status(StatusCode::OK);
+        if let Some(id) = &self.request_id {
+            err = err.with_request_id(&**id);
+        }
+        Some(err)
+    }
+}
+
+/// Reads a JSON body through a head window (for `model`) and a rolling tail window (for
+/// `usage` and the finish reason), parsed at the end.
+#[derive(Debug, Default)]
+pub(crate) struct JsonScanner {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    total: usize,
+    content: bool,
+}
+
+impl JsonScanner {
+    fn feed(&mut self, chunk: &[u8], report: &BodyReport) {
+        if !self.content && chunk.iter().any(|b| !b.is_ascii_whitespace()) {
+            self.content = true;
+            report.record_content();
+        }
+        self.total = self.total.saturating_add(chunk.len());
+        if self.head.len() < JSON_HEAD {
+            let take = (JSON_HEAD - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..take]);
+        }
+        let chunk = &chunk[chunk.len().saturating_sub(JSON_TAIL)..];
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > 2 * JSON_TAIL {
+            let cut = self.tail.len() - JSON_TAIL;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn eof(&mut self, report: &BodyReport) {
+        if self.total == self.tail.len() {
+            // The whole body is in the tail window: parse it properly.
+            if let Ok(v) = serde_json::from_slice::<Value>(&self.tail) {
+                if let Some(m) = v.get("model").and_then(Value::as_str) {
+                    report.set_model(m);
+                }
+                let usage = v
+                    .get("usage")
+                    .or_else(|| v.pointer("/response/usage"))
+                    .and_then(RawUsage::from_value);
+                if let Some(u) = usage {
+                    report.set_usage(u.to_usage());
+                }
+                let reason = v
+                    .pointer("/choices/0/finish_reason")
+                    .or_else(|| v.get("stop_reason"))
+                    .and_then(Value::as_str);
+                if let Some(r) = reason {
+                    report.set_finish_reason(finish_reason(r));
+                }
+            }
+        } else {
+            if let Some(m) = error_body::string_field(&self.head, "model") {
+                report.set_model(&m);
+            }
+            if let Some(at) = error_body::last_value_start(&self.tail, "usage", b'{') {
+                let mut de =
+                    serde_json::Deserializer::from_slice(&self.tail[at..]).into_iter::<Value>();
+                if let Some(u) = de
+                    .next()
+                    .and_then(Result::ok)
+                    .as_ref()
+                    .and_then(RawUsage::from_value)
+                {
+                    report.set_usage(u.to_usage());
+                }
+            }
+            let reason = ["finish_reason", "stop_reason"].iter().find_map(|k| {
+                let at = error_body::last_value_start(&self.tail, k, b'"')?;
+                let mut de =
+                    serde_json::Deserializer::from_slice(&self.tail[at..]).into_iter::<String>();
+                de.next()?.ok()
+            });
+            if let Some(r) = reason {
+                report.set_finish_reason(finish_reason(&r));
+            }
+        }
+        self.head = Vec::new();
+        self.tail = Vec::new();
+        report.set_finished();
+    }
+}

@@ -1,0 +1,98 @@
+//! The [`Classify`] service.
+
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use seawall_core::{BoxError, LlmError, LlmRequest};
+use tokio::time::Instant;
+use tower_service::Service;
+
+use crate::body::ClassifiedBody;
+use crate::classifier::{AutoClassifier, Classifier};
+use crate::future::ResponseFuture;
+use crate::layer::DEFAULT_ERROR_BODY_LIMIT;
+
+/// Classifies the outcome of an HTTP transport: `Ok` with a [`ClassifiedBody`] for a
+/// successful response, else an [`LlmError`]. Made by [`ClassifyLayer`](crate::ClassifyLayer).
+#[derive(Debug, Clone)]
+pub struct Classify<S, C = AutoClassifier> {
+    inner: S,
+    classifier: C,
+    error_body_limit: usize,
+}
+
+impl<S, C> Classify<S, C> {
+    /// Wraps `inner`, classifying with `classifier` and the default error-body limit (64 KiB).
+    pub fn new(inner: S, classifier: C) -> Self {
+        Classify {
+            inner,
+            classifier,
+            error_body_limit: DEFAULT_ERROR_BODY_LIMIT,
+        }
+    }
+
+    /// Sets the most bytes of an error body read before classifying.
+    pub fn with_error_body_limit(mut self, bytes: usize) -> Self {
+        self.error_body_limit = bytes;
+        self
+    }
+
+    /// The classifier.
+    pub fn classifier(&self) -> &C {
+        &self.classifier
+    }
+
+    /// The error-body limit in bytes.
+    pub fn error_body_limit(&self) -> usize {
+        self.error_body_limit
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, C, B> Service<Request<Bytes>> for Classify<S, C>
+where
+    S: Service<Request<Bytes>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+    C: Classifier + Clone,
+{
+    type Response = Response<ClassifiedBody<B>>;
+    type Error = LlmError;
+    type Future = ResponseFuture<S::Future, B, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| self.classifier.classify_transport_error(e.into()))
+    }
+
+    fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
+        req.prepare();
+        let streaming = req.is_streaming();
+        let started = Instant::now();
+        ResponseFuture::new(
+            self.inner.call(req),
+            self.classifier.clone(),
+            self.error_body_limit,
+            streaming,
+            started,
+        )
+    }
+}

@@ -1,0 +1,352 @@
+//! Every row of DESIGN.md's class table, in both wire formats, through the layer.
+
+mod common;
+
+use http::HeaderMap;
+use seawall_classify::{
+    AnthropicClassifier, AutoClassifier, Classifier, ErrorResponse, OpenAiClassifier,
+    StatusClassifier,
+};
+use seawall_core::FailureClass::{self, *};
+
+fn openai(message: &str, ty: &str, code: &str) -> String {
+    let q = |s: &str| {
+        if s.is_empty() {
+            "null".to_owned()
+        } else {
+            serde_json::to_string(s).unwrap()
+        }
+    };
+    format!(
+        r#"{{"error":{{"message":{},"type":{},"param":null,"code":{}}}}}"#,
+        q(message),
+        q(ty),
+        q(code)
+    )
+}
+
+fn anthropic(ty: &str, message: &str) -> String {
+    serde_json::json!({
+        "type": "error",
+        "error": {"type": ty, "message": message},
+        "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"
+    })
+    .to_string()
+}
+
+/// (status, body, class, code or type the error must keep)
+fn openai_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
+    vec![
+        (429, openai("Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s. You can increase your rate limit by adding a payment method at https://platform.openai.com/account/billing.", "tokens", "rate_limit_exceeded"), RateLimited, "rate_limit_exceeded"),
+        (429, openai("You exceeded your current quota, please check your plan and billing details.", "insufficient_quota", "insufficient_quota"), QuotaExhausted, "insufficient_quota"),
+        (429, openai("You have reached your enforced spend limit.", "invalid_request_error", "enforced_spend_limit_reached"), QuotaExhausted, "enforced_spend_limit_reached"),
+        (402, openai("Insufficient Balance", "unknown_error", "invalid_request_error"), QuotaExhausted, "invalid_request_error"),
+        (402, r#"{"error":{"message":"Payment Required"}}"#.to_owned(), QuotaExhausted, ""),
+        (400, openai("This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens. Please reduce the length of the messages.", "invalid_request_error", "context_length_exceeded"), ContextLengthExceeded, "context_length_exceeded"),
+        (400, r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}"#.to_owned(), ContextLengthExceeded, "BadRequestError"),
+        (413, openai("Request too large for gpt-4o.", "invalid_request_error", "request_too_large"), ContextLengthExceeded, "request_too_large"),
+        (400, openai("Your request was rejected as a result of our safety system.", "invalid_request_error", "content_policy_violation"), ContentFiltered, "content_policy_violation"),
+        (400, r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation"}}}"#.to_owned(), ContentFiltered, "content_filter"),
+        (400, openai("Invalid value for 'temperature': must be <= 2.", "invalid_request_error", "invalid_value"), InvalidRequest, "invalid_value"),
+        (422, r#"{"detail":[{"loc":["body","messages"],"msg":"field required","type":"value_error.missing"}]}"#.to_owned(), InvalidRequest, ""),
+        (401, openai("Incorrect API key provided: sk-proj-abcdefghijkl. You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_request_error", "invalid_api_key"), Authentication, "invalid_api_key"),
+        (401, r#"{"error":{"code":"401","message":"Access denied due to invalid subscription key or wrong API endpoint."}}"#.to_owned(), Authentication, "401"),
+        (403, openai("Country, region, or territory not supported", "request_forbidden", "unsupported_country_region_territory"), PermissionDenied, "unsupported_country_region_territory"),
+        (404, openai("The model `gpt-5-turbo` does not exist or you do not have access to it.", "invalid_request_error", "model_not_found"), NotFound, "model_not_found"),
+        (404, r#"{"error":{"code":"DeploymentNotFound","message":"The API deployment for this resource does not exist."}}"#.to_owned(), NotFound, "DeploymentNotFound"),
+        (408, openai("Request timed out.", "", ""), RequestTimeout, ""),
+        (409, openai("Another request is in progress.", "", "conflict"), Conflict, "conflict"),
+        (500, openai("The server had an error while processing your request. Sorry about that!", "server_error", ""), ServerError, "server_error"),
+        (502, openai("Bad gateway.", "server_error", ""), ServerError, "server_error"),
+        (503, openai("The engine is currently overloaded, please try again later", "server_error", ""), Overloaded, "server_error"),
+        (503, openai("Server overloaded", "", ""), Overloaded, ""),
+        (500, openai("The server is overloaded or not ready yet.", "server_error", ""), Overloaded, "server_error"),
+        (504, openai("Gateway timeout.", "", ""), UpstreamTimeout, ""),
+        (418, openai("I'm a teapot", "", ""), InvalidRequest, ""),
+        (599, openai("Something odd", "", ""), ServerError, ""),
+    ]
+}
+
+fn anthropic_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
+    vec![
+        (
+            429,
+            anthropic(
+                "rate_limit_error",
+                "Number of request tokens has exceeded your per-minute rate limit",
+            ),
+            RateLimited,
+            "rate_limit_error",
+        ),
+        (
+            402,
+            anthropic(
+                "billing_error",
+                "There is an issue with your account's billing.",
+            ),
+            QuotaExhausted,
+            "billing_error",
+        ),
+        (
+            400,
+            anthropic(
+                "invalid_request_error",
+                "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+            ),
+            QuotaExhausted,
+            "invalid_request_error",
+        ),
+        (
+            400,
+            anthropic(
+                "invalid_request_error",
+                "prompt is too long: 208310 tokens > 200000 maximum",
+            ),
+            ContextLengthExceeded,
+            "invalid_request_error",
+        ),
+        (
+            400,
+            anthropic(
+                "invalid_request_error",
+                "input length and `max_tokens` exceed context limit: 197000 + 8192 > 200000",
+            ),
+            ContextLengthExceeded,
+            "invalid_request_error",
+        ),
+        (
+            413,
+            anthropic(
+                "request_too_large",
+                "Request exceeds the maximum allowed number of bytes.",
+            ),
+            ContextLengthExceeded,
+            "request_too_large",
+        ),
+        (
+            400,
+            anthropic(
+                "invalid_request_error",
+                "Output blocked by content filtering policy",
+            ),
+            ContentFiltered,
+            "invalid_request_error",
+        ),
+        (
+            400,
+            anthropic(
+                "invalid_request_error",
+                "messages: roles must alternate between \"user\" and \"assistant\"",
+            ),
+            InvalidRequest,
+            "invalid_request_error",
+        ),
+        (
+            401,
+            anthropic("authentication_error", "invalid x-api-key"),
+            Authentication,
+            "authentication_error",
+        ),
+        (
+            403,
+            anthropic(
+                "permission_error",
+                "Your API key does not have permission to use the specified resource.",
+            ),
+            PermissionDenied,
+            "permission_error",
+        ),
+        (
+            404,
+            anthropic("not_found_error", "model: claude-9"),
+            NotFound,
+            "not_found_error",
+        ),
+        (
+            408,
+            anthropic("timeout_error", "Request timed out"),
+            RequestTimeout,
+            "timeout_error",
+        ),
+        (
+            409,
+            anthropic("invalid_request_error", "conflict"),
+            Conflict,
+            "invalid_request_error",
+        ),
+        (
+            500,
+            anthropic("api_error", "Internal server error"),
+            ServerError,
+            "api_error",
+        ),
+        (
+            502,
+            anthropic("api_error", "Bad gateway"),
+            ServerError,
+            "api_error",
+        ),
+        (
+            529,
+            anthropic("overloaded_error", "Overloaded"),
+            Overloaded,
+            "overloaded_error",
+        ),
+        (
+            503,
+            anthropic("overloaded_error", "Overloaded"),
+            Overloaded,
+            "overloaded_error",
+        ),
+        (
+            500,
+            anthropic("overloaded_error", "Overloaded"),
+            Overloaded,
+            "overloaded_error",
+        ),
+        (
+            504,
+            anthropic("timeout_error", "Request timed out"),
+            UpstreamTimeout,
+            "timeout_error",
+        ),
+        (
+            500,
+            anthropic("timeout_error", "Stream timed out"),
+            UpstreamTimeout,
+            "timeout_error",
+        ),
+        (
+            422,
+            anthropic("invalid_request_error", "unprocessable"),
+            InvalidRequest,
+            "invalid_request_error",
+        ),
+        (
+            460,
+            anthropic("invalid_request_error", "odd"),
+            InvalidRequest,
+            "invalid_request_error",
+        ),
+    ]
+}
+
+fn check(
+    format: &str,
+    classifier: &impl Classifier,
+    rows: &[(u16, String, FailureClass, &'static str)],
+) {
+    let headers = HeaderMap::new();
+    for (status, body, want, name) in rows {
+        let status_code = http::StatusCode::from_u16(*status).unwrap();
+        let err = classifier.classify_response(&ErrorResponse::new(
+            status_code,
+            &headers,
+            body.as_bytes(),
+        ));
+        assert_eq!(err.class(), *want, "{format} {status} {body}");
+        assert_eq!(err.status(), Some(status_code));
+        if !name.is_empty() {
+            assert!(
+                err.code() == Some(name) || err.error_type() == Some(name),
+                "{format} {status}: kept {:?}/{:?}, want {name}",
+                err.code(),
+                err.error_type()
+            );
+        }
+        assert!(!err.message().is_empty());
+    }
+}
+
+#[test]
+fn openai_format_every_row() {
+    check("openai/auto", &AutoClassifier, &openai_rows());
+    check("openai", &OpenAiClassifier, &openai_rows());
+}
+
+#[test]
+fn anthropic_format_every_row() {
+    check("anthropic/auto", &AutoClassifier, &anthropic_rows());
+    check("anthropic", &AnthropicClassifier, &anthropic_rows());
+}
+
+#[test]
+fn status_only_classifier_ignores_the_body() {
+    let headers = HeaderMap::new();
+    for (status, want) in [
+        (400, InvalidRequest),
+        (401, Authentication),
+        (402, QuotaExhausted),
+        (403, PermissionDenied),
+        (404, NotFound),
+        (408, RequestTimeout),
+        (409, Conflict),
+        (413, ContextLengthExceeded),
+        (422, InvalidRequest),
+        (429, RateLimited),
+        (451, InvalidRequest),
+        (500, ServerError),
+        (502, ServerError),
+        (503, Overloaded),
+        (504, UpstreamTimeout),
+        (529, Overloaded),
+        (599, ServerError),
+    ] {
+        // The body says quota, but the status-only classifier reads the status alone.
+        let body = openai(
+            "You exceeded your current quota",
+            "insufficient_quota",
+            "insufficient_quota",
+        );
+        let s = http::StatusCode::from_u16(status).unwrap();
+        let err =
+            StatusClassifier.classify_response(&ErrorResponse::new(s, &headers, body.as_bytes()));
+        assert_eq!(err.class(), want, "{status}");
+        assert_eq!(err.code(), None);
+        assert!(err.message().contains("exceeded your current quota"));
+    }
+}
+
+#[tokio::test]
+async fn through_the_layer_both_formats() {
+    for (status, body, want, _) in openai_rows().into_iter().chain(anthropic_rows()) {
+        let err = common::error_of(status, &[("content-type", "application/json")], &body).await;
+        assert_eq!(err.class(), want, "{status} {body}");
+    }
+}
+
+#[tokio::test]
+async fn request_ids_from_headers_and_body() {
+    let err = common::error_of(
+        500,
+        &[("x-request-id", "req_openai_1")],
+        &openai("boom", "server_error", ""),
+    )
+    .await;
+    assert_eq!(err.request_id(), Some("req_openai_1"));
+    let err = common::error_of(
+        529,
+        &[("request-id", "req_hdr")],
+        &anthropic("overloaded_error", "Overloaded"),
+    )
+    .await;
+    assert_eq!(err.request_id(), Some("req_hdr"));
+    let err = common::error_of(529, &[], &anthropic("overloaded_error", "Overloaded")).await;
+    assert_eq!(err.request_id(), Some("req_011CSHoEeqs5C35K2UUqR7Fy"));
+}
+
+#[tokio::test]
+async fn credentials_in_error_bodies_are_redacted() {
+    let err = common::error_of(
+        401,
+        &[],
+        &openai(
+            "Incorrect API key provided: sk-proj-abcdefghijkl1234.",
+            "invalid_request_error",
+            "invalid_api_key",
+        ),
+    )
+    .await;
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("abcdefghijkl1234"), "{shown}");
+}
