@@ -1,0 +1,477 @@
+//! Where requests go and which credentials they carry.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, Uri};
+
+/// Why a configuration was refused. Never holds a credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required environment variable is not set (or is empty).
+    MissingVar(&'static str),
+    /// The base URL is not an absolute `http://` or `https://` URL without a query.
+    InvalidBaseUrl(String),
+    /// The API key is empty or holds characters a header cannot carry.
+    InvalidApiKey,
+    /// A header name or value is not valid.
+    InvalidHeader(String),
+    /// The TLS setup failed.
+    Tls(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::MissingVar(v) => write!(f, "environment variable {v} is not set"),
+            ConfigError::InvalidBaseUrl(why) => write!(f, "invalid base URL: {why}"),
+            ConfigError::InvalidApiKey => {
+                f.write_str("invalid API key: empty, or not valid in an HTTP header")
+            }
+            ConfigError::InvalidHeader(name) => write!(f, "invalid header {name}"),
+            ConfigError::Tls(why) => write!(f, "TLS setup failed: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// An API key. Its `Debug` shows `ApiKey([REDACTED])`; it has no `Display`.
+///
+/// ```
+/// use seawall_http::ApiKey;
+/// let key = ApiKey::new("sk-proj-0123456789abcdef").unwrap();
+/// assert_eq!(format!("{key:?}"), "ApiKey([REDACTED])");
+/// assert!(ApiKey::new("  ").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(Arc<str>);
+
+impl ApiKey {
+    /// A key; surrounding whitespace (a trailing newline from a file, say) is trimmed.
+    pub fn new(key: impl AsRef<str>) -> Result<Self, ConfigError> {
+        let key = key.as_ref().trim();
+        if key.is_empty() || HeaderValue::from_str(key).is_err() {
+            return Err(ConfigError::InvalidApiKey);
+        }
+        Ok(ApiKey(key.into()))
+    }
+
+    /// The key itself, for a header the transport does not set.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    fn header(&self, prefix: &str) -> HeaderValue {
+        let mut v = HeaderValue::from_str(&format!("{prefix}{}", self.0))
+            .unwrap_or_else(|_| HeaderValue::from_static(""));
+        v.set_sensitive(true);
+        v
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([REDACTED])")
+    }
+}
+
+/// A base URL and the headers every request to it carries (credentials, API version).
+///
+/// The transport resolves a relative request URI (`/chat/completions`) against the base URL
+/// (`https://api.openai.com/v1` gives `https://api.openai.com/v1/chat/completions`) and adds
+/// these headers, unless the request already has them. A request with an absolute URI to another
+/// origin gets none of them: credentials never leave for a host they were not configured for.
+#[derive(Clone)]
+pub struct Upstream {
+    scheme: Scheme,
+    authority: Authority,
+    base_path: Box<str>,
+    headers: HeaderMap,
+}
+
+impl Upstream {
+    /// An upstream at `base_url`, which must be an absolute `http://` or `https://` URL
+    /// without a query (a trailing `/` is ignored).
+    pub fn new(base_url: &str) -> Result<Self, ConfigError> {
+        let uri: Uri = base_url
+            .trim()
+            .parse()
+            .map_err(|e| ConfigError::InvalidBaseUrl(format!("{e}")))?;
+        let scheme = uri
+            .scheme()
+            .filter(|s| **s == Scheme::HTTP || **s == Scheme::HTTPS)
+            .cloned()
+            .ok_or_else(|| {
+                ConfigError::InvalidBaseUrl("the scheme must be http or https".into())
+            })?;
+        let authority = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| ConfigError::InvalidBaseUrl("no host".into()))?;
+        if authority.as_str().contains('@') {
+            return Err(ConfigError::InvalidBaseUrl(
+                "credentials in the URL are not supported; use an API key".into(),
+            ));
+        }
+        if uri.query().is_some() {
+            return Err(ConfigError::InvalidBaseUrl(
+                "a query is not supported in a base URL".into(),
+            ));
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(Upstream {
+            scheme,
+            authority,
+            base_path: uri.path().trim_end_matches('/').into(),
+            headers,
+        })
+    }
+
+    /// Adds `Authorization: Bearer <key>` (OpenAI and compatible servers).
+    pub fn with_bearer(mut self, key: &ApiKey) -> Self {
+        self.headers.insert(AUTHORIZATION, key.header("Bearer "));
+        self
+    }
+
+    /// Adds a header whose value is a credential (`x-api-key`, Azure's `api-key`): marked
+    /// sensitive, never shown by `Debug`.
+    pub fn with_key_header(mut self, name: &str, key: &ApiKey) -> Result<Self, ConfigError> {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| ConfigError::InvalidHeader(name.to_owned()))?;
+        self.headers.insert(name, key.header(""));
+        Ok(self)
+    }
+
+    /// Adds a plain header (`anthropic-version`, `OpenAI-Organization`, ...).
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, ConfigError> {
+        let bad = || ConfigError::InvalidHeader(name.to_owned());
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+        let value = HeaderValue::from_str(value).map_err(|_| bad())?;
+        self.headers.insert(name, value);
+        Ok(self)
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> String {
+        format!("{}://{}{}", self.scheme, self.authority, self.base_path)
+    }
+
+    /// The headers every request to this upstream carries.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// Whether `uri` points at this upstream's origin.
+    pub(crate) fn same_origin(&self, uri: &Uri) -> bool {
+        let port = |a: &Authority| {
+            a.port_u16().unwrap_or(if self.scheme == Scheme::HTTPS {
+                443
+            } else {
+                80
+            })
+        };
+        uri.scheme() == Some(&self.scheme)
+            && uri.authority().is_some_and(|a| {
+                a.host().eq_ignore_ascii_case(self.authority.host())
+                    && port(a) == port(&self.authority)
+            })
+    }
+
+    /// Joins a relative request URI onto the base URL.
+    pub(crate) fn join(&self, uri: &Uri) -> Result<Uri, http::Error> {
+        let pq = uri.path_and_query().map_or("/", PathAndQuery::as_str);
+        let sep = if pq.starts_with('/') { "" } else { "/" };
+        let joined = format!("{}{sep}{pq}", self.base_path);
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(joined)
+            .build()
+    }
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // HeaderMap's Debug prints `Sensitive` for values marked sensitive; names are kept.
+        f.debug_struct("Upstream")
+            .field("base_url", &self.base_url())
+            .field("headers", &self.headers)
+            .finish()
+    }
+}
+
+/// Reads a variable, treating an empty value as unset.
+fn var(lookup: &mut impl FnMut(&str) -> Option<String>, name: &str) -> Option<String> {
+    lookup(name).filter(|v| !v.trim().is_empty())
+}
+
+/// An OpenAI or OpenAI-compatible endpoint (Azure OpenAI with a key header, DeepSeek, vLLM,
+/// the seawall chaos upstream, ...).
+///
+/// ```
+/// use seawall_http::{ApiKey, OpenAiConfig};
+/// let cfg = OpenAiConfig::new(ApiKey::new("sk-test-0123456789").unwrap())
+///     .with_base_url("https://api.deepseek.com/v1");
+/// let up = cfg.upstream().unwrap();
+/// assert_eq!(up.base_url(), "https://api.deepseek.com/v1");
+/// assert!(!format!("{cfg:?}").contains("0123456789"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    api_key: ApiKey,
+    base_url: String,
+    organization: Option<String>,
+    project: Option<String>,
+}
+
+impl OpenAiConfig {
+    /// The default base URL.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+
+    /// A configuration for `api.openai.com` with this key.
+    pub fn new(api_key: ApiKey) -> Self {
+        OpenAiConfig {
+            api_key,
+            base_url: Self::DEFAULT_BASE_URL.to_owned(),
+            organization: None,
+            project: None,
+        }
+    }
+
+    /// Reads `OPENAI_API_KEY` (required), `OPENAI_BASE_URL` (default
+    /// `https://api.openai.com/v1`, as in OpenAI's SDKs: request paths are relative to it, e.g.
+    /// `/chat/completions`), `OPENAI_ORG_ID` and `OPENAI_PROJECT_ID` (optional).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with another source of variables.
+    pub fn from_lookup(
+        mut lookup: impl FnMut(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let key =
+            var(&mut lookup, "OPENAI_API_KEY").ok_or(ConfigError::MissingVar("OPENAI_API_KEY"))?;
+        let mut cfg = OpenAiConfig::new(ApiKey::new(key)?);
+        if let Some(url) = var(&mut lookup, "OPENAI_BASE_URL") {
+            cfg.base_url = url;
+        }
+        cfg.organization = var(&mut lookup, "OPENAI_ORG_ID");
+        cfg.project = var(&mut lookup, "OPENAI_PROJECT_ID");
+        // Checked now, so a bad variable fails at start-up, not at the first call.
+        cfg.upstream()?;
+        Ok(cfg)
+    }
+
+    /// Sets the base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// Sets the `OpenAI-Organization` header.
+    pub fn with_organization(mut self, org: impl Into<String>) -> Self {
+        self.organization = Some(org.into());
+        self
+    }
+
+    /// Sets the `OpenAI-Project` header.
+    pub fn with_project(mut self, project: impl Into<String>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The upstream: base URL plus `Authorization: Bearer` (and organization / project).
+    pub fn upstream(&self) -> Result<Upstream, ConfigError> {
+        let mut up = Upstream::new(&self.base_url)?.with_bearer(&self.api_key);
+        if let Some(org) = &self.organization {
+            up = up.with_header("openai-organization", org)?;
+        }
+        if let Some(p) = &self.project {
+            up = up.with_header("openai-project", p)?;
+        }
+        Ok(up)
+    }
+}
+
+/// Anthropic's Messages API.
+///
+/// ```
+/// use seawall_http::{AnthropicConfig, ApiKey};
+/// let up = AnthropicConfig::new(ApiKey::new("sk-ant-0123456789").unwrap()).upstream().unwrap();
+/// assert_eq!(up.headers()["anthropic-version"], "2023-06-01");
+/// assert!(up.headers()["x-api-key"].is_sensitive());
+/// ```
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    api_key: ApiKey,
+    base_url: String,
+    version: String,
+}
+
+impl AnthropicConfig {
+    /// The default base URL. As in Anthropic's SDKs, request paths include the API version:
+    /// `/v1/messages`.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+
+    /// The default `anthropic-version` header.
+    pub const DEFAULT_VERSION: &'static str = "2023-06-01";
+
+    /// A configuration for `api.anthropic.com` with this key.
+    pub fn new(api_key: ApiKey) -> Self {
+        AnthropicConfig {
+            api_key,
+            base_url: Self::DEFAULT_BASE_URL.to_owned(),
+            version: Self::DEFAULT_VERSION.to_owned(),
+        }
+    }
+
+    /// Reads `ANTHROPIC_API_KEY` (required) and `ANTHROPIC_BASE_URL` (default
+    /// `https://api.anthropic.com`).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with another source of variables.
+    pub fn from_lookup(
+        mut lookup: impl FnMut(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let key = var(&mut lookup, "ANTHROPIC_API_KEY")
+            .ok_or(ConfigError::MissingVar("ANTHROPIC_API_KEY"))?;
+        let mut cfg = AnthropicConfig::new(ApiKey::new(key)?);
+        if let Some(url) = var(&mut lookup, "ANTHROPIC_BASE_URL") {
+            cfg.base_url = url;
+        }
+        cfg.upstream()?;
+        Ok(cfg)
+    }
+
+    /// Sets the base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// Sets the `anthropic-version` header.
+    pub fn with_version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The upstream: base URL plus `x-api-key` and `anthropic-version`.
+    pub fn upstream(&self) -> Result<Upstream, ConfigError> {
+        Upstream::new(&self.base_url)?
+            .with_key_header("x-api-key", &self.api_key)?
+            .with_header("anthropic-version", &self.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl FnMut(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn openai_from_env_defaults_and_overrides() {
+        let cfg =
+            OpenAiConfig::from_lookup(env(&[("OPENAI_API_KEY", "sk-abc123456789\n")])).unwrap();
+        assert_eq!(cfg.base_url(), "https://api.openai.com/v1");
+        let up = cfg.upstream().unwrap();
+        assert_eq!(up.headers()["authorization"], "Bearer sk-abc123456789");
+        assert!(up.headers()["authorization"].is_sensitive());
+
+        let cfg = OpenAiConfig::from_lookup(env(&[
+            ("OPENAI_API_KEY", "k"),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1/"),
+            ("OPENAI_ORG_ID", "org-1"),
+        ]))
+        .unwrap();
+        let up = cfg.upstream().unwrap();
+        assert_eq!(up.base_url(), "http://127.0.0.1:8080/v1");
+        assert_eq!(up.headers()["openai-organization"], "org-1");
+    }
+
+    #[test]
+    fn missing_or_bad_variables_are_clear_errors() {
+        assert_eq!(
+            OpenAiConfig::from_lookup(env(&[])).unwrap_err(),
+            ConfigError::MissingVar("OPENAI_API_KEY")
+        );
+        assert_eq!(
+            AnthropicConfig::from_lookup(env(&[("ANTHROPIC_API_KEY", "")])).unwrap_err(),
+            ConfigError::MissingVar("ANTHROPIC_API_KEY")
+        );
+        let err = AnthropicConfig::from_lookup(env(&[
+            ("ANTHROPIC_API_KEY", "k"),
+            ("ANTHROPIC_BASE_URL", "ftp://x"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::InvalidBaseUrl(_)), "{err}");
+        assert_eq!(
+            ApiKey::new("a\u{7}b").unwrap_err(),
+            ConfigError::InvalidApiKey
+        );
+        for bad in [
+            "",
+            "not a url",
+            "/v1",
+            "https://u:p@host/v1",
+            "https://h/v1?x=1",
+        ] {
+            assert!(Upstream::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn anthropic_headers_and_debug_hide_the_key() {
+        let cfg =
+            AnthropicConfig::from_lookup(env(&[("ANTHROPIC_API_KEY", "sk-ant-secret-42424242")]))
+                .unwrap();
+        let up = cfg.upstream().unwrap();
+        assert_eq!(up.headers()["x-api-key"], "sk-ant-secret-42424242");
+        assert!(up.headers()["x-api-key"].is_sensitive());
+        assert_eq!(up.headers()["anthropic-version"], "2023-06-01");
+        for shown in [format!("{cfg:?}"), format!("{up:?}"), format!("{:#?}", up)] {
+            assert!(!shown.contains("42424242"), "{shown}");
+        }
+        assert!(format!("{up:?}").contains("x-api-key"));
+    }
+
+    #[test]
+    fn join_and_origin() {
+        let up = Upstream::new("https://api.openai.com/v1").unwrap();
+        let j = up.join(&"/chat/completions?x=1".parse().unwrap()).unwrap();
+        assert_eq!(j, "https://api.openai.com/v1/chat/completions?x=1");
+        assert!(up.same_origin(&"https://API.openai.com/other".parse().unwrap()));
+        assert!(!up.same_origin(&"http://api.openai.com/v1".parse().unwrap()));
+        assert!(!up.same_origin(&"https://api.openai.com:8443/v1".parse().unwrap()));
+        assert!(up.same_origin(&"https://api.openai.com:443/v1".parse().unwrap()));
+        assert!(!up.same_origin(&"https://evil.example/v1".parse().unwrap()));
+        let root = Upstream::new("http://localhost:3000").unwrap();
+        assert_eq!(
+            root.join(&"/v1/messages".parse().unwrap()).unwrap(),
+            "http://localhost:3000/v1/messages"
+        );
+    }
+}
