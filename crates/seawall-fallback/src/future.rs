@@ -1,0 +1,405 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use pin_project_lite::pin_project;
+use seawall_core::{
+    CallContext, FailureClass, Fallback, LlmError, LlmRequest, LlmResponse, ServedBy,
+};
+use tokio::time::{Instant, Sleep, sleep_until};
+use tower::util::BoxCloneSyncService;
+use tower_service::Service;
+
+use crate::cache::{BoxFuture, LastResort};
+use crate::error::{FallbackError, Tried};
+use crate::layer::Shared;
+use crate::target::Route;
+
+pin_project! {
+    /// The response future of [`FallbackService`](crate::FallbackService).
+    ///
+    /// Dropping it cancels the target running at that moment, and no further target is
+    /// called: nothing runs in the background.
+    pub struct ResponseFuture<F, S, Req, Resp> {
+        #[pin]
+        state: State<F, Resp>,
+        #[pin]
+        deadline: Option<Sleep>,
+        chain: Chain<S, Req, Resp>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, Resp> {
+        // A call to the wrapped service: the caller's request, or a rewrite of it.
+        Calling { #[pin] fut: F },
+        // A call to another target service.
+        Other { fut: BoxFuture<Result<Resp, LlmError>> },
+        // The next target is chosen; its service is being driven ready.
+        Ready,
+        // A success is being read into the last-resort cache.
+        Capture { fut: BoxFuture<Resp> },
+        Done,
+    }
+}
+
+enum Next<Req, Resp> {
+    Primary,
+    Other(BoxCloneSyncService<Req, Resp, LlmError>),
+}
+
+enum Step<Resp> {
+    Start,
+    Capture(BoxFuture<Resp>),
+    Done(Result<Resp, LlmError>),
+}
+
+/// Everything the chain knows besides the in-flight future.
+struct Chain<S, Req, Resp> {
+    shared: Arc<Shared<Req, Resp>>,
+    /// The caller's request, kept to build each target's copy.
+    original: Option<Req>,
+    /// A clone of the wrapped service, for targets routed to it.
+    primary: Option<S>,
+    /// The next target's request and service, while it is driven ready.
+    pending: Option<(Req, Next<Req, Resp>)>,
+    current_name: Arc<str>,
+    current_model: Option<Arc<str>>,
+    /// The list chosen by the primary's failure; `None` while the primary runs.
+    list: Option<Fallback>,
+    next: usize,
+    fallbacks: usize,
+    tried: Vec<Tried>,
+    last_resort: bool,
+    cache_key: Option<u64>,
+    context: Option<Arc<CallContext>>,
+    deadline_at: Option<Instant>,
+}
+
+impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
+    pub(crate) fn new(
+        fut: F,
+        shared: Arc<Shared<Req, Resp>>,
+        original: Option<Req>,
+        primary: Option<S>,
+        model: Option<Arc<str>>,
+        cache_key: Option<u64>,
+        context: Option<Arc<CallContext>>,
+    ) -> Self {
+        let deadline_at = shared.deadline.and_then(|d| Instant::now().checked_add(d));
+        ResponseFuture {
+            state: State::Calling { fut },
+            deadline: deadline_at.map(sleep_until),
+            chain: Chain {
+                current_name: shared.primary_name.clone(),
+                shared,
+                original,
+                primary,
+                pending: None,
+                current_model: model,
+                list: None,
+                next: 0,
+                fallbacks: 0,
+                tried: Vec::new(),
+                last_resort: false,
+                cache_key,
+                context,
+                deadline_at,
+            },
+        }
+    }
+}
+
+fn internal() -> LlmError {
+    LlmError::new(
+        FailureClass::ServerError,
+        "seawall-fallback: no service prepared for this target",
+    )
+}
+
+impl<S, Req, Resp> Chain<S, Req, Resp>
+where
+    S: Service<Req, Response = Resp>,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest + Clone,
+    Resp: LlmResponse,
+{
+    fn deadline_passed(&self) -> bool {
+        self.deadline_at.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn mark(&self, resp: &mut Resp, served: ServedBy, last: Option<LastResort>) {
+        if let Some(cx) = &self.context {
+            let served = served.clone();
+            cx.update(|f| f.served_by = Some(served));
+        }
+        if let Some(ext) = resp.extensions_mut() {
+            ext.insert(served);
+            if let Some(last) = last {
+                ext.insert(last);
+            }
+        }
+    }
+
+    fn succeed(&mut self, mut resp: Resp) -> Step<Resp> {
+        let model = resp
+            .served_model()
+            .map(Arc::from)
+            .or_else(|| self.current_model.clone());
+        let served = ServedBy {
+            target: self.current_name.clone(),
+            model,
+            degraded: false,
+        };
+        match (&self.shared.cache, self.cache_key) {
+            (Some(cache), Some(key)) => {
+                self.mark(&mut resp, served.clone(), None);
+                Step::Capture(cache.capture(key, served, resp))
+            }
+            _ => {
+                self.mark(&mut resp, served, None);
+                Step::Done(Ok(resp))
+            }
+        }
+    }
+
+    /// The current target failed with `err` (`cut`: our deadline stopped it).
+    fn fail(&mut self, err: LlmError, cut: bool) -> Step<Resp> {
+        let which = self.shared.dispositions.get(err.class()).fallback;
+        let first = self.list.is_none();
+        if first {
+            if which == Fallback::No && !cut {
+                // The request itself is at fault: no fallback, no last resort, and the error
+                // goes back unchanged.
+                return Step::Done(Err(err));
+            }
+            self.list = Some(which);
+            self.last_resort = which == Fallback::Yes;
+        }
+        self.last_resort |= cut;
+        tracing::debug!(
+            target: "seawall::fallback",
+            failed = %self.current_name,
+            class = %err.class(),
+            "fallback target failed"
+        );
+        self.tried.push(Tried::new(
+            self.current_name.clone(),
+            self.current_model.clone(),
+            err,
+        ));
+        if cut {
+            return self.finish(true);
+        }
+        if !first && which == Fallback::No {
+            return self.finish(false);
+        }
+        self.advance()
+    }
+
+    /// Prepares the next target of the list, or finishes.
+    fn advance(&mut self) -> Step<Resp> {
+        let shared = self.shared.clone();
+        let list = shared.list(self.list.unwrap_or(Fallback::No));
+        loop {
+            if self.deadline_passed() {
+                return self.finish(true);
+            }
+            if self.fallbacks >= shared.max_fallbacks {
+                return self.finish(false);
+            }
+            let Some(target) = list.get(self.next) else {
+                return self.finish(false);
+            };
+            self.next += 1;
+            let Some(original) = &self.original else {
+                return self.finish(false);
+            };
+            let mut req = original.clone();
+            if let Err(e) = target.prepare(&mut req) {
+                // A target that cannot be built for this request (a request type that cannot
+                // switch models, a failing rewrite) is skipped, and listed.
+                self.tried.push(Tried::new(
+                    target.name_arc().clone(),
+                    target.model_arc().cloned(),
+                    e,
+                ));
+                continue;
+            }
+            let next = match target.route() {
+                Route::Primary => Next::Primary,
+                Route::Service(s) => Next::Other(s.clone()),
+            };
+            self.current_name = target.name_arc().clone();
+            self.current_model = target
+                .model_arc()
+                .cloned()
+                .or_else(|| req.model().map(Arc::from));
+            self.pending = Some((req, next));
+            self.fallbacks += 1;
+            if let Some(cx) = &self.context {
+                cx.update(|f| f.fallbacks += 1);
+            }
+            tracing::debug!(
+                target: "seawall::fallback",
+                next = %self.current_name,
+                n = self.fallbacks,
+                "falling back"
+            );
+            return Step::Start;
+        }
+    }
+
+    /// The chain is over without a response: the last resort, or the final error.
+    fn finish(&mut self, deadline: bool) -> Step<Resp> {
+        let mut tried = std::mem::take(&mut self.tried);
+        let err = match tried.pop() {
+            Some(only) if tried.is_empty() && !deadline => only.into_error(),
+            Some(last) => {
+                tried.push(last);
+                FallbackError::new(tried, deadline).into_llm_error()
+            }
+            None => FallbackError::new(tried, true).into_llm_error(),
+        };
+        if self.last_resort {
+            if let (Some(cache), Some(key)) = (&self.shared.cache, self.cache_key) {
+                if let Some((mut resp, how)) = cache.replay(key) {
+                    let model = match &how {
+                        LastResort::Cached { served_by, .. } => served_by.model.clone(),
+                        LastResort::Static => None,
+                    };
+                    let served = ServedBy {
+                        target: Arc::from("cache"),
+                        model,
+                        degraded: true,
+                    };
+                    tracing::warn!(target: "seawall::fallback", error = %err, "answering from the last-resort cache");
+                    self.mark(&mut resp, served, Some(how));
+                    return Step::Done(Ok(resp));
+                }
+            }
+            if let (Some(degraded), Some(req)) = (&self.shared.degraded, &self.original) {
+                let mut resp = degraded(req, &err);
+                let served = ServedBy {
+                    target: Arc::from("degraded"),
+                    model: None,
+                    degraded: true,
+                };
+                tracing::warn!(target: "seawall::fallback", error = %err, "answering with the degraded response");
+                self.mark(&mut resp, served, Some(LastResort::Static));
+                return Step::Done(Ok(resp));
+            }
+        }
+        Step::Done(Err(err))
+    }
+
+    fn poll_target_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        match &mut self.pending {
+            Some((_, Next::Primary)) => match &mut self.primary {
+                Some(s) => s.poll_ready(cx).map_err(Into::into),
+                None => Poll::Ready(Err(internal())),
+            },
+            Some((_, Next::Other(s))) => s.poll_ready(cx),
+            None => Poll::Ready(Err(internal())),
+        }
+    }
+
+    fn call_target(&mut self) -> Result<State<S::Future, Resp>, LlmError> {
+        match (self.pending.take(), &mut self.primary) {
+            (Some((req, Next::Primary)), Some(s)) => Ok(State::Calling { fut: s.call(req) }),
+            (Some((req, Next::Other(mut s))), _) => Ok(State::Other { fut: s.call(req) }),
+            _ => Err(internal()),
+        }
+    }
+}
+
+impl<S, Req, Resp> Future for ResponseFuture<S::Future, S, Req, Resp>
+where
+    S: Service<Req, Response = Resp>,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest + Clone,
+    Resp: LlmResponse,
+{
+    type Output = Result<Resp, LlmError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let polled = match this.state.as_mut().project() {
+                StateProj::Calling { fut } => fut.poll(cx).map_err(Into::into),
+                StateProj::Other { fut } => fut.as_mut().poll(cx),
+                StateProj::Ready => match this.chain.poll_target_ready(cx) {
+                    Poll::Ready(Ok(())) => match this.chain.call_target() {
+                        Ok(next) => {
+                            this.state.set(next);
+                            continue;
+                        }
+                        Err(e) => Poll::Ready(Err(e)),
+                    },
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                },
+                StateProj::Capture { fut } => {
+                    let resp = ready!(fut.as_mut().poll(cx));
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(resp));
+                }
+                StateProj::Done => {
+                    return Poll::Ready(Err(LlmError::new(
+                        FailureClass::ServerError,
+                        "seawall-fallback: response future polled after completion",
+                    )));
+                }
+            };
+            let (outcome, cut) = match polled {
+                Poll::Ready(outcome) => (outcome, false),
+                Poll::Pending => {
+                    let fired = this
+                        .deadline
+                        .as_mut()
+                        .as_pin_mut()
+                        .is_some_and(|s| s.poll(cx).is_ready());
+                    if !fired {
+                        return Poll::Pending;
+                    }
+                    let err = LlmError::new(
+                        FailureClass::DeadlineExceeded,
+                        "the fallback deadline passed while this target was running",
+                    );
+                    (Err(err), true)
+                }
+            };
+            // Drops the finished (or cancelled) target's future before anything else starts.
+            this.state.set(State::Done);
+            let step = match outcome {
+                Ok(resp) => this.chain.succeed(resp),
+                Err(err) => this.chain.fail(err, cut),
+            };
+            match step {
+                Step::Start => this.state.set(State::Ready),
+                Step::Capture(fut) => this.state.set(State::Capture { fut }),
+                Step::Done(result) => return Poll::Ready(result),
+            }
+        }
+    }
+}
+
+impl<F, S, Req, Resp> fmt::Debug for ResponseFuture<F, S, Req, Resp> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Calling { .. } => "calling",
+            State::Other { .. } => "calling",
+            State::Ready => "readying",
+            State::Capture { .. } => "capturing",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("target", &self.chain.current_name)
+            .field("fallbacks", &self.chain.fallbacks)
+            .finish()
+    }
+}

@@ -1,0 +1,84 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use seawall_core::{LlmError, LlmRequest, LlmResponse};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::layer::{Shared, debug_shared};
+
+/// The service made by [`FallbackLayer`](crate::FallbackLayer): calls the wrapped service
+/// (the primary path), and on a failure worth it, the targets of the matching fallback list.
+pub struct FallbackService<S, Req, Resp> {
+    inner: S,
+    shared: Arc<Shared<Req, Resp>>,
+}
+
+impl<S, Req, Resp> FallbackService<S, Req, Resp> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<Req, Resp>>) -> Self {
+        FallbackService { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the wrapped service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, Req, Resp> Service<Req> for FallbackService<S, Req, Resp>
+where
+    S: Service<Req, Response = Resp> + Clone,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest + Clone,
+    Resp: LlmResponse,
+{
+    type Response = Resp;
+    type Error = LlmError;
+    type Future = ResponseFuture<S::Future, S, Req, Resp>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        req.prepare();
+        let shared = self.shared.clone();
+        let cache_key = shared.cache.as_ref().and_then(|c| c.key(&req));
+        let context = req.call_context().cloned();
+        let model = req.model().map(Arc::from);
+        let original = shared.keeps_request.then(|| req.clone());
+        // `self.inner` is the service that was driven ready: it takes this call. A clone (made
+        // ready again inside the future) takes any later call routed to the primary.
+        let primary = shared.uses_primary.then(|| self.inner.clone());
+        let fut = self.inner.call(req);
+        ResponseFuture::new(fut, shared, original, primary, model, cache_key, context)
+    }
+}
+
+impl<S: Clone, Req, Resp> Clone for FallbackService<S, Req, Resp> {
+    fn clone(&self) -> Self {
+        FallbackService {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, Req, Resp> fmt::Debug for FallbackService<S, Req, Resp> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("FallbackService");
+        d.field("inner", &self.inner);
+        debug_shared(&self.shared, d)
+    }
+}
