@@ -214,6 +214,8 @@ pub(crate) struct SseParser {
     oversized: bool,
     /// Whether any event was dispatched.
     events: bool,
+    /// Whether a line that is not SSE was seen.
+    foreign: bool,
     /// Whether an OpenAI or Anthropic event was recognised (so its finish marker is expected).
     known: bool,
     finished: bool,
@@ -299,7 +301,9 @@ impl SseParser {
                     self.data.extend_from_slice(value);
                 }
             }
-            _ => {} // id, retry, unknown fields
+            b"id" | b"retry" => {}
+            // Not SSE at all (say, JSON without a content type on a `stream: true` request).
+            _ => self.foreign = true,
         }
         None
     }
@@ -525,8 +529,8 @@ impl SseParser {
             return None;
         }
         self.flush_usage(report);
-        if self.events && !self.known {
-            // Some other SSE dialect: its end marker is unknown, so EOF is its end.
+        if (self.events || self.foreign) && !self.known {
+            // Some other dialect: its end marker is unknown, so EOF is its end.
             return None;
         }
         let mut err =

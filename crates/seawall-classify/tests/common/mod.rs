@@ -124,6 +124,19 @@ where
         .await
 }
 
+/// Like [`run_with`], with a request of our choosing.
+pub async fn run_request(
+    req: Request<Bytes>,
+    resp: Response<Chunks>,
+) -> Result<Response<ClassifiedBody<Chunks>>, LlmError> {
+    let cell = Mutex::new(Some(resp));
+    let transport = tower::service_fn(move |_req: Request<Bytes>| {
+        let r = cell.lock().unwrap().take().expect("one call");
+        async move { Ok::<_, io::Error>(r) }
+    });
+    ClassifyLayer::default().layer(transport).oneshot(req).await
+}
+
 pub async fn run(resp: Response<Chunks>) -> Result<Response<ClassifiedBody<Chunks>>, LlmError> {
     run_with(seawall_classify::AutoClassifier, resp).await
 }

@@ -1,0 +1,585 @@
+//! Successful bodies: SSE streams of both wire formats and plain JSON, read without buffering.
+
+mod common;
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Chunks, chat_request, drain, response, run, run_request, sse_response};
+use http_body_util::BodyExt;
+use proptest::prelude::*;
+use seawall_core::{
+    BodyReport, Completion, FailureClass, FinishReason, LlmResponse, Outcome, Usage,
+};
+
+const OPENAI_STREAM: &str = concat!(
+    "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    ": keep-alive\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2,\"total_tokens\":22,\"prompt_tokens_details\":{\"cached_tokens\":8,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+const ANTHROPIC_STREAM: &str = concat!(
+    "event: message_start\n",
+    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5-20250929\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":5,\"cache_read_input_tokens\":10,\"output_tokens\":1}}}\n\n",
+    "event: content_block_start\n",
+    "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: ping\n",
+    "data: {\"type\": \"ping\"}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"!\"}}\n\n",
+    "event: content_block_stop\n",
+    "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: message_delta\n",
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":15}}\n\n",
+    "event: message_stop\n",
+    "data: {\"type\":\"message_stop\"}\n\n",
+);
+
+const ANTHROPIC_OVERLOADED: &str = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"},\"request_id\":null}\n\n";
+
+/// What a body run leaves behind, for comparisons.
+#[derive(Debug, PartialEq)]
+struct Summary {
+    bytes: Vec<u8>,
+    usage: Option<Usage>,
+    model: Option<String>,
+    finish: Option<FinishReason>,
+    finished: bool,
+    content_events: u64,
+    error: Option<(FailureClass, Option<String>, String)>,
+}
+
+async fn summarize(resp: http::Response<seawall_classify::ClassifiedBody<Chunks>>) -> Summary {
+    let report: Arc<BodyReport> = resp.extensions().get::<Arc<BodyReport>>().unwrap().clone();
+    let (bytes, err) = drain(resp.into_body()).await;
+    Summary {
+        bytes,
+        usage: report.usage(),
+        model: report.model().map(str::to_owned),
+        finish: report.finish_reason().cloned(),
+        finished: report.is_finished(),
+        content_events: report.content_events(),
+        error: err.map(|e| {
+            (
+                e.class(),
+                e.error_type().map(str::to_owned),
+                e.message().to_owned(),
+            )
+        }),
+    }
+}
+
+async fn stream_of(chunks: Vec<Vec<u8>>) -> Summary {
+    summarize(run(sse_response(Chunks::new(chunks))).await.unwrap()).await
+}
+
+fn usage(input: u64, output: u64, cached: u64) -> Option<Usage> {
+    Some(Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cached_input_tokens: cached,
+    })
+}
+
+#[tokio::test]
+async fn openai_stream_fills_the_report_and_passes_bytes_through() {
+    let s = stream_of(vec![OPENAI_STREAM.into()]).await;
+    assert_eq!(s.bytes, OPENAI_STREAM.as_bytes());
+    assert_eq!(s.error, None);
+    assert_eq!(s.content_events, 2, "the empty role delta is not content");
+    assert_eq!(s.model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
+    assert_eq!(s.finish, Some(FinishReason::Stop));
+    assert_eq!(s.usage, usage(20, 2, 8));
+    assert!(s.finished);
+}
+
+#[tokio::test]
+async fn anthropic_stream_fills_the_report() {
+    let s = stream_of(vec![ANTHROPIC_STREAM.into()]).await;
+    assert_eq!(s.bytes, ANTHROPIC_STREAM.as_bytes());
+    assert_eq!(s.error, None);
+    assert_eq!(s.content_events, 2);
+    assert_eq!(s.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+    assert_eq!(s.finish, Some(FinishReason::Stop));
+    // input = 25 + 10 cache reads + 5 cache writes; cached = the reads.
+    assert_eq!(s.usage, usage(40, 15, 10));
+    assert!(s.finished);
+}
+
+#[tokio::test]
+async fn finish_reasons_of_both_formats() {
+    for (openai, want) in [
+        ("stop", FinishReason::Stop),
+        ("length", FinishReason::Length),
+        ("tool_calls", FinishReason::ToolCalls),
+        ("content_filter", FinishReason::ContentFilter),
+        ("weird", FinishReason::Other("weird".into())),
+    ] {
+        let body = OPENAI_STREAM.replace(
+            "\"finish_reason\":\"stop\"",
+            &format!("\"finish_reason\":\"{openai}\""),
+        );
+        assert_eq!(
+            stream_of(vec![body.into()]).await.finish,
+            Some(want),
+            "{openai}"
+        );
+    }
+    for (anthropic, want) in [
+        ("end_turn", FinishReason::Stop),
+        ("max_tokens", FinishReason::Length),
+        ("tool_use", FinishReason::ToolCalls),
+        ("stop_sequence", FinishReason::Stop),
+        ("refusal", FinishReason::ContentFilter),
+    ] {
+        let body = ANTHROPIC_STREAM.replace("\"end_turn\"", &format!("\"{anthropic}\""));
+        assert_eq!(
+            stream_of(vec![body.into()]).await.finish,
+            Some(want),
+            "{anthropic}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn keep_alives_blank_lines_and_pings_are_not_content() {
+    let chunks: Vec<&[u8]> = vec![
+        b": keep-alive\n\n",
+        b"\n\n\n",
+        b"event: ping\ndata: {\"type\": \"ping\"}\n\n",
+        b": OPENROUTER PROCESSING\n\n",
+        b"data: {\"model\":\"deepseek-chat\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        b"data: {\"model\":\"deepseek-chat\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+    ];
+    let resp = run(sse_response(Chunks::new(chunks.clone())))
+        .await
+        .unwrap();
+    let report = resp.body_report().unwrap().clone();
+    let mut body = resp.into_body();
+    for i in 0..chunks.len() - 1 {
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), chunks[i]);
+        assert!(!report.has_content(), "chunk {i} is not content");
+    }
+    body.frame().await.unwrap().unwrap();
+    assert!(report.has_content());
+    assert_eq!(report.content_events(), 1);
+}
+
+#[tokio::test]
+async fn reasoning_tool_calls_and_refusals_are_content() {
+    for delta in [
+        r#"{"reasoning_content":"think"}"#,
+        r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}"#,
+        r#"{"refusal":"I can't"}"#,
+    ] {
+        let chunk = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(
+            stream_of(vec![chunk.into()]).await.content_events,
+            1,
+            "{delta}"
+        );
+    }
+    let tool = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\"\"}}\n\n";
+    assert_eq!(stream_of(vec![tool.into()]).await.content_events, 1);
+}
+
+#[tokio::test]
+async fn anthropic_error_before_content_keeps_its_class() {
+    let start = ANTHROPIC_STREAM
+        .split("event: content_block_start")
+        .next()
+        .unwrap();
+    let chunks = vec![
+        start.into(),
+        b"event: ping\ndata: {\"type\": \"ping\"}\n\n".to_vec(),
+        ANTHROPIC_OVERLOADED.into(),
+    ];
+    let resp = run(response(
+        200,
+        &[
+            ("content-type", "text/event-stream"),
+            ("request-id", "req_stream"),
+        ],
+        Chunks::new(chunks),
+    ))
+    .await
+    .unwrap();
+    let (bytes, err) = drain(resp.into_body()).await;
+    assert!(
+        bytes.ends_with(ANTHROPIC_OVERLOADED.as_bytes()),
+        "the error chunk passes through first"
+    );
+    let err = err.unwrap();
+    assert_eq!(err.class(), FailureClass::Overloaded);
+    assert_eq!(err.error_type(), Some("overloaded_error"));
+    assert_eq!(err.message(), "Overloaded");
+    assert_eq!(err.status(), Some(http::StatusCode::OK));
+    assert_eq!(err.request_id(), Some("req_stream"));
+}
+
+#[tokio::test]
+async fn anthropic_error_after_content_is_stream_interrupted() {
+    let cut = ANTHROPIC_STREAM
+        .split("event: content_block_stop")
+        .next()
+        .unwrap();
+    let s = stream_of(vec![cut.into(), ANTHROPIC_OVERLOADED.into()]).await;
+    assert_eq!(
+        s.error,
+        Some((
+            FailureClass::StreamInterrupted,
+            Some("overloaded_error".into()),
+            "Overloaded".into()
+        ))
+    );
+    assert!(!s.finished);
+    // The input usage of message_start is kept for accounting.
+    assert_eq!(s.usage, usage(40, 1, 10));
+}
+
+#[tokio::test]
+async fn openai_error_chunk_before_and_after_content() {
+    let error = "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
+    let s = stream_of(vec![error.into()]).await;
+    assert_eq!(s.error.as_ref().unwrap().0, FailureClass::ServerError);
+    assert_eq!(s.error.as_ref().unwrap().1.as_deref(), Some("server_error"));
+
+    let content = OPENAI_STREAM.split("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"index\":0,\"delta\":{},").next().unwrap();
+    let s = stream_of(vec![content.into(), error.into()]).await;
+    let (class, ty, message) = s.error.unwrap();
+    assert_eq!(class, FailureClass::StreamInterrupted);
+    assert_eq!(ty.as_deref(), Some("server_error"));
+    assert!(message.starts_with("The server had an error"));
+
+    let rate = "data: {\"error\":{\"message\":\"Rate limit reached. Please try again in 1.4s.\",\"type\":\"tokens\",\"code\":\"rate_limit_exceeded\"}}\n\n";
+    let resp = run(sse_response(Chunks::one(rate))).await.unwrap();
+    let err = drain(resp.into_body()).await.1.unwrap();
+    assert_eq!(err.class(), FailureClass::RateLimited);
+    assert_eq!(err.code(), Some("rate_limit_exceeded"));
+    assert_eq!(err.retry_after(), Some(Duration::from_millis(1400)));
+
+    // OpenRouter-style: an error next to `choices` in a chunk.
+    let mid = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"error\":{\"code\":502,\"message\":\"Provider disconnected\"},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n";
+    let s = stream_of(vec![mid.into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::ServerError);
+}
+
+#[tokio::test]
+async fn missing_finish_marker_is_an_error_not_a_truncation() {
+    let cut = OPENAI_STREAM.replace("data: [DONE]\n\n", "");
+    let s = stream_of(vec![cut.into()]).await;
+    assert_eq!(s.error.as_ref().unwrap().0, FailureClass::StreamInterrupted);
+    assert!(!s.finished);
+    assert_eq!(
+        s.usage,
+        usage(20, 2, 8),
+        "usage seen before the cut is kept"
+    );
+
+    let cut = ANTHROPIC_STREAM.replace(
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        "",
+    );
+    let s = stream_of(vec![cut.into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+    assert_eq!(s.usage, usage(40, 15, 10));
+
+    // Before any content nothing reached the caller: Disconnected (retryable if idempotent).
+    let s = stream_of(vec![b": keep-alive\n\n".to_vec()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::Disconnected);
+    let s = stream_of(vec![]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::Disconnected);
+
+    // `data: [DONE]` without the trailing blank line still counts.
+    let s = stream_of(vec![
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]".to_vec(),
+    ])
+    .await;
+    assert_eq!(s.error, None);
+    assert!(s.finished);
+}
+
+#[tokio::test]
+async fn transport_error_mid_stream() {
+    let content = OPENAI_STREAM.split("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[{\"index\":0,\"delta\":{},").next().unwrap();
+    let body = Chunks::one(content.to_owned()).then_fail(io::ErrorKind::ConnectionReset);
+    let resp = run(response(
+        200,
+        &[
+            ("content-type", "text/event-stream"),
+            ("x-request-id", "req_t"),
+        ],
+        body,
+    ))
+    .await
+    .unwrap();
+    let (_, err) = drain(resp.into_body()).await;
+    let err = err.unwrap();
+    assert_eq!(err.class(), FailureClass::StreamInterrupted);
+    assert_eq!(err.request_id(), Some("req_t"));
+    let io = std::error::Error::source(&err)
+        .unwrap()
+        .downcast_ref::<io::Error>()
+        .unwrap();
+    assert_eq!(io.kind(), io::ErrorKind::ConnectionReset);
+
+    let body = Chunks::one(": keep-alive\n\n").then_fail(io::ErrorKind::ConnectionReset);
+    let (_, err) = drain(run(sse_response(body)).await.unwrap().into_body()).await;
+    assert_eq!(err.unwrap().class(), FailureClass::Disconnected);
+
+    // A JSON body that breaks after its first bytes.
+    let body = Chunks::one("{\"id\":").then_fail(io::ErrorKind::UnexpectedEof);
+    let (_, err) = drain(
+        run(response(200, &[("content-type", "application/json")], body))
+            .await
+            .unwrap()
+            .into_body(),
+    )
+    .await;
+    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+}
+
+#[tokio::test]
+async fn crlf_lines_and_multi_line_data() {
+    let body = OPENAI_STREAM.replace('\n', "\r\n");
+    let s = stream_of(vec![body.into()]).await;
+    assert_eq!(s.content_events, 2);
+    assert!(s.finished);
+    let multi = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\ndata: \"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let s = stream_of(vec![multi.into()]).await;
+    assert_eq!(s.content_events, 1);
+    assert!(s.finished);
+}
+
+#[tokio::test]
+async fn oversized_lines_are_bounded_and_skipped() {
+    let mut huge = b"data: {\"choices\":[{\"delta\":{\"content\":\"".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 3 << 20));
+    huge.extend_from_slice(b"\"}}]}\n\n");
+    let chunks: Vec<Vec<u8>> = huge
+        .chunks(64 * 1024)
+        .map(<[u8]>::to_vec)
+        .chain([b"data: [DONE]\n\n".to_vec()])
+        .collect();
+    let s = stream_of(chunks).await;
+    assert_eq!(s.error, None);
+    assert!(s.finished);
+    assert_eq!(
+        s.content_events, 1,
+        "the skipped event still counts as output"
+    );
+}
+
+#[tokio::test]
+async fn responses_api_stream() {
+    let body = concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-4.1\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-4.1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":12,\"input_tokens_details\":{\"cached_tokens\":4},\"output_tokens\":3,\"total_tokens\":15}}}\n\n",
+    );
+    let s = stream_of(vec![body.into()]).await;
+    assert_eq!(s.error, None);
+    assert_eq!(s.model.as_deref(), Some("gpt-4.1"));
+    assert_eq!(s.usage, usage(12, 3, 4));
+    assert!(s.finished);
+    assert_eq!(s.content_events, 1);
+}
+
+const OPENAI_JSON: &str = r#"{"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there"},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0}},"system_fingerprint":"fp_1"}"#;
+const ANTHROPIC_JSON: &str = r#"{"id":"msg_2","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[{"type":"text","text":"Hi"}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":3,"output_tokens":5}}"#;
+
+#[tokio::test]
+async fn json_bodies_fill_the_report_at_their_end() {
+    let s = summarize(
+        run(response(
+            200,
+            &[("content-type", "application/json")],
+            Chunks::one(OPENAI_JSON),
+        ))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(s.bytes, OPENAI_JSON.as_bytes());
+    assert_eq!(s.model.as_deref(), Some("gpt-4o-2024-08-06"));
+    assert_eq!(s.usage, usage(19, 10, 0));
+    assert_eq!(s.finish, Some(FinishReason::Length));
+    assert!(s.finished);
+    assert_eq!(s.content_events, 1);
+
+    let s = summarize(
+        run(response(
+            200,
+            &[("content-type", "application/json")],
+            Chunks::one(ANTHROPIC_JSON),
+        ))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(s.model.as_deref(), Some("claude-haiku-4-5"));
+    assert_eq!(s.usage, usage(10, 5, 3));
+    assert_eq!(s.finish, Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn large_json_body_uses_head_and_tail_windows() {
+    let long = "word ".repeat(60_000);
+    let body = OPENAI_JSON.replace("Hello there", &long);
+    let chunks: Vec<Vec<u8>> = body.as_bytes().chunks(1000).map(<[u8]>::to_vec).collect();
+    let s = summarize(
+        run(response(
+            200,
+            &[("content-type", "application/json")],
+            Chunks::new(chunks),
+        ))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(s.bytes.len(), body.len());
+    assert_eq!(s.model.as_deref(), Some("gpt-4o-2024-08-06"));
+    assert_eq!(s.usage, usage(19, 10, 0));
+    assert_eq!(s.finish, Some(FinishReason::Length));
+    assert!(s.finished);
+}
+
+#[tokio::test]
+async fn stream_flag_decides_without_a_content_type() {
+    let resp = run_request(
+        chat_request(true),
+        response(200, &[], Chunks::one(OPENAI_STREAM)),
+    )
+    .await
+    .unwrap();
+    let s = summarize(resp).await;
+    assert_eq!(s.content_events, 2);
+    assert_eq!(s.usage, usage(20, 2, 8));
+    // An explicit JSON content type wins over the flag.
+    let resp = run_request(
+        chat_request(true),
+        response(
+            200,
+            &[("content-type", "application/json")],
+            Chunks::one(OPENAI_JSON),
+        ),
+    )
+    .await
+    .unwrap();
+    let s = summarize(resp).await;
+    assert_eq!(s.usage, usage(19, 10, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn report_clock_starts_with_the_attempt() {
+    use tower::{Layer, ServiceExt};
+    let transport = tower::service_fn(|_req: http::Request<Bytes>| async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok::<_, io::Error>(sse_response(Chunks::one(OPENAI_STREAM)))
+    });
+    let resp = seawall_classify::ClassifyLayer::default()
+        .layer(transport)
+        .oneshot(chat_request(true))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let report = resp.body_report().unwrap().clone();
+    let _ = drain(resp.into_body()).await;
+    assert_eq!(
+        report.time_to_first_token(),
+        Some(Duration::from_millis(300))
+    );
+}
+
+#[tokio::test]
+async fn outer_hooks_see_the_usage_and_the_error() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let resp = run(sse_response(Chunks::one(OPENAI_STREAM))).await.unwrap();
+    let resp = resp.on_complete(move |c: Completion<'_>| {
+        log.lock()
+            .unwrap()
+            .push((matches!(c.outcome, Outcome::Complete), c.usage));
+    });
+    let _ = resp.into_body().collect().await;
+    let cut = OPENAI_STREAM.replace("data: [DONE]\n\n", "");
+    let log = seen.clone();
+    let resp = run(sse_response(Chunks::one(cut)))
+        .await
+        .unwrap()
+        .on_complete(move |c: Completion<'_>| {
+            let class = match c.outcome {
+                Outcome::Failed(Some(e)) => Some(e.class()),
+                _ => None,
+            };
+            assert_eq!(class, Some(FailureClass::StreamInterrupted));
+            log.lock().unwrap().push((false, c.usage));
+        });
+    let _ = resp.into_body().collect().await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(true, usage(20, 2, 8)), (false, usage(20, 2, 8))]
+    );
+}
+
+fn split_at(body: &[u8], mut points: Vec<usize>) -> Vec<Vec<u8>> {
+    points.iter_mut().for_each(|p| *p %= body.len() + 1);
+    points.sort_unstable();
+    let mut out = Vec::new();
+    let mut last = 0;
+    for p in points {
+        out.push(body[last..p].to_vec());
+        last = p;
+    }
+    out.push(body[last..].to_vec());
+    out
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Splitting a stream anywhere, into any number of chunks (empty ones included), gives the
+    /// same bytes and the same report.
+    #[test]
+    fn chunk_boundaries_do_not_matter(
+        which in 0usize..4,
+        points in proptest::collection::vec(any::<usize>(), 0..40),
+    ) {
+        let cut_anthropic = format!(
+            "{}{ANTHROPIC_OVERLOADED}",
+            ANTHROPIC_STREAM.split("event: content_block_stop").next().unwrap()
+        );
+        let body: &[u8] = match which {
+            0 => OPENAI_STREAM.as_bytes(),
+            1 => ANTHROPIC_STREAM.as_bytes(),
+            2 => cut_anthropic.as_bytes(),
+            _ => OPENAI_JSON.as_bytes(),
+        };
+        let ct = if which == 3 { "application/json" } else { "text/event-stream" };
+        let whole = block_on(async {
+            summarize(run(response(200, &[("content-type", ct)], Chunks::one(body.to_vec()))).await.unwrap()).await
+        });
+        let split = block_on(async {
+            summarize(run(response(200, &[("content-type", ct)], Chunks::new(split_at(body, points)))).await.unwrap()).await
+        });
+        prop_assert_eq!(split, whole);
+    }
+}
