@@ -164,9 +164,9 @@ async fn keep_alives_blank_lines_and_pings_are_not_content() {
         .unwrap();
     let report = resp.body_report().unwrap().clone();
     let mut body = resp.into_body();
-    for i in 0..chunks.len() - 1 {
+    for (i, chunk) in chunks.iter().enumerate().take(chunks.len() - 1) {
         let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), chunks[i]);
+        assert_eq!(frame.into_data().unwrap(), chunk);
         assert!(!report.has_content(), "chunk {i} is not content");
     }
     body.frame().await.unwrap().unwrap();

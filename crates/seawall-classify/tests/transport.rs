@@ -134,7 +134,7 @@ async fn real_http_error_status_and_broken_stream() {
     assert!(body.frame().await.unwrap().is_ok());
     let err = loop {
         match body.frame().await {
-            Some(Ok(_)) => continue,
+            Some(Ok(_)) => {}
             Some(Err(e)) => break e,
             None => panic!("the cut stream ended silently"),
         }
