@@ -197,8 +197,8 @@ pub trait ReplayBody: Body<Data = Bytes> + Unpin + Sized {
 }
 
 /// The stored form of an HTTP response: status, version, headers, body and trailers
-/// (extensions are not kept).
-#[derive(Debug, Clone)]
+/// (extensions are not kept). Its `Debug` shows header names, never their values.
+#[derive(Clone)]
 pub struct HttpSnapshot {
     status: StatusCode,
     version: Version,
@@ -216,6 +216,17 @@ impl HttpSnapshot {
     /// The stored body.
     pub fn body(&self) -> &Bytes {
         &self.body
+    }
+}
+
+impl std::fmt::Debug for HttpSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSnapshot")
+            .field("status", &self.status)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_len", &self.body.len())
+            .field("trailers", &self.trailers.is_some())
+            .finish()
     }
 }
 

@@ -41,6 +41,15 @@
 //!   as it recovers. Keep a circuit breaker inside the primary's stack so that a sick primary
 //!   costs a fast `CircuitOpen` instead of a full retry cycle.
 //!
+//! # Errors
+//!
+//! A failure that is not worth a fallback (or one with no target to go to) comes back exactly
+//! as the inner service returned it. Once a fallback was tried, the error has the last
+//! target's class, status, provider code and retry hint (`DeadlineExceeded` when the deadline
+//! stopped the chain), a short user-facing message, and a [`FallbackError`] source listing
+//! every target tried. A target's own failure moves the chain on unless its class is never
+//! worth a fallback (an invalid request, a spent budget): then the chain stops there.
+//!
 //! # Example
 //!
 //! ```
