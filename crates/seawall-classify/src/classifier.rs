@@ -57,7 +57,7 @@ pub trait Classifier {
 
 /// A failed response as a [`Classifier`] sees it: status, headers, and the first bytes of the
 /// body (up to the layer's error-body limit).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct ErrorResponse<'a> {
     status: StatusCode,
     headers: &'a HeaderMap,
@@ -149,6 +149,18 @@ impl<'a> ErrorResponse<'a> {
             err = err.with_rate_limit(snap);
         }
         err
+    }
+}
+
+impl std::fmt::Debug for ErrorResponse<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Header values and the body are left out: they may carry credentials.
+        f.debug_struct("ErrorResponse")
+            .field("status", &self.status.as_u16())
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_len", &self.body.len())
+            .field("truncated", &self.truncated)
+            .finish()
     }
 }
 
@@ -388,6 +400,8 @@ pub fn class_of_status(status: u16) -> FailureClass {
 
 struct Signals {
     quota: bool,
+    /// The quota signal is a code or type, not just words in the message.
+    quota_named: bool,
     context: bool,
     content: bool,
     overloaded: bool,
@@ -400,8 +414,10 @@ impl Signals {
         let names: Vec<String> = e.names().map(|n| n.to_ascii_lowercase()).collect();
         let has = |list: &[&str]| names.iter().any(|n| list.contains(&n.as_str()));
         let msg = e.message().unwrap_or("").to_ascii_lowercase();
+        let quota_named = has(QUOTA_NAMES);
         Signals {
-            quota: has(QUOTA_NAMES) || contains_any(&msg, QUOTA_PHRASES),
+            quota: quota_named || contains_any(&msg, QUOTA_PHRASES),
+            quota_named,
             context: has(CONTEXT_NAMES) || contains_any(&msg, CONTEXT_PHRASES),
             content: has(CONTENT_NAMES) || contains_any(&msg, CONTENT_PHRASES),
             overloaded: has(OVERLOADED_NAMES) || msg.contains("overloaded"),
@@ -419,7 +435,12 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
     use FailureClass::*;
     let s = Signals::of(e);
     match status {
-        429 if s.quota => QuotaExhausted,
+        // A per-window quota ("You exceeded your current quota ... Please retry in 33s") says
+        // when to come back: that is a rate limit. A named quota code is final.
+        429 if s.quota_named => QuotaExhausted,
+        429 if s.quota && hints::retry_after_from_message(e.message().unwrap_or("")).is_none() => {
+            QuotaExhausted
+        }
         401 | 402 | 403 | 404 | 408 | 409 | 413 | 429 => class_of_status(status),
         400..=499 => {
             if s.quota {

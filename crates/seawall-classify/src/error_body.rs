@@ -27,7 +27,7 @@ const MAX_TEXT: usize = 200;
 /// assert_eq!(e.provider(), Provider::Anthropic);
 /// assert_eq!(e.request_id(), Some("req_1"));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ProviderError {
     error_type: Option<String>,
     code: Option<String>,
@@ -37,6 +37,24 @@ pub struct ProviderError {
     request_id: Option<String>,
     provider: Provider,
     json: bool,
+}
+
+impl std::fmt::Debug for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Messages can quote a key ("Incorrect API key provided: sk-..."): redact them.
+        f.debug_struct("ProviderError")
+            .field("error_type", &self.error_type)
+            .field("code", &self.code)
+            .field(
+                "message",
+                &self.message.as_deref().map(seawall_core::redact),
+            )
+            .field("param", &self.param)
+            .field("inner_code", &self.inner_code)
+            .field("request_id", &self.request_id)
+            .field("provider", &self.provider)
+            .finish()
+    }
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -363,6 +381,14 @@ mod tests {
         assert!(ProviderError::parse(b"  \n ").is_empty());
         let e = ProviderError::parse(b"\xff\xfe\x00bad\xc3");
         assert!(e.message().unwrap().contains("bad"));
+    }
+
+    #[test]
+    fn debug_redacts_keys() {
+        let e = ProviderError::parse(
+            br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdef123456","code":"invalid_api_key"}}"#,
+        );
+        assert!(!format!("{e:?}").contains("abcdef123456"));
     }
 
     #[test]

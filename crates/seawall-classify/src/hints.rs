@@ -139,8 +139,8 @@ fn find_ascii_ci(haystack: &str, needle: &str) -> Option<usize> {
     (0..=h.len() - n.len()).find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
 }
 
-/// Finds a delay in an error message: "Please try again in 120ms / 1.4s / 6m0s" (OpenAI), or
-/// "Please retry after 6 seconds" (Azure OpenAI).
+/// Finds a delay in an error message: "Please try again in 120ms / 1.4s / 6m0s" (OpenAI),
+/// "Please retry after 6 seconds" (Azure OpenAI), or "Please retry in 33.7s".
 ///
 /// ```
 /// use std::time::Duration;
@@ -150,8 +150,11 @@ fn find_ascii_ci(haystack: &str, needle: &str) -> Option<usize> {
 /// assert_eq!(retry_after_from_message("Please retry after 6 seconds."), Some(Duration::from_secs(6)));
 /// ```
 pub fn retry_after_from_message(message: &str) -> Option<Duration> {
-    if let Some(i) = find_ascii_ci(message, "try again in ") {
-        let rest = &message[i + "try again in ".len()..];
+    let found = ["try again in ", "retry in "]
+        .iter()
+        .find_map(|p| find_ascii_ci(message, p).map(|i| i + p.len()));
+    if let Some(start) = found {
+        let rest = &message[start..];
         let token = rest.split_whitespace().next()?;
         let token = token.trim_end_matches(['.', ',', ';', ')']);
         if let Some(d) = parse_go_duration(token) {
@@ -484,6 +487,7 @@ mod tests {
             ("please TRY AGAIN IN 6m0s", Some(ms(360_000))),
             ("Please try again in 20 seconds.", Some(ms(20_000))),
             ("Please retry after 6 seconds.", Some(ms(6000))),
+            ("Quota exceeded. Please retry in 33.5s.", Some(ms(33_500))),
             ("Try again later.", None),
             ("try again in", None),
             ("try again in -3s", None),
@@ -505,6 +509,22 @@ mod tests {
         );
         assert_eq!(should_retry(&headers(&[("x-should-retry", "maybe")])), None);
         assert_eq!(should_retry(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn request_id_headers() {
+        for name in ["x-request-id", "request-id", "apim-request-id"] {
+            assert_eq!(
+                request_id(&headers(&[(name, " abc ")])),
+                Some("abc"),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            request_id(&headers(&[("request-id", "b"), ("x-request-id", "a")])),
+            Some("a")
+        );
+        assert_eq!(request_id(&HeaderMap::new()), None);
     }
 
     #[test]

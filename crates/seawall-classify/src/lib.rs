@@ -31,6 +31,18 @@
 //! Server hints are clamped to [`hints::MAX_HINT`] (one day); negative, NaN or unparseable
 //! ones are ignored; a date in the past is zero. No input makes the classifier panic.
 //!
+//! Choices worth knowing:
+//! - a stream that breaks or ends without its finish marker *before any content* is
+//!   `Disconnected` (nothing reached the caller; retried only when idempotent, worth a
+//!   fallback); after content it is `StreamInterrupted` (never retried);
+//! - an SSE stream in a dialect other than OpenAI's or Anthropic's has no known finish marker,
+//!   so its EOF is a normal end;
+//! - a 429 whose only quota signal is its wording ("exceeded your current quota") but which
+//!   says when to come back ("Please retry in 33s") is a per-window quota: `RateLimited`;
+//! - error events inside a stream are classified by the built-in rules for both wire
+//!   formats, whatever the [`Classifier`]; a 200 *non-streaming* body holding an error object
+//!   is passed through as a success (finding it would mean buffering the body).
+//!
 //! ```
 //! use bytes::Bytes;
 //! use http_body_util::Full;

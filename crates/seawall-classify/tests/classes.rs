@@ -42,6 +42,9 @@ fn openai_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (429, openai("You have reached your enforced spend limit.", "invalid_request_error", "enforced_spend_limit_reached"), QuotaExhausted, "enforced_spend_limit_reached"),
         (402, openai("Insufficient Balance", "unknown_error", "invalid_request_error"), QuotaExhausted, "invalid_request_error"),
         (402, r#"{"error":{"message":"Payment Required"}}"#.to_owned(), QuotaExhausted, ""),
+        (429, r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details."}}"#.to_owned(), QuotaExhausted, ""),
+        // A per-minute quota that says when to come back is a rate limit (Gemini's compatible API).
+        (429, r#"[{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details. Please retry in 33.7s.","status":"RESOURCE_EXHAUSTED"}}]"#.to_owned(), RateLimited, "429"),
         (400, openai("This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens. Please reduce the length of the messages.", "invalid_request_error", "context_length_exceeded"), ContextLengthExceeded, "context_length_exceeded"),
         (400, r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}"#.to_owned(), ContextLengthExceeded, "BadRequestError"),
         (413, openai("Request too large for gpt-4o.", "invalid_request_error", "request_too_large"), ContextLengthExceeded, "request_too_large"),
