@@ -291,6 +291,7 @@ const QUOTA_PHRASES: &[&str] = &[
     "spend limit",
     "billing hard limit",
     "account is not active",
+    "api usage limit",
 ];
 const CONTEXT_NAMES: &[&str] = &[
     "context_length_exceeded",
