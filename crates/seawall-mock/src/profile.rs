@@ -1,0 +1,1300 @@
+//! The fault profile: TOML or builder, validated.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// Everything the mock upstream does, in one value.
+///
+/// A [`Profile`] is read from TOML ([`Profile::from_toml`], [`Profile::load`]) or built in
+/// code (`Profile::default()` plus the chainable setters). The default profile is a perfectly
+/// healthy, instant upstream with no limits: every fault is opt-in.
+///
+/// Every section and field is optional. Durations are strings (`"250ms"`, `"1s"`, `"2m 30s"`)
+/// or numbers of seconds (`0.25`). Token counts are a number (`40`) or an inclusive range
+/// (`[20, 80]`, drawn uniformly). Probabilities are in `[0, 1]`.
+///
+/// ```toml
+/// seed = 42                        # every random choice; same seed + same calls = same run
+///
+/// [limits]                         # per-key token buckets, refilled continuously
+/// key_by = "api_key"               # "api_key" | "model" | "api_key+model"
+/// rpm = 60                         # requests per minute (absent: unlimited)
+/// tpm = 40000                      # tokens per minute: prompt + max_tokens (or planned output)
+/// keys."gpt-4o" = { rpm = 10 }     # per-key overrides
+///
+/// [quota]
+/// tokens = 1000000                 # billed tokens per key before `insufficient_quota`
+/// exhausted_keys = ["sk-broke"]    # keys that are out of credit from the start
+///
+/// [context]
+/// window = 8192                    # prompt tokens above this: context-length error
+/// models = { "gpt-4o" = 128000 }   # per-model windows
+///
+/// [latency]                        # each: a duration, or { fixed, uniform, lognormal, max }
+/// head = "20ms"                    # to the response head (errors, stream heads)
+/// first_token = { fixed = "100ms", lognormal = { median = "300ms", sigma = 0.5 }, max = "10s" }
+/// per_token = { uniform = ["5ms", "25ms"] }
+///
+/// [output]
+/// tokens = [20, 80]                # completion length, capped by the request's max_tokens
+/// always_include_usage = false     # OpenAI streams: usage chunk even without include_usage
+///
+/// [stream.keepalive]               # keep-alives before the first token
+/// probability = 0.3
+/// interval = "1s"
+/// style = "comment"                # "comment" (`: keep-alive`) | "blank" | "ping"
+///
+/// [stream.cut]                     # streams that stop without a finish marker
+/// probability = 0.05
+/// after_tokens = [1, 30]
+/// abort = false                    # true: the body fails (connection reset) instead of EOF
+///
+/// [stream.error]                   # an error event after the 200 (Anthropic overloaded_error)
+/// probability = 0.02
+/// after_tokens = [0, 10]
+///
+/// [malformed]
+/// probability = 0.01
+/// kinds = ["html_502", "truncated_json"]
+///
+/// [auth]
+/// invalid_keys = ["sk-revoked"]    # answered with 401
+///
+/// [[errors]]                       # error rules, first match wins
+/// status = [503, 529]              # one status or a list (one is drawn per failure)
+/// start = "30s"                    # window relative to the upstream's start (absent: always)
+/// end = "45s"
+/// period = "120s"                  # repeat the window every period
+/// probability = 0.9                # share of matching requests that fail
+/// models = ["gpt-4o"]              # only these models (absent: all)
+/// retry_after = "5s"               # send `retry-after` with the error
+/// should_retry = true              # send `x-should-retry`
+/// ```
+///
+/// In code:
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_mock::{Count, Delay, ErrorRule, Profile};
+/// let p = Profile::default()
+///     .seed(42)
+///     .rpm(60)
+///     .tpm(40_000)
+///     .first_token_latency(Delay::lognormal(Duration::from_millis(300), 0.5).plus(Duration::from_millis(100)))
+///     .cut_streams(0.05, Count::range(1, 30), false)
+///     .error(ErrorRule::outage(503, Duration::from_secs(30), Duration::from_secs(45)).statuses(&[503, 529]));
+/// assert!(p.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Profile {
+    /// Seed of every random choice (latencies, faults, ids). Default 0.
+    pub seed: u64,
+    /// Per-key request and token rate limits.
+    pub limits: Limits,
+    /// Billing quota per key.
+    pub quota: Quota,
+    /// Context windows.
+    pub context: ContextWindow,
+    /// Latency distributions.
+    pub latency: Latency,
+    /// Completion lengths.
+    pub output: Output,
+    /// Faults inside streamed responses.
+    pub stream: StreamFaults,
+    /// Bodies that are not what the API promises.
+    pub malformed: Malformed,
+    /// Keys answered with 401.
+    pub auth: Auth,
+    /// Server errors: bursts (a probability) and outage windows (a time range). First match wins.
+    pub errors: Vec<ErrorRule>,
+}
+
+/// How requests are grouped for rate limits and quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum KeyBy {
+    /// The API key (`Authorization: Bearer`, `x-api-key` or `api-key`); `anonymous` without one.
+    #[default]
+    #[serde(rename = "api_key")]
+    ApiKey,
+    /// The request's `model`.
+    #[serde(rename = "model")]
+    Model,
+    /// Both, as `"{key}/{model}"`.
+    #[serde(rename = "api_key+model")]
+    ApiKeyAndModel,
+}
+
+/// Per-key rate limits: a token bucket per key for requests and one for tokens, each refilled
+/// continuously at `limit / 60 s` up to `limit`. Every response carries the bucket state as
+/// rate-limit headers; a request that does not fit gets 429 with `retry-after`.
+///
+/// A request is charged 1 request and `prompt + max_tokens` tokens (the planned completion
+/// length when `max_tokens` is absent), at most the whole limit. Rejected requests are not
+/// charged.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Limits {
+    /// What a key is.
+    pub key_by: KeyBy,
+    /// Requests per minute per key; `None` is unlimited.
+    pub rpm: Option<u32>,
+    /// Tokens per minute per key; `None` is unlimited.
+    pub tpm: Option<u32>,
+    /// Overrides for single keys (an API key, a model or `key/model`, as `key_by` says).
+    pub keys: BTreeMap<String, KeyLimits>,
+}
+
+impl fmt::Debug for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys may be API keys: never print them.
+        f.debug_struct("Limits")
+            .field("key_by", &self.key_by)
+            .field("rpm", &self.rpm)
+            .field("tpm", &self.tpm)
+            .field("keys", &format_args!("[{} overrides]", self.keys.len()))
+            .finish()
+    }
+}
+
+/// Limits of one key, overriding the defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct KeyLimits {
+    /// Requests per minute; `None` keeps the default.
+    pub rpm: Option<u32>,
+    /// Tokens per minute; `None` keeps the default.
+    pub tpm: Option<u32>,
+}
+
+impl KeyLimits {
+    /// Limits with both figures set (`None` keeps the profile's default).
+    pub fn new(rpm: Option<u32>, tpm: Option<u32>) -> Self {
+        KeyLimits { rpm, tpm }
+    }
+}
+
+/// Billing quota. A key that has been billed `tokens` (input plus output, partial streams
+/// included) gets 429 `insufficient_quota` (OpenAI) or 400 "credit balance is too low"
+/// (Anthropic) from then on. Like the real providers, the request that crosses the line still
+/// completes.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Quota {
+    /// Billed tokens per key before the quota is exhausted; `None` is unlimited.
+    pub tokens: Option<u64>,
+    /// Keys (as [`Limits::key_by`] forms them) that are exhausted from the start.
+    pub exhausted_keys: Vec<String>,
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("tokens", &self.tokens)
+            .field(
+                "exhausted_keys",
+                &format_args!("[{} keys]", self.exhausted_keys.len()),
+            )
+            .finish()
+    }
+}
+
+/// Context windows: a prompt estimated above the window gets the provider's context-length
+/// error (OpenAI 400 `context_length_exceeded`, Anthropic 400 "prompt is too long").
+///
+/// The prompt estimate is the one seawall-core makes (characters of text / 4, plus 4 per text
+/// part), so simulated budgets settle exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ContextWindow {
+    /// The window of every model not in `models`; `None` is unlimited.
+    pub window: Option<u32>,
+    /// Per-model windows.
+    pub models: BTreeMap<String, u32>,
+}
+
+/// Latency distributions, each measured from the request's arrival.
+///
+/// A streamed response's head arrives after `head`, its first token after `first_token` (but
+/// not before the head), each further token `per_token` after the previous one. A complete
+/// (non-streamed) answer arrives after `first_token` plus `per_token` for each further token;
+/// errors arrive after `head`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Latency {
+    /// Time to the response head.
+    pub head: Delay,
+    /// Time to the first token.
+    pub first_token: Delay,
+    /// Time between tokens.
+    pub per_token: Delay,
+}
+
+/// A latency distribution: `fixed + uniform + lognormal`, each part optional, capped at `max`.
+///
+/// In TOML either a duration (`"250ms"`: fixed) or a table
+/// `{ fixed = "50ms", uniform = ["0ms", "100ms"], lognormal = { median = "300ms", sigma = 0.5 }, max = "5s" }`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Delay {
+    /// Always added.
+    pub fixed: Duration,
+    /// A uniform draw from this inclusive range.
+    pub uniform: Option<(Duration, Duration)>,
+    /// A log-normal draw.
+    pub lognormal: Option<LogNormal>,
+    /// An upper bound of the sum.
+    pub max: Option<Duration>,
+}
+
+impl Delay {
+    /// Always `d`.
+    pub fn fixed(d: Duration) -> Self {
+        Delay {
+            fixed: d,
+            ..Delay::default()
+        }
+    }
+
+    /// Uniform in `[lo, hi]`.
+    pub fn uniform(lo: Duration, hi: Duration) -> Self {
+        Delay {
+            uniform: Some((lo, hi)),
+            ..Delay::default()
+        }
+    }
+
+    /// Log-normal with the given median and shape `sigma` (the standard deviation of its
+    /// logarithm; 0.5 is a moderate tail, 1.0 a heavy one).
+    pub fn lognormal(median: Duration, sigma: f64) -> Self {
+        Delay {
+            lognormal: Some(LogNormal { median, sigma }),
+            ..Delay::default()
+        }
+    }
+
+    /// The same distribution plus `d`.
+    pub fn plus(mut self, d: Duration) -> Self {
+        self.fixed += d;
+        self
+    }
+
+    /// The same distribution, capped at `max`.
+    pub fn capped(mut self, max: Duration) -> Self {
+        self.max = Some(max);
+        self
+    }
+
+    /// Whether it is always zero.
+    pub fn is_zero(&self) -> bool {
+        self.fixed.is_zero()
+            && self.uniform.is_none_or(|(_, hi)| hi.is_zero())
+            && self.lognormal.is_none_or(|l| l.median.is_zero())
+    }
+}
+
+/// A log-normal distribution, by its median and the standard deviation of its logarithm.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogNormal {
+    /// The median.
+    #[serde(with = "dur")]
+    pub median: Duration,
+    /// The standard deviation of the logarithm.
+    pub sigma: f64,
+}
+
+/// Completion lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Output {
+    /// Completion tokens of an answer, capped by the request's `max_tokens` (which then
+    /// finishes with `length` / `max_tokens`). Default 16.
+    pub tokens: Count,
+    /// OpenAI streams: send the usage chunk even when the request did not ask for it with
+    /// `stream_options.include_usage`. Default false, as OpenAI does.
+    pub always_include_usage: bool,
+}
+
+impl Default for Output {
+    fn default() -> Self {
+        Output {
+            tokens: Count::fixed(16),
+            always_include_usage: false,
+        }
+    }
+}
+
+/// A count: fixed, or drawn uniformly from an inclusive range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count {
+    /// The smallest value.
+    pub min: u32,
+    /// The largest value.
+    pub max: u32,
+}
+
+impl Count {
+    /// Always `n`.
+    pub const fn fixed(n: u32) -> Self {
+        Count { min: n, max: n }
+    }
+
+    /// Uniform in `[min, max]`.
+    pub const fn range(min: u32, max: u32) -> Self {
+        Count { min, max }
+    }
+}
+
+impl Default for Count {
+    fn default() -> Self {
+        Count::fixed(0)
+    }
+}
+
+/// Faults inside streamed (`"stream": true`) responses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StreamFaults {
+    /// Keep-alives before the first token.
+    pub keepalive: KeepAlive,
+    /// Streams that stop early without a finish marker.
+    pub cut: Cut,
+    /// Error events after the 200.
+    pub error: MidStreamError,
+}
+
+/// Keep-alives before the first token: what DeepSeek sends under load, and what a
+/// time-to-first-token timeout must not count as a token. A stream that gets them sends one as
+/// soon as its head is out and one every `interval` until its first token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct KeepAlive {
+    /// Share of streams that get keep-alives.
+    pub probability: f64,
+    /// Time between keep-alives. Default 1 s.
+    #[serde(with = "dur")]
+    pub interval: Duration,
+    /// What a keep-alive looks like.
+    pub style: KeepAliveStyle,
+}
+
+impl Default for KeepAlive {
+    fn default() -> Self {
+        KeepAlive {
+            probability: 0.0,
+            interval: Duration::from_secs(1),
+            style: KeepAliveStyle::Comment,
+        }
+    }
+}
+
+/// What a keep-alive looks like on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum KeepAliveStyle {
+    /// An SSE comment, `: keep-alive`.
+    #[default]
+    Comment,
+    /// A blank line.
+    Blank,
+    /// Anthropic's `event: ping` (a comment on OpenAI streams).
+    Ping,
+}
+
+/// Streams cut after some tokens, with no finish marker (no `finish_reason` and `[DONE]`, no
+/// `message_stop`). The real providers bill the tokens sent; so does the mock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Cut {
+    /// Share of streams that are cut.
+    pub probability: f64,
+    /// Tokens sent before the cut (0: none, right after the head and any keep-alives).
+    pub after_tokens: Count,
+    /// End with a body error (like a reset connection; over HTTP the chunked body stops
+    /// without its terminator) instead of a clean end of stream.
+    ///
+    /// Over HTTP, a reset that comes with no latency before it (no first-token latency, cut
+    /// after 0 tokens) may reach hyper before it flushed the head: the client then sees the
+    /// connection close with no response at all, which is also what real resets look like.
+    pub abort: bool,
+}
+
+/// Error events after a 200: Anthropic's `event: error` with `overloaded_error`, OpenAI's
+/// `data: {"error": {...}}` with `server_error`. The stream ends after the event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct MidStreamError {
+    /// Share of streams that get one.
+    pub probability: f64,
+    /// Tokens sent before it (0: before any content, still before the commit point).
+    pub after_tokens: Count,
+}
+
+/// Bodies that are not what the API promises.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Malformed {
+    /// Share of admitted requests that get one.
+    pub probability: f64,
+    /// The kinds, drawn uniformly. Default: both.
+    pub kinds: Vec<MalformedKind>,
+}
+
+impl Default for Malformed {
+    fn default() -> Self {
+        Malformed {
+            probability: 0.0,
+            kinds: vec![MalformedKind::Html502, MalformedKind::TruncatedJson],
+        }
+    }
+}
+
+/// A malformed body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum MalformedKind {
+    /// A 502 with a proxy's HTML page instead of a JSON error.
+    #[serde(rename = "html_502")]
+    Html502,
+    /// A 200 whose JSON (or, streamed, whose first event) stops halfway.
+    #[serde(rename = "truncated_json")]
+    TruncatedJson,
+}
+
+/// Keys answered with 401 (OpenAI `invalid_api_key`, Anthropic `authentication_error`).
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Auth {
+    /// The rejected keys.
+    pub invalid_keys: Vec<String>,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth")
+            .field(
+                "invalid_keys",
+                &format_args!("[{} keys]", self.invalid_keys.len()),
+            )
+            .finish()
+    }
+}
+
+/// A rule that answers matching requests with a server error: a burst (no window, a
+/// probability) or an outage (a window, relative to the upstream's start, optionally
+/// repeating every `period`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ErrorRule {
+    /// The statuses; one is drawn per failure. 500, 502, 503, 504 and 529 get the provider's
+    /// own error bodies; other statuses a generic one.
+    #[serde(deserialize_with = "one_or_many")]
+    pub status: Vec<u16>,
+    /// Window start (absent: from the beginning).
+    #[serde(with = "opt_dur", skip_serializing_if = "Option::is_none")]
+    pub start: Option<Duration>,
+    /// Window end, exclusive (absent: forever).
+    #[serde(with = "opt_dur", skip_serializing_if = "Option::is_none")]
+    pub end: Option<Duration>,
+    /// Repeat the window every `period` (needs `end`).
+    #[serde(with = "opt_dur", skip_serializing_if = "Option::is_none")]
+    pub period: Option<Duration>,
+    /// Share of matching requests that fail. Default 1.
+    pub probability: f64,
+    /// Only requests for these models (empty: all).
+    pub models: Vec<String>,
+    /// Send `retry-after` (whole seconds, rounded up) with the error.
+    #[serde(with = "opt_dur", skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<Duration>,
+    /// Send `x-should-retry: true|false`.
+    pub should_retry: Option<bool>,
+}
+
+impl Default for ErrorRule {
+    fn default() -> Self {
+        ErrorRule {
+            status: vec![500],
+            start: None,
+            end: None,
+            period: None,
+            probability: 1.0,
+            models: Vec::new(),
+            retry_after: None,
+            should_retry: None,
+        }
+    }
+}
+
+impl ErrorRule {
+    /// Every request fails with `status`, with probability `probability` (a burst of errors
+    /// spread over the whole run).
+    pub fn random(status: u16, probability: f64) -> Self {
+        ErrorRule {
+            status: vec![status],
+            probability,
+            ..ErrorRule::default()
+        }
+    }
+
+    /// Every request between `start` and `end` (from the upstream's start) fails with
+    /// `status`: an outage.
+    pub fn outage(status: u16, start: Duration, end: Duration) -> Self {
+        ErrorRule {
+            status: vec![status],
+            start: Some(start),
+            end: Some(end),
+            ..ErrorRule::default()
+        }
+    }
+
+    /// Draws the status from `statuses` instead.
+    pub fn statuses(mut self, statuses: &[u16]) -> Self {
+        self.status = statuses.to_vec();
+        self
+    }
+
+    /// Fails only this share of matching requests.
+    pub fn probability(mut self, p: f64) -> Self {
+        self.probability = p;
+        self
+    }
+
+    /// Repeats the window every `period`.
+    pub fn every(mut self, period: Duration) -> Self {
+        self.period = Some(period);
+        self
+    }
+
+    /// Only for requests to `model` (call again to add more).
+    pub fn model(mut self, model: &str) -> Self {
+        self.models.push(model.to_owned());
+        self
+    }
+
+    /// Sends `retry-after` with the error.
+    pub fn retry_after(mut self, d: Duration) -> Self {
+        self.retry_after = Some(d);
+        self
+    }
+
+    /// Whether the rule's window is open at `t` after the upstream's start.
+    pub fn active_at(&self, t: Duration) -> bool {
+        let start = self.start.unwrap_or(Duration::ZERO);
+        if t < start {
+            return false;
+        }
+        let Some(end) = self.end else { return true };
+        match self.period {
+            Some(p) if !p.is_zero() => {
+                let into = Duration::from_nanos(((t - start).as_nanos() % p.as_nanos()) as u64);
+                into < end.saturating_sub(start)
+            }
+            _ => t < end,
+        }
+    }
+
+    /// Whether the rule applies to `model`.
+    pub fn applies_to(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
+}
+
+/// Why a profile was rejected.
+#[derive(Debug)]
+pub struct ProfileError {
+    message: String,
+}
+
+impl ProfileError {
+    fn new(message: impl Into<String>) -> Self {
+        ProfileError {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid fault profile: {}", self.message)
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+/// The profiles shipped in `crates/seawall-mock/profiles/`, by name.
+const BUILTIN: &[(&str, &str)] = &[
+    ("calm", include_str!("../profiles/calm.toml")),
+    ("storm", include_str!("../profiles/storm.toml")),
+    ("outage", include_str!("../profiles/outage.toml")),
+    (
+        "flaky-streams",
+        include_str!("../profiles/flaky-streams.toml"),
+    ),
+    ("deepseek", include_str!("../profiles/deepseek.toml")),
+    ("example", include_str!("../profiles/example.toml")),
+];
+
+impl Profile {
+    /// Parses and validates a TOML profile.
+    pub fn from_toml(text: &str) -> Result<Profile, ProfileError> {
+        let p: Profile = toml::from_str(text).map_err(|e| ProfileError::new(e.to_string()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Reads a TOML profile from a file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ProfileError::new(format!("cannot read {}: {e}", path.display())))?;
+        Profile::from_toml(&text)
+            .map_err(|e| ProfileError::new(format!("{}: {}", path.display(), e.message.trim_end())))
+    }
+
+    /// A shipped profile by name: `calm`, `storm`, `outage`, `flaky-streams`, `deepseek`,
+    /// `example`.
+    pub fn builtin(name: &str) -> Option<Profile> {
+        let (_, text) = BUILTIN.iter().find(|(n, _)| *n == name)?;
+        Profile::from_toml(text).ok()
+    }
+
+    /// The names of the shipped profiles.
+    pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+        BUILTIN.iter().map(|(n, _)| *n)
+    }
+
+    /// Checks the values serde cannot: ranges, probabilities, statuses, windows.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        fn prob(name: &str, p: f64) -> Result<(), ProfileError> {
+            if (0.0..=1.0).contains(&p) {
+                Ok(())
+            } else {
+                Err(ProfileError::new(format!(
+                    "{name} must be between 0 and 1, got {p}"
+                )))
+            }
+        }
+        fn count(name: &str, c: Count) -> Result<(), ProfileError> {
+            if c.min <= c.max {
+                Ok(())
+            } else {
+                Err(ProfileError::new(format!(
+                    "{name}: range [{}, {}] is empty",
+                    c.min, c.max
+                )))
+            }
+        }
+        fn delay(name: &str, d: &Delay) -> Result<(), ProfileError> {
+            if let Some((lo, hi)) = d.uniform
+                && lo > hi
+            {
+                return Err(ProfileError::new(format!("{name}.uniform: range is empty")));
+            }
+            if let Some(l) = d.lognormal
+                && !(l.sigma.is_finite() && l.sigma >= 0.0 && l.sigma <= 10.0)
+            {
+                return Err(ProfileError::new(format!(
+                    "{name}.lognormal.sigma must be between 0 and 10, got {}",
+                    l.sigma
+                )));
+            }
+            Ok(())
+        }
+        for (name, n) in [
+            ("limits.rpm", self.limits.rpm),
+            ("limits.tpm", self.limits.tpm),
+        ] {
+            if n == Some(0) {
+                return Err(ProfileError::new(format!(
+                    "{name} must be positive (leave it out for no limit)"
+                )));
+            }
+        }
+        for (k, l) in &self.limits.keys {
+            if l.rpm == Some(0) || l.tpm == Some(0) {
+                let shown = if self.limits.key_by == KeyBy::Model {
+                    k.as_str()
+                } else {
+                    "<key>"
+                };
+                return Err(ProfileError::new(format!(
+                    "limits.keys.{shown}: limits must be positive"
+                )));
+            }
+        }
+        delay("latency.head", &self.latency.head)?;
+        delay("latency.first_token", &self.latency.first_token)?;
+        delay("latency.per_token", &self.latency.per_token)?;
+        count("output.tokens", self.output.tokens)?;
+        prob(
+            "stream.keepalive.probability",
+            self.stream.keepalive.probability,
+        )?;
+        if self.stream.keepalive.probability > 0.0 && self.stream.keepalive.interval.is_zero() {
+            return Err(ProfileError::new(
+                "stream.keepalive.interval must be positive",
+            ));
+        }
+        prob("stream.cut.probability", self.stream.cut.probability)?;
+        count("stream.cut.after_tokens", self.stream.cut.after_tokens)?;
+        prob("stream.error.probability", self.stream.error.probability)?;
+        count("stream.error.after_tokens", self.stream.error.after_tokens)?;
+        prob("malformed.probability", self.malformed.probability)?;
+        if self.malformed.probability > 0.0 && self.malformed.kinds.is_empty() {
+            return Err(ProfileError::new("malformed.kinds is empty"));
+        }
+        for (i, r) in self.errors.iter().enumerate() {
+            let at = format!("errors[{i}]");
+            prob(&format!("{at}.probability"), r.probability)?;
+            if r.status.is_empty() {
+                return Err(ProfileError::new(format!("{at}.status is empty")));
+            }
+            if let Some(s) = r.status.iter().find(|s| !(400..=599).contains(*s)) {
+                return Err(ProfileError::new(format!(
+                    "{at}.status {s} is not an error status (400-599)"
+                )));
+            }
+            if let (Some(s), Some(e)) = (r.start, r.end)
+                && e <= s
+            {
+                return Err(ProfileError::new(format!("{at}: end is not after start")));
+            }
+            if r.period.is_some() && r.end.is_none() {
+                return Err(ProfileError::new(format!("{at}: period needs an end")));
+            }
+            if let (Some(p), Some(e)) = (r.period, r.end)
+                && p < e.saturating_sub(r.start.unwrap_or_default())
+            {
+                return Err(ProfileError::new(format!(
+                    "{at}: period is shorter than the window"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Groups rate limits and quota by `key_by`.
+    pub fn key_by(mut self, key_by: KeyBy) -> Self {
+        self.limits.key_by = key_by;
+        self
+    }
+
+    /// Limits every key to `rpm` requests per minute.
+    pub fn rpm(mut self, rpm: u32) -> Self {
+        self.limits.rpm = Some(rpm);
+        self
+    }
+
+    /// Limits every key to `tpm` tokens per minute.
+    pub fn tpm(mut self, tpm: u32) -> Self {
+        self.limits.tpm = Some(tpm);
+        self
+    }
+
+    /// Overrides the limits of one key.
+    pub fn key_limits(mut self, key: &str, limits: KeyLimits) -> Self {
+        self.limits.keys.insert(key.to_owned(), limits);
+        self
+    }
+
+    /// Exhausts a key's quota after `tokens` billed tokens.
+    pub fn quota_tokens(mut self, tokens: u64) -> Self {
+        self.quota.tokens = Some(tokens);
+        self
+    }
+
+    /// Marks a key as out of quota from the start.
+    pub fn exhausted_key(mut self, key: &str) -> Self {
+        self.quota.exhausted_keys.push(key.to_owned());
+        self
+    }
+
+    /// Sets the default context window.
+    pub fn context_window(mut self, tokens: u32) -> Self {
+        self.context.window = Some(tokens);
+        self
+    }
+
+    /// Sets one model's context window.
+    pub fn model_context_window(mut self, model: &str, tokens: u32) -> Self {
+        self.context.models.insert(model.to_owned(), tokens);
+        self
+    }
+
+    /// Sets the time to the response head.
+    pub fn head_latency(mut self, d: Delay) -> Self {
+        self.latency.head = d;
+        self
+    }
+
+    /// Sets the time to the first token.
+    pub fn first_token_latency(mut self, d: Delay) -> Self {
+        self.latency.first_token = d;
+        self
+    }
+
+    /// Sets the time between tokens.
+    pub fn per_token_latency(mut self, d: Delay) -> Self {
+        self.latency.per_token = d;
+        self
+    }
+
+    /// Sets the completion length.
+    pub fn output_tokens(mut self, tokens: Count) -> Self {
+        self.output.tokens = tokens;
+        self
+    }
+
+    /// Sends the OpenAI usage chunk on every stream.
+    pub fn always_include_usage(mut self, yes: bool) -> Self {
+        self.output.always_include_usage = yes;
+        self
+    }
+
+    /// Sends keep-alives of `style` every `interval` before the first token of this share of
+    /// streams.
+    pub fn keepalives(
+        mut self,
+        probability: f64,
+        interval: Duration,
+        style: KeepAliveStyle,
+    ) -> Self {
+        self.stream.keepalive = KeepAlive {
+            probability,
+            interval,
+            style,
+        };
+        self
+    }
+
+    /// Cuts this share of streams after `after_tokens` tokens; `abort` ends them with a body
+    /// error instead of a clean end.
+    pub fn cut_streams(mut self, probability: f64, after_tokens: Count, abort: bool) -> Self {
+        self.stream.cut = Cut {
+            probability,
+            after_tokens,
+            abort,
+        };
+        self
+    }
+
+    /// Sends an error event after `after_tokens` tokens in this share of streams.
+    pub fn mid_stream_errors(mut self, probability: f64, after_tokens: Count) -> Self {
+        self.stream.error = MidStreamError {
+            probability,
+            after_tokens,
+        };
+        self
+    }
+
+    /// Answers this share of requests with a malformed body of one of `kinds`.
+    pub fn malformed(mut self, probability: f64, kinds: &[MalformedKind]) -> Self {
+        self.malformed = Malformed {
+            probability,
+            kinds: kinds.to_vec(),
+        };
+        self
+    }
+
+    /// Rejects `key` with 401.
+    pub fn invalid_key(mut self, key: &str) -> Self {
+        self.auth.invalid_keys.push(key.to_owned());
+        self
+    }
+
+    /// Adds an error rule (bursts, outages).
+    pub fn error(mut self, rule: ErrorRule) -> Self {
+        self.errors.push(rule);
+        self
+    }
+}
+
+// ---- serde helpers -------------------------------------------------------------------------
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+fn duration_from_secs(x: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(x).map_err(|_| format!("invalid duration {x} (seconds)"))
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DurRepr {
+    Text(String),
+    Int(u64),
+    Float(f64),
+}
+
+impl DurRepr {
+    fn into_duration(self) -> Result<Duration, String> {
+        match self {
+            DurRepr::Text(s) => parse_duration(&s),
+            DurRepr::Int(n) => Ok(Duration::from_secs(n)),
+            DurRepr::Float(x) => duration_from_secs(x),
+        }
+    }
+}
+
+fn format_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+mod dur {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(*d))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        DurRepr::deserialize(d)?
+            .into_duration()
+            .map_err(de::Error::custom)
+    }
+}
+
+mod opt_dur {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<DurRepr>::deserialize(d)?
+            .map(DurRepr::into_duration)
+            .transpose()
+            .map_err(de::Error::custom)
+    }
+}
+
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u16>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        One(u16),
+        Many(Vec<u16>),
+    }
+    Ok(match Repr::deserialize(d)? {
+        Repr::One(s) => vec![s],
+        Repr::Many(v) => v,
+    })
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            One(u32),
+            Range([u32; 2]),
+        }
+        Ok(
+            match Repr::deserialize(d).map_err(|_| {
+                de::Error::custom("expected a count (40) or an inclusive range ([20, 80])")
+            })? {
+                Repr::One(n) => Count::fixed(n),
+                Repr::Range([min, max]) => Count::range(min, max),
+            },
+        )
+    }
+}
+
+impl Serialize for Count {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.min == self.max {
+            s.serialize_u32(self.min)
+        } else {
+            [self.min, self.max].serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Delay {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            #[serde(default, with = "opt_dur")]
+            fixed: Option<Duration>,
+            #[serde(default)]
+            uniform: Option<[DurRepr; 2]>,
+            #[serde(default)]
+            lognormal: Option<LogNormal>,
+            #[serde(default, with = "opt_dur")]
+            max: Option<Duration>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Plain(DurRepr),
+            Table(Table),
+        }
+        let repr = Repr::deserialize(d).map_err(|_| {
+            de::Error::custom(
+                "expected a duration (\"250ms\") or a table { fixed, uniform, lognormal, max }",
+            )
+        })?;
+        match repr {
+            Repr::Plain(p) => p
+                .into_duration()
+                .map(Delay::fixed)
+                .map_err(de::Error::custom),
+            Repr::Table(t) => {
+                let uniform = match t.uniform {
+                    Some([lo, hi]) => Some((
+                        lo.into_duration().map_err(de::Error::custom)?,
+                        hi.into_duration().map_err(de::Error::custom)?,
+                    )),
+                    None => None,
+                };
+                Ok(Delay {
+                    fixed: t.fixed.unwrap_or_default(),
+                    uniform,
+                    lognormal: t.lognormal,
+                    max: t.max,
+                })
+            }
+        }
+    }
+}
+
+impl Serialize for Delay {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if self.uniform.is_none() && self.lognormal.is_none() && self.max.is_none() {
+            return s.serialize_str(&format_duration(self.fixed));
+        }
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("fixed", &format_duration(self.fixed))?;
+        if let Some((lo, hi)) = self.uniform {
+            m.serialize_entry("uniform", &[format_duration(lo), format_duration(hi)])?;
+        }
+        if let Some(l) = &self.lognormal {
+            m.serialize_entry("lognormal", l)?;
+        }
+        if let Some(max) = self.max {
+            m.serialize_entry("max", &format_duration(max))?;
+        }
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_profile_parses() {
+        for name in Profile::builtin_names() {
+            assert!(Profile::builtin(name).is_some(), "{name}");
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/profiles");
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Profile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                let stem = path.file_stem().unwrap().to_str().unwrap();
+                assert!(Profile::builtin(stem).is_some(), "{stem} is not shipped");
+                files += 1;
+            }
+        }
+        assert_eq!(files, BUILTIN.len());
+    }
+
+    #[test]
+    fn the_example_profile_sets_every_field() {
+        let p = Profile::builtin("example").unwrap();
+        assert_eq!(p.seed, 42);
+        assert_eq!(p.limits.key_by, KeyBy::ApiKey);
+        assert_eq!((p.limits.rpm, p.limits.tpm), (Some(60), Some(40_000)));
+        assert_eq!(
+            p.limits.keys["sk-small"],
+            KeyLimits::new(Some(5), Some(2000))
+        );
+        assert_eq!(p.quota.tokens, Some(1_000_000));
+        assert_eq!(p.quota.exhausted_keys, ["sk-broke"]);
+        assert_eq!(p.context.window, Some(8192));
+        assert_eq!(p.context.models["gpt-4o"], 128_000);
+        assert_eq!(p.latency.head, Delay::fixed(Duration::from_millis(20)));
+        let ft = p.latency.first_token;
+        assert_eq!(ft.fixed, Duration::from_millis(100));
+        assert_eq!(ft.max, Some(Duration::from_secs(10)));
+        assert_eq!(
+            ft.lognormal,
+            Some(LogNormal {
+                median: Duration::from_millis(300),
+                sigma: 0.5
+            })
+        );
+        assert_eq!(
+            p.latency.per_token.uniform,
+            Some((Duration::from_millis(5), Duration::from_millis(25)))
+        );
+        assert_eq!(p.output.tokens, Count::range(20, 80));
+        assert!(!p.output.always_include_usage);
+        assert_eq!(p.stream.keepalive.probability, 0.3);
+        assert_eq!(p.stream.keepalive.interval, Duration::from_secs(1));
+        assert_eq!(p.stream.keepalive.style, KeepAliveStyle::Comment);
+        assert_eq!(p.stream.cut.after_tokens, Count::range(1, 30));
+        assert!(!p.stream.cut.abort);
+        assert_eq!(p.stream.error.probability, 0.02);
+        assert_eq!(p.malformed.kinds.len(), 2);
+        assert_eq!(p.auth.invalid_keys, ["sk-revoked"]);
+        let r = &p.errors[0];
+        assert_eq!(r.status, [503, 529]);
+        assert_eq!(r.start, Some(Duration::from_secs(30)));
+        assert_eq!(r.end, Some(Duration::from_secs(45)));
+        assert_eq!(r.period, Some(Duration::from_secs(120)));
+        assert_eq!(r.probability, 0.9);
+        assert_eq!(r.models, ["gpt-4o"]);
+        assert_eq!(r.retry_after, Some(Duration::from_secs(5)));
+        assert_eq!(r.should_retry, Some(true));
+        assert_eq!(p.errors[1], ErrorRule::random(500, 0.01));
+    }
+
+    #[test]
+    fn a_profile_survives_a_round_trip_through_toml() {
+        for name in Profile::builtin_names() {
+            let p = Profile::builtin(name).unwrap();
+            let text = toml::to_string(&p).unwrap();
+            assert_eq!(Profile::from_toml(&text).unwrap(), p, "{name}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_builder_and_toml_agree() {
+        let built = Profile::default()
+            .seed(5)
+            .rpm(100)
+            .first_token_latency(
+                Delay::lognormal(Duration::from_millis(300), 0.5).plus(Duration::from_millis(50)),
+            )
+            .cut_streams(0.1, Count::range(2, 9), true)
+            .error(
+                ErrorRule::outage(503, Duration::from_secs(5), Duration::from_secs(8))
+                    .statuses(&[503, 529])
+                    .every(Duration::from_secs(60)),
+            );
+        let parsed = Profile::from_toml(
+            r#"
+            seed = 5
+            [limits]
+            rpm = 100
+            [latency]
+            first_token = { fixed = 0.05, lognormal = { median = "300ms", sigma = 0.5 } }
+            [stream.cut]
+            probability = 0.1
+            after_tokens = [2, 9]
+            abort = true
+            [[errors]]
+            status = [503, 529]
+            start = 5
+            end = "8s"
+            period = "1m"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(built, parsed);
+    }
+
+    #[test]
+    fn bad_profiles_are_clear_errors() {
+        let cases = [
+            ("sede = 1", "unknown field `sede`"),
+            ("[limits]\nrpm = \"fast\"", "rpm"),
+            ("[limits]\nrpm = 0", "limits.rpm must be positive"),
+            ("[limits]\nkey_by = \"ip\"", "key_by"),
+            ("[latency]\nhead = \"soon\"", "invalid duration \"soon\""),
+            (
+                "[stream.cut]\nprobability = 1.5",
+                "stream.cut.probability must be between 0 and 1",
+            ),
+            (
+                "[output]\ntokens = [9, 3]",
+                "output.tokens: range [9, 3] is empty",
+            ),
+            ("[output]\ntokens = \"many\"", "expected a count"),
+            ("[[errors]]\nstatus = 200", "not an error status"),
+            (
+                "[[errors]]\nstart = \"9s\"\nend = \"3s\"",
+                "end is not after start",
+            ),
+            ("[[errors]]\nperiod = \"9s\"", "period needs an end"),
+            (
+                "[[errors]]\nstart = 0\nend = \"10s\"\nperiod = \"5s\"",
+                "period is shorter than the window",
+            ),
+            (
+                "[latency]\nfirst_token = { lognormal = { median = \"1s\", sigma = -1 } }",
+                "sigma",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = Profile::from_toml(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+        let err = Profile::load("/no/such/profile.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read /no/such/profile.toml"), "{err}");
+    }
+
+    #[test]
+    fn debug_never_prints_keys() {
+        let p = Profile::default()
+            .key_limits("sk-secret-1", KeyLimits::new(Some(1), None))
+            .exhausted_key("sk-secret-2")
+            .invalid_key("sk-secret-3");
+        let shown = format!("{p:?}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert!(shown.contains("1 overrides"));
+    }
+
+    #[test]
+    fn windows_open_and_close() {
+        let r = ErrorRule::outage(503, Duration::from_secs(10), Duration::from_secs(20));
+        let at = |s: f64| r.active_at(Duration::from_secs_f64(s));
+        assert!(!at(9.999) && at(10.0) && at(19.999) && !at(20.0) && !at(1e6));
+        let r = r.every(Duration::from_secs(60));
+        let at = |s: f64| r.active_at(Duration::from_secs_f64(s));
+        assert!(at(70.0) && !at(80.0) && at(130.5) && !at(5.0));
+        assert!(ErrorRule::random(500, 0.5).active_at(Duration::from_secs(1_000_000)));
+    }
+}

@@ -1,0 +1,733 @@
+//! The fault model and its in-process `Service` front end.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, DATE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use seawall_core::SeededRandom;
+use tokio::time::Instant;
+
+use crate::body::MockBody;
+use crate::future::{Billed, ResponseFuture};
+use crate::profile::{KeyBy, MalformedKind, Profile};
+use crate::rng::Rng;
+use crate::stats::{Counters, Outcome, Stats};
+use crate::wire::{self, Answer, ChatRequest, Failure, RateLimited, Wire};
+
+/// The chaos upstream: one seeded fault model behind two front ends.
+///
+/// - In process, it is a `tower::Service<http::Request<Bytes>>` answering
+///   `http::Response<`[`MockBody`]`>`, with no sockets and all timing on `tokio::time`, so a
+///   simulation on a paused clock pushes thousands of requests through it in virtual time.
+/// - Over HTTP, [`crate::router`] and [`crate::serve`] put the same model behind axum.
+///
+/// It answers `POST .../chat/completions` (OpenAI) and `POST .../messages` (Anthropic),
+/// complete or streamed (`"stream": true`), and injects the faults of its [`Profile`]. Clones
+/// share one state: limits, quota, clock and [`Stats`]. Times (outage windows, rate-limit
+/// buckets) count from [`MockUpstream::new`].
+///
+/// A fixed seed gives a fixed run for a fixed order of calls: each call takes one draw from the
+/// shared seeded sequence and makes all its own choices (latencies, faults, ids) from it.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::BodyExt;
+/// use seawall_mock::{MockUpstream, Profile};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let upstream = MockUpstream::new(Profile::default().rpm(1));
+/// let ask = || {
+///     http::Request::post("http://mock/v1/chat/completions")
+///         .header("authorization", "Bearer sk-test")
+///         .body(Bytes::from(r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#))
+///         .unwrap()
+/// };
+/// let ok = upstream.clone().oneshot(ask()).await.unwrap();
+/// assert_eq!(ok.status(), 200);
+/// assert_eq!(ok.headers()["x-ratelimit-remaining-requests"], "0");
+/// let body = ok.into_body().collect().await.unwrap().to_bytes();
+/// assert!(body.starts_with(br#"{"id":"chatcmpl-"#));
+///
+/// let limited = upstream.clone().oneshot(ask()).await.unwrap();
+/// assert_eq!(limited.status(), 429);
+/// assert_eq!(limited.headers()["retry-after"], "60");
+/// assert_eq!(upstream.stats().rate_limited, 1);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct MockUpstream {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) profile: Profile,
+    start: Instant,
+    epoch: Duration,
+    rng: SeededRandom,
+    keys: Mutex<HashMap<Box<str>, KeyState>>,
+    pub(crate) counters: Counters,
+}
+
+struct KeyState {
+    requests: Bucket,
+    tokens: Bucket,
+    billed: Arc<AtomicU64>,
+}
+
+/// A token bucket refilled continuously at `cap / 60 s`.
+#[derive(Clone, Copy)]
+struct Bucket {
+    level: f64,
+    at: Duration,
+}
+
+const EPSILON: f64 = 1e-6;
+
+impl Bucket {
+    fn full(cap: u32, at: Duration) -> Self {
+        Bucket {
+            level: f64::from(cap),
+            at,
+        }
+    }
+
+    fn refill(&mut self, cap: u32, t: Duration) {
+        let rate = f64::from(cap) / 60.0;
+        let dt = t.saturating_sub(self.at).as_secs_f64();
+        self.level = (self.level + dt * rate).min(f64::from(cap));
+        self.at = self.at.max(t);
+    }
+
+    fn has(&self, need: f64) -> bool {
+        self.level + EPSILON >= need
+    }
+
+    fn wait_for(&self, cap: u32, need: f64) -> Duration {
+        let rate = f64::from(cap) / 60.0;
+        Duration::from_secs_f64(((need - self.level).max(0.0)) / rate)
+    }
+
+    fn remaining(&self) -> u64 {
+        (self.level + EPSILON).floor().max(0.0) as u64
+    }
+
+    fn used(&self, cap: u32) -> u64 {
+        u64::from(cap).saturating_sub(self.remaining())
+    }
+
+    /// Time until the bucket is full again.
+    fn reset(&self, cap: u32) -> Duration {
+        self.wait_for(cap, f64::from(cap))
+    }
+}
+
+/// One window for the rate-limit headers.
+#[derive(Clone, Copy)]
+struct Window {
+    limit: u32,
+    remaining: u64,
+    reset: Duration,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Snapshot {
+    requests: Option<Window>,
+    tokens: Option<Window>,
+}
+
+impl fmt::Debug for MockUpstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockUpstream")
+            .field("profile", &self.inner.profile)
+            .field("elapsed", &self.elapsed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockUpstream {
+    /// A new upstream whose clock starts now; its wall-clock times (`created`, `date`,
+    /// Anthropic's RFC 3339 resets) start from the system time now.
+    pub fn new(profile: Profile) -> Self {
+        Self::with_epoch(profile, SystemTime::now())
+    }
+
+    /// A new upstream whose wall-clock times start at `epoch` (for byte-identical runs).
+    pub fn with_epoch(profile: Profile, epoch: SystemTime) -> Self {
+        let rng = SeededRandom::new(profile.seed);
+        MockUpstream {
+            inner: Arc::new(Inner {
+                profile,
+                start: Instant::now(),
+                epoch: epoch.duration_since(UNIX_EPOCH).unwrap_or_default(),
+                rng,
+                keys: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &Profile {
+        &self.inner.profile
+    }
+
+    /// Time since the upstream started (the clock of outage windows).
+    pub fn elapsed(&self) -> Duration {
+        self.inner.start.elapsed()
+    }
+
+    /// What the upstream has done so far.
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot(self.elapsed())
+    }
+
+    /// Answers one request. The same as `Service::call`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime with the time driver enabled, like `tokio::time::sleep`.
+    pub fn respond(&self, req: Request<Bytes>) -> ResponseFuture {
+        self.inner.respond(&self.inner, req)
+    }
+}
+
+impl tower_service::Service<Request<Bytes>> for MockUpstream {
+    type Response = Response<MockBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Bytes>) -> ResponseFuture {
+        self.respond(req)
+    }
+}
+
+/// A response under construction.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: MockBody,
+    delay: Duration,
+    billed: Option<Billed>,
+}
+
+fn api_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers.get(http::header::AUTHORIZATION) {
+        let v = v.to_str().ok()?;
+        return Some(v.strip_prefix("Bearer ").unwrap_or(v).trim());
+    }
+    headers
+        .get("x-api-key")
+        .or_else(|| headers.get("api-key"))
+        .and_then(|v| v.to_str().ok())
+}
+
+fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+fn put(headers: &mut HeaderMap, name: &'static str, value: impl fmt::Display) {
+    headers.insert(HeaderName::from_static(name), hv(&value.to_string()));
+}
+
+impl Inner {
+    fn unix(&self, t: Duration) -> Duration {
+        self.epoch + t
+    }
+
+    fn respond(&self, this: &Arc<Inner>, req: Request<Bytes>) -> ResponseFuture {
+        let arrived = Instant::now();
+        let t = arrived.saturating_duration_since(self.start);
+        let mut rng = Rng::new(self.rng.next_u64());
+        let request_id = format!("req_{:016x}{:08x}", rng.next_u64(), rng.next_u64() as u32);
+        let head = rng.delay(&self.profile.latency.head);
+
+        let path = req.uri().path();
+        let wire = if path.ends_with("/messages") || req.headers().contains_key("anthropic-version")
+        {
+            Wire::Anthropic
+        } else {
+            Wire::OpenAi
+        };
+        let routed = path.ends_with("/chat/completions") || path.ends_with("/messages");
+        let mut headers = self.base_headers(wire, &request_id, t);
+
+        let failure = if !routed {
+            Some(Failure::NotFound)
+        } else if req.method() != Method::POST {
+            Some(Failure::MethodNotAllowed)
+        } else {
+            None
+        };
+        let mut chat = match failure.map_or_else(|| wire::parse_request(wire, req.body()), Err) {
+            Ok(chat) => chat,
+            Err(f) => {
+                let reply = fail(wire, f, "", &request_id, headers, head);
+                return self.finish(this, reply, Outcome::Rejected, arrived);
+            }
+        };
+
+        let key = api_key(req.headers());
+        let invalid = key.is_some_and(|k| self.profile.auth.invalid_keys.iter().any(|i| i == k));
+        let key = self.state_key(key, &chat.model);
+
+        // Plan the answer first: its length is part of the token charge.
+        let mut output = rng.count(self.profile.output.tokens);
+        let truncated = chat.max_tokens.is_some_and(|m| output > m);
+        if let Some(m) = chat.max_tokens {
+            output = output.min(m);
+        }
+        let window = self
+            .profile
+            .context
+            .models
+            .get(&chat.model)
+            .copied()
+            .or(self.profile.context.window);
+        let too_long = window.filter(|w| chat.input_tokens > *w);
+
+        let precheck = if invalid {
+            Some((Failure::InvalidKey, Outcome::Rejected))
+        } else {
+            too_long.map(|window| {
+                (
+                    Failure::ContextLength {
+                        window,
+                        tokens: chat.input_tokens,
+                    },
+                    Outcome::ContextLength,
+                )
+            })
+        };
+        let cost = u64::from(chat.input_tokens) + u64::from(chat.max_tokens.unwrap_or(output));
+        let admission = self.admit(&key, t, cost, precheck.is_none());
+        self.rate_headers(wire, &mut headers, &admission.snapshot, t);
+        if let Some((f, outcome)) = precheck {
+            let reply = fail(wire, f, &chat.model, &request_id, headers, head);
+            return self.finish(this, reply, outcome, arrived);
+        }
+        let billed_key = match admission.verdict {
+            Verdict::Admitted(b) => b,
+            Verdict::Quota => {
+                let reply = fail(
+                    wire,
+                    Failure::Quota,
+                    &chat.model,
+                    &request_id,
+                    headers,
+                    head,
+                );
+                return self.finish(this, reply, Outcome::QuotaExhausted, arrived);
+            }
+            Verdict::Limited(r) => {
+                let secs = r.wait.as_secs() + u64::from(r.wait.subsec_nanos() > 0);
+                headers.insert(RETRY_AFTER, hv(&secs.max(1).to_string()));
+                if wire == Wire::OpenAi {
+                    let ms = r.wait.as_nanos().div_ceil(1_000_000);
+                    put(&mut headers, "retry-after-ms", ms);
+                }
+                let f = Failure::RateLimited(r);
+                let reply = fail(wire, f, &chat.model, &request_id, headers, head);
+                return self.finish(this, reply, Outcome::RateLimited, arrived);
+            }
+        };
+
+        // Server errors: bursts and outage windows, first matching rule wins.
+        for rule in &self.profile.errors {
+            if rule.applies_to(&chat.model) && rule.active_at(t) && rng.chance(rule.probability) {
+                let status = rule.status[rng.below(rule.status.len())];
+                if let Some(d) = rule.retry_after {
+                    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                    headers.insert(RETRY_AFTER, hv(&secs.to_string()));
+                }
+                if let Some(s) = rule.should_retry {
+                    put(&mut headers, "x-should-retry", s);
+                }
+                let f = Failure::Server(status);
+                let reply = fail(wire, f, &chat.model, &request_id, headers, head);
+                return self.finish(this, reply, Outcome::ServerError, arrived);
+            }
+        }
+
+        let answer = Answer {
+            wire,
+            id: match wire {
+                Wire::OpenAi => format!(
+                    "chatcmpl-{:016x}{:08x}",
+                    rng.next_u64(),
+                    rng.next_u64() as u32
+                ),
+                Wire::Anthropic => {
+                    format!("msg_{:016x}{:08x}", rng.next_u64(), rng.next_u64() as u32)
+                }
+            },
+            created: self.unix(t).as_secs(),
+            model: std::mem::take(&mut chat.model),
+            input_tokens: chat.input_tokens,
+            output_tokens: output,
+            truncated,
+            word_offset: (rng.next_u64() % 32) as u32,
+        };
+        let first_token = rng.delay(&self.profile.latency.first_token);
+
+        let malformed = &self.profile.malformed;
+        if !malformed.kinds.is_empty() && rng.chance(malformed.probability) {
+            let kind = malformed.kinds[rng.below(malformed.kinds.len())];
+            let reply =
+                self.malformed(kind, &answer, &chat, headers, head, first_token, billed_key);
+            return self.finish(this, reply, Outcome::Malformed, arrived);
+        }
+
+        let reply = if chat.stream {
+            self.stream(
+                this,
+                answer,
+                &chat,
+                headers,
+                head,
+                first_token,
+                arrived,
+                billed_key,
+                rng,
+            )
+        } else {
+            let mut total = first_token;
+            for _ in 1..answer.output_tokens {
+                total += rng.delay(&self.profile.latency.per_token);
+            }
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            let billed = Billed::new(
+                u64::from(answer.input_tokens),
+                u64::from(answer.output_tokens),
+                billed_key,
+            );
+            billed.charge(&self.counters);
+            Reply {
+                status: StatusCode::OK,
+                headers,
+                body: MockBody::full(answer.complete_json()),
+                delay: total.max(head),
+                billed: Some(billed),
+            }
+        };
+        self.finish(this, reply, Outcome::Ok, arrived)
+    }
+
+    fn finish(
+        &self,
+        this: &Arc<Inner>,
+        reply: Reply,
+        outcome: Outcome,
+        arrived: Instant,
+    ) -> ResponseFuture {
+        self.counters.record(outcome, reply.status.as_u16());
+        let mut response = Response::new(reply.body);
+        *response.status_mut() = reply.status;
+        *response.headers_mut() = reply.headers;
+        ResponseFuture::new(
+            response,
+            arrived + reply.delay,
+            reply.delay.is_zero(),
+            reply.billed.map(|b| (this.clone(), b)),
+        )
+    }
+
+    fn base_headers(&self, wire: Wire, request_id: &str, t: Duration) -> HeaderMap {
+        let mut h = HeaderMap::with_capacity(16);
+        let id = match wire {
+            Wire::OpenAi => "x-request-id",
+            Wire::Anthropic => "request-id",
+        };
+        h.insert(HeaderName::from_static(id), hv(request_id));
+        h.insert(
+            DATE,
+            hv(&httpdate::fmt_http_date(UNIX_EPOCH + self.unix(t))),
+        );
+        h
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn malformed(
+        &self,
+        kind: MalformedKind,
+        answer: &Answer,
+        chat: &ChatRequest,
+        mut headers: HeaderMap,
+        head: Duration,
+        first_token: Duration,
+        billed_key: Arc<AtomicU64>,
+    ) -> Reply {
+        match kind {
+            MalformedKind::Html502 => {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html"));
+                Reply {
+                    status: StatusCode::BAD_GATEWAY,
+                    headers,
+                    body: MockBody::full(Bytes::from_static(wire::HTML_502.as_bytes())),
+                    delay: head,
+                    billed: None,
+                }
+            }
+            MalformedKind::TruncatedJson => {
+                // The upstream did the work (and bills it); the body stops halfway.
+                let (whole, content_type, output) = match (chat.stream, answer.wire) {
+                    (true, Wire::OpenAi) => (answer.openai_chunk_prefix(), "text/event-stream", 0),
+                    (true, Wire::Anthropic) => {
+                        (answer.anthropic_message_start(), "text/event-stream", 0)
+                    }
+                    (false, _) => (
+                        answer.complete_json(),
+                        "application/json",
+                        answer.output_tokens,
+                    ),
+                };
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+                let billed = Billed::new(
+                    u64::from(answer.input_tokens),
+                    u64::from(output),
+                    billed_key,
+                );
+                billed.charge(&self.counters);
+                billed.waste(&self.counters);
+                Reply {
+                    status: StatusCode::OK,
+                    headers,
+                    body: MockBody::full(whole.slice(..whole.len() / 2)),
+                    delay: first_token.max(head),
+                    billed: None,
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn stream(
+        &self,
+        this: &Arc<Inner>,
+        answer: Answer,
+        chat: &ChatRequest,
+        mut headers: HeaderMap,
+        head: Duration,
+        first_token: Duration,
+        arrived: Instant,
+        billed_key: Arc<AtomicU64>,
+        mut rng: Rng,
+    ) -> Reply {
+        let faults = &self.profile.stream;
+        let keepalive = rng
+            .chance(faults.keepalive.probability)
+            .then_some((faults.keepalive.interval, faults.keepalive.style));
+        let last = answer.output_tokens.saturating_sub(1);
+        let cut = rng
+            .chance(faults.cut.probability)
+            .then(|| rng.count(faults.cut.after_tokens).min(last));
+        let error = rng
+            .chance(faults.error.probability)
+            .then(|| rng.count(faults.error.after_tokens).min(last));
+        let end = match (cut, error) {
+            (Some(c), Some(e)) if e <= c => crate::body::End::Error(e),
+            (Some(c), _) => crate::body::End::Cut(c, faults.cut.abort),
+            (None, Some(e)) => crate::body::End::Error(e),
+            (None, None) => crate::body::End::Complete,
+        };
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        let billed = Billed::new(u64::from(answer.input_tokens), 0, billed_key);
+        billed.charge(&self.counters);
+        self.counters.streams_started.fetch_add(1, Relaxed);
+        let include_usage = chat.include_usage || self.profile.output.always_include_usage;
+        let body = MockBody::stream(crate::body::StreamPlan {
+            inner: this.clone(),
+            billed_key: billed.key.clone(),
+            answer,
+            include_usage,
+            usage_null: chat.include_usage,
+            head_at: arrived + head,
+            first_token_at: arrived + first_token.max(head),
+            keepalive,
+            end,
+            rng: Rng::new(rng.next_u64()),
+        });
+        Reply {
+            status: StatusCode::OK,
+            headers,
+            body,
+            delay: head,
+            billed: Some(billed),
+        }
+    }
+
+    fn state_key(&self, api_key: Option<&str>, model: &str) -> String {
+        let key = api_key.unwrap_or("anonymous");
+        match self.profile.limits.key_by {
+            KeyBy::ApiKey => key.to_owned(),
+            KeyBy::Model => model.to_owned(),
+            KeyBy::ApiKeyAndModel => format!("{key}/{model}"),
+        }
+    }
+
+    fn limits_for(&self, key: &str) -> (Option<u32>, Option<u32>) {
+        let l = &self.profile.limits;
+        let o = l.keys.get(key);
+        (
+            o.and_then(|o| o.rpm).or(l.rpm),
+            o.and_then(|o| o.tpm).or(l.tpm),
+        )
+    }
+
+    /// Checks quota and rate limits for `key` and, when `charge` and both pass, charges one
+    /// request and `cost` tokens.
+    fn admit(&self, key: &str, t: Duration, cost: u64, charge: bool) -> Admission {
+        let (rpm, tpm) = self.limits_for(key);
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let state = match keys.get_mut(key) {
+            Some(s) => s,
+            None => keys.entry(key.into()).or_insert_with(|| KeyState {
+                requests: Bucket::full(rpm.unwrap_or(0), t),
+                tokens: Bucket::full(tpm.unwrap_or(0), t),
+                billed: Arc::new(AtomicU64::new(0)),
+            }),
+        };
+        if let Some(cap) = rpm {
+            state.requests.refill(cap, t);
+        }
+        if let Some(cap) = tpm {
+            state.tokens.refill(cap, t);
+        }
+        let cost = tpm.map_or(cost, |cap| cost.min(u64::from(cap))) as f64;
+        let snapshot = |s: &KeyState| Snapshot {
+            requests: rpm.map(|cap| Window {
+                limit: cap,
+                remaining: s.requests.remaining(),
+                reset: s.requests.reset(cap),
+            }),
+            tokens: tpm.map(|cap| Window {
+                limit: cap,
+                remaining: s.tokens.remaining(),
+                reset: s.tokens.reset(cap),
+            }),
+        };
+        let quota = &self.profile.quota;
+        let exhausted = quota
+            .tokens
+            .is_some_and(|q| state.billed.load(Relaxed) >= q)
+            || quota.exhausted_keys.iter().any(|k| k == key);
+        let verdict = if exhausted {
+            Verdict::Quota
+        } else if let Some(cap) = rpm.filter(|_| !state.requests.has(1.0)) {
+            Verdict::Limited(RateLimited {
+                tokens: false,
+                limit: cap,
+                used: state.requests.used(cap),
+                requested: 1,
+                wait: state.requests.wait_for(cap, 1.0),
+            })
+        } else if let Some(cap) = tpm.filter(|_| !state.tokens.has(cost)) {
+            Verdict::Limited(RateLimited {
+                tokens: true,
+                limit: cap,
+                used: state.tokens.used(cap),
+                requested: cost as u64,
+                wait: state.tokens.wait_for(cap, cost),
+            })
+        } else {
+            if charge {
+                if rpm.is_some() {
+                    state.requests.level -= 1.0;
+                }
+                if tpm.is_some() {
+                    state.tokens.level -= cost;
+                }
+            }
+            Verdict::Admitted(state.billed.clone())
+        };
+        Admission {
+            snapshot: snapshot(state),
+            verdict,
+        }
+    }
+
+    fn rate_headers(&self, wire: Wire, h: &mut HeaderMap, s: &Snapshot, t: Duration) {
+        const OPENAI: [[&str; 3]; 2] = [
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        ];
+        const ANTHROPIC: [[&str; 3]; 2] = [
+            [
+                "anthropic-ratelimit-requests-limit",
+                "anthropic-ratelimit-requests-remaining",
+                "anthropic-ratelimit-requests-reset",
+            ],
+            [
+                "anthropic-ratelimit-tokens-limit",
+                "anthropic-ratelimit-tokens-remaining",
+                "anthropic-ratelimit-tokens-reset",
+            ],
+        ];
+        for (i, w) in [s.requests, s.tokens].into_iter().enumerate() {
+            let Some(w) = w else { continue };
+            let (names, reset) = match wire {
+                Wire::OpenAi => (OPENAI[i], wire::go_duration(w.reset)),
+                Wire::Anthropic => {
+                    let at = self.unix(t) + w.reset;
+                    let secs = at.as_secs() + u64::from(at.subsec_nanos() > 0);
+                    (ANTHROPIC[i], wire::rfc3339(secs))
+                }
+            };
+            put(h, names[0], w.limit);
+            put(h, names[1], w.remaining);
+            h.insert(HeaderName::from_static(names[2]), hv(&reset));
+        }
+    }
+}
+
+fn fail(
+    wire: Wire,
+    failure: Failure,
+    model: &str,
+    request_id: &str,
+    mut headers: HeaderMap,
+    delay: Duration,
+) -> Reply {
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Reply {
+        status: failure.status(wire),
+        body: MockBody::full(failure.render(wire, model, request_id)),
+        headers,
+        delay,
+        billed: None,
+    }
+}
+
+struct Admission {
+    snapshot: Snapshot,
+    verdict: Verdict,
+}
+
+enum Verdict {
+    Admitted(Arc<AtomicU64>),
+    Quota,
+    Limited(RateLimited),
+}
