@@ -103,6 +103,21 @@ fn anthropic_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
             400,
             anthropic(
                 "invalid_request_error",
+                "You have reached your specified API usage limits. You will regain access on 2025-07-01 at 00:00 UTC.",
+            ),
+            QuotaExhausted,
+            "invalid_request_error",
+        ),
+        (
+            409,
+            anthropic("conflict_error", "Conflict"),
+            Conflict,
+            "conflict_error",
+        ),
+        (
+            400,
+            anthropic(
+                "invalid_request_error",
                 "prompt is too long: 208310 tokens > 200000 maximum",
             ),
             ContextLengthExceeded,
