@@ -1,1 +1,120 @@
-//! seawall-retry: not written yet.
+//! `BackoffRetryLayer`: the one retry loop of a seawall stack.
+//!
+//! Retries are where LLM clients go wrong most often: they retry what cannot succeed (an
+//! `insufficient_quota` 429, a context-length 400), ignore the server's `Retry-After`, or honour
+//! it without a cap, block for minutes because nothing bounds the total time, multiply the load
+//! on an upstream that is already failing, and do all of it silently. This layer retries only
+//! what the classification allows, waits as the server asks (within limits), stays inside a
+//! total time budget and a shared retry budget, and logs every retry.
+//!
+//! It should be the *only* retry loop: turn the SDK's and the transport's retries off. In the
+//! recommended stack it sits inside `observe` and `fallback` and outside `cost_budget`,
+//! `breaker`, `gate`, the stream timeouts and `classify`, so every attempt is charged, counted
+//! by the breaker and gated, while a backoff wait holds no gate permit.
+//!
+//! # How a failed attempt is decided
+//!
+//! The layer never looks at raw responses: it reads the [`LlmError`] the classifier made. In
+//! order:
+//!
+//! 1. Local rejections (circuit open, gate full, budgets, deadlines) and `StreamInterrupted`
+//!    are never retried here.
+//! 2. The server's `x-should-retry` directive ([`LlmError::should_retry`]) wins either way;
+//!    otherwise the class's [`Disposition`](seawall_core::Disposition) decides, with
+//!    [`LlmRequest::is_idempotent`] for the classes that may have been billed (504, lost
+//!    connection). 400/401/403/404/422, quota exhaustion, context length and content policy
+//!    are never retried by default.
+//! 3. A runtime switch that is off ([`RetryHandle::set_enabled`]) stops here
+//!    ([`GiveUp::Disabled`]).
+//! 4. `max_attempts` **counts the first call**: `max_attempts(3)` means one call and at most
+//!    two retries. Each class also has its own maximum number of retries per call.
+//! 5. The delay: the server's hint ([`LlmError::retry_hint`]: `Retry-After`, or the reset of
+//!    an exhausted rate-limit window) plus up to 10% jitter, never less than the hint. A hint
+//!    above the cap (60 s) fails at once ([`GiveUp::HintTooLong`]) with the hint still in the
+//!    error, rather than sleeping for it or retrying early. Without a hint, the exponential
+//!    [`Backoff`]; after an overload (503/529) at least 5 s (plus jitter).
+//! 6. A delay that does not fit in what is left of the time budget fails at once
+//!    ([`GiveUp::DeadlineTooClose`]): no wait ever crosses the budget.
+//! 7. Last, the shared [`RetryBudget`] must grant the retry ([`GiveUp::RetryBudget`]
+//!    otherwise; counted by [`RetryHandle::budget_exhausted`]).
+//!
+//! The final error is the last attempt's error, with the earlier attempts
+//! ([`LlmError::attempts`]: class, status, time taken and delay slept after each) and the
+//! reason ([`LlmError::give_up`]), so a caller can choose between a cached answer, a smaller
+//! model and an error page. The upstream class is kept (a rate limit stays `RateLimited`), so
+//! a fallback layer outside still sees what happened.
+//!
+//! # Time budget
+//!
+//! The total time budget (120 s by default) covers every attempt and every wait of a logical
+//! call, up to the response (the commit point: with the stream layer inside, the first real
+//! content). It is checked before every wait, and an attempt still in flight when it runs
+//! out is cancelled: the call fails with a [`FailureClass::DeadlineExceeded`] error that
+//! carries the history and, in its message and source, the last upstream error. The clock
+//! starts at the first poll of the response future. A non-streamed call that legitimately takes
+//! minutes needs a larger budget (or [`BackoffRetryBuilder::no_time_budget`]).
+//!
+//! # Streams and the commit point
+//!
+//! An `Ok` from the inner service is passed through untouched: the stream layer inside only
+//! answers once real content has arrived, so an `Ok` means the commit point was reached and
+//! nothing after it (a broken stream is an error *of the body*) is ever retried. Only an `Err`
+//! from the service future is.
+//!
+//! # Defaults
+//!
+//! | setting | default | why |
+//! |---|---|---|
+//! | `max_attempts` | 4 (one call + up to 3 retries) | lets an overload use its 3 retries; the per-class caps are the real limits |
+//! | per-class retries | rate limit 2, overload 3, server error 2, 504 / lost connection 1 (idempotent only), connect 3, other retryable classes 2 | an SDK's 2 retries, more where the request never reached the upstream or an overload needs time |
+//! | backoff | full jitter under `min(8 s, 0.5 s * 2^n)` | the official SDKs' curve (providers' limiters are tuned for it); full jitter spreads a fleet that failed together |
+//! | server hint cap | 60 s, +0–10% jitter | what anthropic-python and the gateways honour; the jitter keeps a fleet from returning in lockstep |
+//! | overload minimum | 5 s, +0–10% jitter | an overloaded upstream recovers in seconds, and an instant retry adds to the overload |
+//! | time budget | 120 s | bounds the classic "30 s timeout × 3 attempts + sleeps" pile-up while leaving room for one 60 s hint |
+//! | retry budget | 20% of calls + 10 per 10 s, shared | Finagle's and Envoy's ratio: an incident can add at most 20% load, while a quiet service can still retry |
+//! | idempotency key / attempt header | off | they change what is sent upstream: opt in |
+//!
+//! # What the request type must provide
+//!
+//! `Req: LlmRequest + Clone`. The layer keeps one copy of the request to resend and clones it
+//! for each retry. For `http::Request<Bytes>` the body is a reference-counted `Bytes` and is
+//! never copied; the headers and extensions are (a few small allocations, what
+//! `tower::retry::Retry` pays too). A typed request should make `Clone` cheap the same way
+//! (an `Arc` for the prompt). Headers (idempotency key, attempt number) are written through
+//! [`LlmRequest::headers_mut`]; request types without headers are sent unchanged.
+//!
+//! The inner service must be `Clone` (tower's `mem::replace` pattern keeps a ready service for
+//! the first call and a clone for the retries) and its error must convert into [`LlmError`].
+//! The layer needs a tokio runtime with the time driver (all waits are `tokio::time`, so tests
+//! run on paused time), and draws jitter from an injectable, seedable [`Random`] source.
+//!
+//! # Cost of a call that needs no retry
+//!
+//! One atomic add for the retry budget (a plain read once the saved credit is full), one
+//! request clone and one service clone, as `tower::retry::Retry`; no clock read, no timer and
+//! no allocation (the idempotency key, when asked for, is the only one). The clock is read and
+//! the one timer armed only when an attempt has to wait or fails.
+//!
+//! [`Random`]: seawall_core::Random
+#![doc(html_root_url = "https://docs.rs/seawall-retry/0.1.0")]
+#![forbid(unsafe_code)]
+
+mod backoff;
+mod budget;
+mod error;
+mod future;
+mod handle;
+mod layer;
+mod policy;
+mod service;
+
+pub use backoff::{Backoff, Jitter};
+pub use budget::RetryBudget;
+pub use error::ConfigError;
+pub use future::ResponseFuture;
+pub use handle::RetryHandle;
+pub use layer::{BackoffRetryBuilder, BackoffRetryLayer, IDEMPOTENCY_KEY};
+pub use service::BackoffRetry;
+
+#[doc(no_inline)]
+pub use seawall_core::{Attempt, FailureClass, GiveUp, LlmError, LlmRequest};

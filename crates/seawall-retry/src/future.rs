@@ -1,0 +1,308 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use seawall_core::{Attempt, FailureClass, GiveUp, LlmError, LlmRequest};
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+use crate::policy::{CLASSES, Decision, Failure, Shared, class_index};
+use crate::service::attempt_value;
+
+pin_project! {
+    /// Response future of [`BackoffRetry`](crate::BackoffRetry): the whole logical call,
+    /// attempts and waits included. Dropping it cancels the attempt in flight or the wait.
+    pub struct ResponseFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        state: State<S::Future>,
+        // One timer, armed only when the call has to wait: for the backoff, or for the end
+        // of the time budget while an attempt is in flight.
+        #[pin]
+        timer: Option<Sleep>,
+        call: Call<S, Req>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Calling { #[pin] future: F },
+        Waiting,
+        Readying,
+        Done,
+    }
+}
+
+/// The bookkeeping of one logical call (nothing here is pinned).
+struct Call<S, Req> {
+    service: S,
+    request: Req,
+    shared: Arc<Shared>,
+    /// When the call started: set lazily, at the first poll that had to wait or the first
+    /// failure, so a call answered at once never reads the clock.
+    start: Option<Instant>,
+    attempt_start: Option<Instant>,
+    wake: Option<Instant>,
+    attempts: u32,
+    class_retries: [u8; CLASSES],
+    history: Vec<Attempt>,
+    previous_delay: Duration,
+    last_error: Option<LlmError>,
+}
+
+impl<S, Req> ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    pub(crate) fn new(future: S::Future, service: S, request: Req, shared: Arc<Shared>) -> Self {
+        ResponseFuture {
+            state: State::Calling { future },
+            timer: None,
+            call: Call {
+                service,
+                request,
+                shared,
+                start: None,
+                attempt_start: None,
+                wake: None,
+                attempts: 1,
+                class_retries: [0; CLASSES],
+                history: Vec::new(),
+                previous_delay: Duration::ZERO,
+                last_error: None,
+            },
+        }
+    }
+}
+
+impl<S, Req> Future for ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest + Clone,
+{
+    type Output = Result<S::Response, LlmError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Calling { future } => match future.poll(cx) {
+                    // An answer means the commit point was reached: it is never retried.
+                    Poll::Ready(Ok(response)) => {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(response));
+                    }
+                    Poll::Ready(Err(err)) => match this.call.on_error(err.into()) {
+                        Ok(wake) => {
+                            this.call.wake = Some(wake);
+                            this.state.set(State::Waiting);
+                        }
+                        Err(last) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(last));
+                        }
+                    },
+                    Poll::Pending => {
+                        this.call.start.get_or_insert_with(Instant::now);
+                        return poll_deadline(this.call, this.timer, this.state, cx);
+                    }
+                },
+                StateProj::Waiting => {
+                    if let Some(wake) = this.call.wake {
+                        ready!(poll_timer(this.timer.as_mut(), wake, cx));
+                    }
+                    this.state.set(State::Readying);
+                }
+                StateProj::Readying => match this.call.service.poll_ready(cx) {
+                    Poll::Ready(Ok(())) => {
+                        let request = this.call.next_request();
+                        let future = this.call.service.call(request);
+                        this.state.set(State::Calling { future });
+                    }
+                    Poll::Ready(Err(err)) => {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(this
+                            .call
+                            .give_up(err.into(), GiveUp::NotRetryable)));
+                    }
+                    Poll::Pending => return poll_deadline(this.call, this.timer, this.state, cx),
+                },
+                StateProj::Done => panic!("seawall_retry::ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+/// While the call waits on the inner service, watches the end of the time budget; when it
+/// comes, the attempt is dropped (cancelled) and the call fails with `DeadlineExceeded`.
+fn poll_deadline<S, Req, F, T>(
+    call: &mut Call<S, Req>,
+    timer: Pin<&mut Option<Sleep>>,
+    mut state: Pin<&mut State<F>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, LlmError>> {
+    let (Some(budget), Some(start)) = (call.shared.policy.time_budget, call.start) else {
+        return Poll::Pending;
+    };
+    ready!(poll_timer(timer, start + budget, cx));
+    state.set(State::Done);
+    Poll::Ready(Err(call.deadline_error(budget)))
+}
+
+/// Polls the one timer, pointing it at `at` first (arming it on first use).
+fn poll_timer(mut timer: Pin<&mut Option<Sleep>>, at: Instant, cx: &mut Context<'_>) -> Poll<()> {
+    match timer.as_mut().as_pin_mut() {
+        Some(sleep) => {
+            if sleep.deadline() != at {
+                sleep.reset(at);
+            }
+        }
+        None => timer.set(Some(tokio::time::sleep_until(at))),
+    }
+    match timer.as_pin_mut() {
+        Some(sleep) => sleep.poll(cx),
+        None => Poll::Ready(()),
+    }
+}
+
+impl<S, Req> Call<S, Req>
+where
+    Req: LlmRequest + Clone,
+{
+    /// Decides about a failed attempt: the instant to retry at, or the final error.
+    fn on_error(&mut self, err: LlmError) -> Result<Instant, LlmError> {
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(self.attempt_start.unwrap_or(start));
+        let spent = now.saturating_duration_since(start);
+        let class = err.class();
+        let index = class_index(class);
+        let failure = Failure {
+            attempts: self.attempts,
+            class_retries: index.map_or(0, |i| u32::from(self.class_retries[i])),
+            previous_delay: self.previous_delay,
+            remaining: self
+                .shared
+                .policy
+                .time_budget
+                .map(|b| b.saturating_sub(spent)),
+        };
+        let idempotent = self.request.is_idempotent();
+        match self.shared.decide(&err, idempotent, failure) {
+            Decision::GiveUp(reason) => Err(self.give_up(err, reason)),
+            Decision::Retry { delay, source } => {
+                tracing::info!(
+                    target: "seawall::retry",
+                    attempt = self.attempts,
+                    class = class.as_str(),
+                    status = err.status().map_or(0, |s| s.as_u16()),
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    reason = source.as_str(),
+                    request_id = err.request_id().unwrap_or(""),
+                    "retrying LLM call after {class}",
+                );
+                self.history.push(Attempt {
+                    class,
+                    status: err.status(),
+                    elapsed,
+                    delay,
+                });
+                if let Some(i) = index {
+                    self.class_retries[i] = self.class_retries[i].saturating_add(1);
+                }
+                self.previous_delay = delay;
+                self.last_error = Some(err);
+                Ok(now + delay)
+            }
+        }
+    }
+
+    /// The request for the next attempt, with its attempt number.
+    fn next_request(&mut self) -> Req {
+        self.attempts += 1;
+        let attempt = self.attempts;
+        let mut request = self.request.clone();
+        if let Some(name) = &self.shared.policy.attempt_header {
+            if let Some(headers) = request.headers_mut() {
+                headers.insert(name.clone(), attempt_value(attempt));
+            }
+        }
+        if let Some(cx) = request.call_context() {
+            cx.update(|facts| facts.attempts = facts.attempts.max(attempt));
+        }
+        self.attempt_start = Some(Instant::now());
+        request
+    }
+}
+
+impl<S, Req> Call<S, Req> {
+    /// The final error: `err` with the history of the earlier attempts and the reason.
+    fn give_up(&mut self, mut err: LlmError, reason: GiveUp) -> LlmError {
+        if reason == GiveUp::NotRetryable && self.history.is_empty() {
+            tracing::debug!(
+                target: "seawall::retry",
+                class = err.class().as_str(),
+                status = err.status().map_or(0, |s| s.as_u16()),
+                reason = reason.as_str(),
+                "not retrying LLM call",
+            );
+        } else {
+            tracing::info!(
+                target: "seawall::retry",
+                attempts = self.attempts,
+                class = err.class().as_str(),
+                status = err.status().map_or(0, |s| s.as_u16()),
+                retry_after_ms = err.retry_hint().map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                reason = reason.as_str(),
+                "giving up on LLM call",
+            );
+        }
+        err.set_attempts(std::mem::take(&mut self.history));
+        err.set_give_up(reason);
+        err
+    }
+
+    /// The time budget ran out while an attempt was in flight (or the inner service was not
+    /// ready for the next one).
+    fn deadline_error(&mut self, budget: Duration) -> LlmError {
+        let attempt = self.attempts;
+        let message = match &self.last_error {
+            Some(last) => format!(
+                "time budget of {budget:?} ran out during attempt {attempt}; last error: {last}"
+            ),
+            None => format!("time budget of {budget:?} ran out during attempt {attempt}"),
+        };
+        let mut err = LlmError::new(FailureClass::DeadlineExceeded, message);
+        if let Some(last) = self.last_error.take() {
+            err = err.with_source(last);
+        }
+        self.give_up(err, GiveUp::DeadlineTooClose)
+    }
+}
+
+impl<S, Req> fmt::Debug for ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Calling { .. } => "calling",
+            State::Waiting => "waiting",
+            State::Readying => "readying",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("attempts", &self.call.attempts)
+            .field("history", &self.call.history)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,370 @@
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::time::Duration;
+
+use http::HeaderName;
+use seawall_core::{Dispositions, FailureClass, Random, SeededRandom};
+use tower_layer::Layer;
+
+use crate::backoff::{Backoff, Jitter};
+use crate::budget::RetryBudget;
+use crate::error::ConfigError;
+use crate::handle::RetryHandle;
+use crate::policy::{CLASSES, Policy, Shared, class_index, default_max_retries};
+use crate::service::BackoffRetry;
+
+/// The conventional `Idempotency-Key` header name, for
+/// [`BackoffRetryBuilder::idempotency_key`].
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// Applies classified retries to a service: see the [crate docs](crate).
+///
+/// Every service this layer makes shares one retry budget, one runtime switch
+/// ([`handle`](Self::handle)) and one jitter source.
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_core::{FailureClass, LlmError};
+/// use seawall_retry::BackoffRetryLayer;
+/// use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+///
+/// # #[derive(Clone)] struct Ask;
+/// # impl seawall_core::LlmRequest for Ask {
+/// #     fn model(&self) -> Option<&str> { None }
+/// #     fn max_output_tokens(&self) -> Option<u32> { None }
+/// #     fn estimated_input_tokens(&self) -> u32 { 0 }
+/// # }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = BackoffRetryLayer::builder()
+///     .max_attempts(3) // the first call and two retries
+///     .time_budget(Duration::from_secs(60))
+///     .build()?;
+/// let handle = layer.handle(); // flip retries off at run time, for every clone
+///
+/// let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+/// let counter = calls.clone();
+/// let upstream = service_fn(move |_: Ask| {
+///     let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+///     async move {
+///         if n == 0 {
+///             // What a classifier makes of a 503.
+///             Err(LlmError::new(FailureClass::Overloaded, "busy")
+///                 .with_status(http::StatusCode::SERVICE_UNAVAILABLE))
+///         } else {
+///             Ok("hello")
+///         }
+///     }
+/// });
+/// let mut svc = ServiceBuilder::new().layer(layer).service(upstream);
+/// let start = tokio::time::Instant::now();
+/// let answer = svc.ready().await?.call(Ask).await?;
+/// assert_eq!(answer, "hello");
+/// // An overload waits at least the 5 s minimum (plus up to 10% jitter).
+/// assert!(start.elapsed() >= Duration::from_secs(5));
+/// assert_eq!(handle.retries(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct BackoffRetryLayer {
+    shared: Arc<Shared>,
+}
+
+impl BackoffRetryLayer {
+    /// A layer with every default (see the [crate docs](crate#defaults)).
+    pub fn new() -> Self {
+        BackoffRetryBuilder::new()
+            .build()
+            .expect("the default configuration is valid")
+    }
+
+    /// A builder to change the defaults.
+    pub fn builder() -> BackoffRetryBuilder {
+        BackoffRetryBuilder::new()
+    }
+
+    /// The runtime switch and counters, shared with every service this layer made or will make.
+    pub fn handle(&self) -> RetryHandle {
+        RetryHandle::new(self.shared.clone())
+    }
+
+    /// The shared retry budget, if there is one.
+    pub fn retry_budget(&self) -> Option<&Arc<RetryBudget>> {
+        self.shared.budget.as_ref()
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+}
+
+impl Default for BackoffRetryLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for BackoffRetryLayer {
+    type Service = BackoffRetry<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BackoffRetry::from_shared(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for BackoffRetryLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackoffRetryLayer")
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+/// Builds a [`BackoffRetryLayer`]; every setter has a default, and [`build`](Self::build)
+/// checks the values.
+pub struct BackoffRetryBuilder {
+    max_attempts: u32,
+    max_retries: [u32; CLASSES],
+    dispositions: Dispositions,
+    base: Duration,
+    multiplier: f64,
+    max_delay: Duration,
+    jitter: Jitter,
+    max_hint: Duration,
+    hint_jitter: f64,
+    overload_min: Duration,
+    time_budget: Option<Duration>,
+    budget: Option<Arc<RetryBudget>>,
+    idempotency_header: Option<HeaderName>,
+    attempt_header: Option<HeaderName>,
+    random: Option<Arc<dyn Random>>,
+}
+
+impl BackoffRetryBuilder {
+    fn new() -> Self {
+        let backoff = Backoff::default();
+        BackoffRetryBuilder {
+            max_attempts: 4,
+            max_retries: default_max_retries(),
+            dispositions: Dispositions::default(),
+            base: backoff.base(),
+            multiplier: backoff.multiplier(),
+            max_delay: backoff.max_delay(),
+            jitter: backoff.jitter(),
+            max_hint: Duration::from_secs(60),
+            hint_jitter: 0.1,
+            overload_min: Duration::from_secs(5),
+            time_budget: Some(Duration::from_secs(120)),
+            budget: Some(Arc::new(RetryBudget::default())),
+            idempotency_header: None,
+            attempt_header: None,
+            random: None,
+        }
+    }
+
+    /// The most upstream calls per logical call, **the first call included** (default 4: one
+    /// call and up to three retries). `1` turns retries off. Per-class maximums apply too.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// The most retries after failures of `class` within one logical call (defaults: rate
+    /// limits 2, overloads 3, server errors 2, upstream timeouts and lost connections 1 (and
+    /// only for idempotent requests), connect failures 3, other classes 2 when the server's
+    /// `x-should-retry: true` asks for a retry). Local classes are never retried. At most 255
+    /// ([`build`](Self::build) refuses more).
+    pub fn max_retries(mut self, class: FailureClass, retries: u32) -> Self {
+        if let Some(i) = class_index(class) {
+            self.max_retries[i] = retries;
+        }
+        self
+    }
+
+    /// Which classes may be retried (default: DESIGN.md's table, [`Dispositions::default`]).
+    pub fn dispositions(mut self, dispositions: Dispositions) -> Self {
+        self.dispositions = dispositions;
+        self
+    }
+
+    /// The delay before the first retry, before jitter (default 0.5 s).
+    pub fn base_delay(mut self, base: Duration) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// The growth of the delay per retry (default 2.0; at least 1).
+    pub fn multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// The longest computed delay (default 8 s). Server hints have their own cap.
+    pub fn max_delay(mut self, max: Duration) -> Self {
+        self.max_delay = max;
+        self
+    }
+
+    /// The jitter mode (default [`Jitter::Full`]).
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Sets base, multiplier, cap and jitter at once.
+    pub fn backoff(self, backoff: Backoff) -> Self {
+        self.base_delay(backoff.base())
+            .multiplier(backoff.multiplier())
+            .max_delay(backoff.max_delay())
+            .jitter(backoff.jitter())
+    }
+
+    /// The longest server-requested delay honoured (default 60 s, as anthropic-python and most
+    /// gateways). A longer hint fails the call at once with the hint in the error.
+    pub fn max_server_hint(mut self, max: Duration) -> Self {
+        self.max_hint = max;
+        self
+    }
+
+    /// The random extra added to a server hint and to the overload minimum, as a fraction of
+    /// it (default 0.1: up to +10%). Only ever added, so a hint is never cut short.
+    pub fn hint_jitter(mut self, fraction: f64) -> Self {
+        self.hint_jitter = fraction;
+        self
+    }
+
+    /// The least wait after an overload (503 / 529) when the server gave no hint (default
+    /// 5 s, plus the hint jitter): an overloaded upstream needs seconds, not milliseconds.
+    pub fn overload_min_delay(mut self, min: Duration) -> Self {
+        self.overload_min = min;
+        self
+    }
+
+    /// The total time budget of a logical call: every attempt (up to its response, i.e. the
+    /// commit point) and every wait (default 120 s). No wait crosses it, and an attempt in
+    /// flight when it runs out is cancelled.
+    pub fn time_budget(mut self, budget: Duration) -> Self {
+        self.time_budget = Some(budget);
+        self
+    }
+
+    /// No total time budget: attempts and waits are bounded only by the caps.
+    pub fn no_time_budget(mut self) -> Self {
+        self.time_budget = None;
+        self
+    }
+
+    /// The retry budget shared by every service of this layer (default
+    /// [`RetryBudget::default`]).
+    pub fn retry_budget(self, budget: RetryBudget) -> Self {
+        self.shared_retry_budget(Arc::new(budget))
+    }
+
+    /// A retry budget shared with other layers too (a primary and a fallback path, say).
+    pub fn shared_retry_budget(mut self, budget: Arc<RetryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// No retry budget: only the per-call caps limit retries.
+    pub fn no_retry_budget(mut self) -> Self {
+        self.budget = None;
+        self
+    }
+
+    /// Adds a random key header (a v4 UUID) to requests that do not have one, generated once
+    /// per logical call and sent unchanged with every attempt, so the upstream can deduplicate
+    /// (off by default; [`IDEMPOTENCY_KEY`] is the usual name). For HTTP requests the
+    /// `idempotency-key` header also marks the request idempotent.
+    pub fn idempotency_key(mut self, header: HeaderName) -> Self {
+        self.idempotency_header = Some(header);
+        self
+    }
+
+    /// Sets a header to the attempt number (1 for the first call) on every attempt (off by
+    /// default).
+    pub fn attempt_header(mut self, header: HeaderName) -> Self {
+        self.attempt_header = Some(header);
+        self
+    }
+
+    /// The jitter source (default: [`SeededRandom::from_entropy`]).
+    pub fn random(mut self, random: impl Random) -> Self {
+        self.random = Some(Arc::new(random));
+        self
+    }
+
+    /// A reproducible jitter source: [`SeededRandom::new(seed)`](SeededRandom::new).
+    /// Idempotency keys never come from it.
+    pub fn seed(self, seed: u64) -> Self {
+        self.random(SeededRandom::new(seed))
+    }
+
+    /// Checks the values and builds the layer.
+    pub fn build(self) -> Result<BackoffRetryLayer, ConfigError> {
+        if self.max_attempts == 0 {
+            return Err(ConfigError::new(
+                "max_attempts counts the first call and must be at least 1",
+            ));
+        }
+        if let Some(i) = self.max_retries.iter().position(|n| *n > 255) {
+            return Err(ConfigError::new(format!(
+                "at most 255 retries per class, got {} for {}",
+                self.max_retries[i],
+                FailureClass::ALL[i]
+            )));
+        }
+        let backoff = Backoff::new(self.base, self.multiplier, self.max_delay, self.jitter)?;
+        if !self.hint_jitter.is_finite() || !(0.0..=1.0).contains(&self.hint_jitter) {
+            return Err(ConfigError::new(format!(
+                "hint jitter must be a fraction in [0, 1], got {}",
+                self.hint_jitter
+            )));
+        }
+        if self.time_budget.is_some_and(|b| b.is_zero()) {
+            return Err(ConfigError::new(
+                "the time budget must not be zero (use no_time_budget to remove it)",
+            ));
+        }
+        let policy = Policy {
+            dispositions: self.dispositions,
+            max_retries: self.max_retries,
+            backoff,
+            max_hint: self.max_hint,
+            hint_jitter: self.hint_jitter,
+            overload_min: self.overload_min,
+            time_budget: self.time_budget,
+            idempotency_header: self.idempotency_header,
+            attempt_header: self.attempt_header,
+        };
+        Ok(BackoffRetryLayer {
+            shared: Arc::new(Shared {
+                policy,
+                enabled: AtomicBool::new(true),
+                max_attempts: AtomicU32::new(self.max_attempts),
+                budget: self.budget,
+                random: self
+                    .random
+                    .unwrap_or_else(|| Arc::new(SeededRandom::from_entropy())),
+                keys: SeededRandom::from_entropy(),
+                retries: AtomicU64::new(0),
+                budget_refusals: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for BackoffRetryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackoffRetryBuilder")
+            .field("max_attempts", &self.max_attempts)
+            .field("base", &self.base)
+            .field("multiplier", &self.multiplier)
+            .field("max_delay", &self.max_delay)
+            .field("jitter", &self.jitter)
+            .field("max_hint", &self.max_hint)
+            .field("time_budget", &self.time_budget)
+            .finish_non_exhaustive()
+    }
+}

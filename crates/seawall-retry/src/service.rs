@@ -1,0 +1,153 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::HeaderValue;
+use seawall_core::{LlmError, LlmRequest};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::layer::BackoffRetryLayer;
+use crate::policy::Shared;
+
+/// Retries failed calls to the inner service as the classification allows: see the
+/// [crate docs](crate).
+///
+/// Made by [`BackoffRetryLayer`]; clones share the layer's budget, switch and jitter source.
+#[derive(Clone)]
+pub struct BackoffRetry<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> BackoffRetry<S> {
+    /// Wraps `inner` with the defaults; use [`BackoffRetryLayer::builder`] to change them.
+    pub fn new(inner: S) -> Self {
+        Self::from_shared(inner, BackoffRetryLayer::new().shared())
+    }
+
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        BackoffRetry { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The runtime switch and counters of the layer this service came from.
+    pub fn handle(&self) -> crate::RetryHandle {
+        crate::RetryHandle::new(self.shared.clone())
+    }
+}
+
+impl<S, Req> Service<Req> for BackoffRetry<S>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest + Clone,
+{
+    type Response = S::Response;
+    type Error = LlmError;
+    type Future = ResponseFuture<S, Req>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        req.prepare();
+        if let Some(budget) = &self.shared.budget {
+            budget.deposit();
+        }
+        let policy = &self.shared.policy;
+        if policy.idempotency_header.is_some() || policy.attempt_header.is_some() {
+            if let Some(headers) = req.headers_mut() {
+                if let Some(name) = &policy.idempotency_header {
+                    if !headers.contains_key(name) {
+                        headers.insert(name.clone(), idempotency_key(&self.shared));
+                    }
+                }
+                if let Some(name) = &policy.attempt_header {
+                    headers.insert(name.clone(), attempt_value(1));
+                }
+            }
+        }
+        if let Some(cx) = req.call_context() {
+            cx.update(|facts| facts.attempts = facts.attempts.max(1));
+        }
+        let retained = req.clone();
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let future = inner.call(req);
+        ResponseFuture::new(future, inner, retained, self.shared.clone())
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for BackoffRetry<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackoffRetry")
+            .field("inner", &self.inner)
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+/// A v4 UUID from the layer's entropy-seeded key source.
+fn idempotency_key(shared: &Shared) -> HeaderValue {
+    let mut bits = (u128::from(shared.keys.next_u64()) << 64) | u128::from(shared.keys.next_u64());
+    bits = (bits & !(0xF << 76)) | (0x4 << 76); // version 4
+    bits = (bits & !(0x3 << 62)) | (0x2 << 62); // RFC 4122 variant
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 36];
+    let mut nibble = 32;
+    for (i, slot) in out.iter_mut().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            *slot = b'-';
+        } else {
+            nibble -= 1;
+            *slot = HEX[((bits >> (nibble * 4)) & 0xF) as usize];
+        }
+    }
+    HeaderValue::from_bytes(&out).expect("hex digits and dashes are a valid header value")
+}
+
+/// The attempt number as a header value; no allocation for the usual small numbers.
+pub(crate) fn attempt_value(attempt: u32) -> HeaderValue {
+    const SMALL: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match SMALL.get(attempt as usize) {
+        Some(s) => HeaderValue::from_static(s),
+        None => HeaderValue::from(attempt),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_v4_uuids_and_differ() {
+        let layer = BackoffRetryLayer::new();
+        let shared = layer.shared();
+        let a = idempotency_key(&shared);
+        let b = idempotency_key(&shared);
+        assert_ne!(a, b);
+        let s = a.to_str().unwrap();
+        assert_eq!(s.len(), 36);
+        assert_eq!(&s[14..15], "4", "{s}");
+        assert!(matches!(&s[19..20], "8" | "9" | "a" | "b"), "{s}");
+        assert_eq!(s.matches('-').count(), 4);
+        assert_eq!(attempt_value(3), "3");
+        assert_eq!(attempt_value(12), "12");
+    }
+}
