@@ -599,6 +599,12 @@ impl ErrorRule {
         self
     }
 
+    /// Sends `x-should-retry: true|false` with the error.
+    pub fn should_retry(mut self, retry: bool) -> Self {
+        self.should_retry = Some(retry);
+        self
+    }
+
     /// Whether the rule's window is open at `t` after the upstream's start.
     pub fn active_at(&self, t: Duration) -> bool {
         let start = self.start.unwrap_or(Duration::ZERO);

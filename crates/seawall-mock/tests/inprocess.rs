@@ -257,13 +257,15 @@ async fn an_outage_window_starts_and_ends_on_time() {
 async fn a_repeating_overload_window_with_retry_after_in_anthropic_format() {
     let rule = ErrorRule::outage(529, secs(10), secs(15))
         .every(secs(60))
-        .retry_after(ms(1500));
+        .retry_after(ms(1500))
+        .should_retry(true);
     let up = upstream(Profile::default().error(rule));
     let body = anthropic_body(false);
     advance(secs(12)).await;
     let first = call(&up, anthropic_req(&body, "k")).await;
     assert_eq!(first.status(), 529);
     assert_eq!(first.headers()["retry-after"], "2");
+    assert_eq!(first.headers()["x-should-retry"], "true");
     let v = json_body(first).await;
     assert_eq!(v["error"]["type"], "overloaded_error");
     assert_eq!(v["error"]["message"], "Overloaded");
