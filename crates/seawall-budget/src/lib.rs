@@ -1,1 +1,132 @@
-//! seawall-budget: not written yet.
+//! A cost budget for LLM calls: reserve before each attempt, settle on real usage, never
+//! overspend, and account for every attempt.
+//!
+//! # Why
+//!
+//! A loop with a bug, or a retry storm during an incident, can spend a month's budget in a
+//! night. General resilience libraries have no notion of cost, and LLM gateways that do tend to
+//! check the budget *after* a call, so N concurrent calls can each pass the check and overshoot
+//! by N requests. [`CostBudgetLayer`] closes that gap by treating every attempt's worst case as
+//! spent until it is known:
+//!
+//! 1. **Price** the attempt: its model's [`Price`] from a [`PriceTable`] (loaded from TOML or
+//!    JSON, or built in code), times the request's estimated input tokens and its maximum
+//!    output tokens. An unknown model gets the table's default price or is refused; a request
+//!    without a maximum gets a configured default written into it or is refused
+//!    ([`MissingMaxOutput`]).
+//! 2. **Reserve** that estimate on every [`Budget`] the attempt falls under (a total, rolling
+//!    and UTC calendar windows, global, per model or per key such as a tenant), all at once or
+//!    not at all. If any budget would be crossed, the attempt is refused from `call` with an
+//!    [`LlmError`](seawall_core::LlmError) of class `BudgetExceeded`, which the retry layer
+//!    never retries. So at every admission, settled spend plus outstanding reservations stays
+//!    within every limit.
+//! 3. **Settle** when the attempt ends: for a streamed response, when the body ends or is
+//!    dropped (the reservation is held until then), using the usage of the final chunk
+//!    through the shared `BodyReport`. Reported usage is charged at its exact cost. Without
+//!    usage: a completed response is charged the estimate (conservative: the upstream billed
+//!    something we could not see); an attempt that failed before the upstream could bill
+//!    (connection refused, 4xx, 429, 5xx) is released; one that may still be billed (our
+//!    timeout, a 504, a connection lost after sending, a broken stream, a call or body
+//!    dropped in flight) is charged the estimate by default ([`default_settlement`],
+//!    [`Builder::on_failure`], [`Builder::on_drop`]).
+//! 4. **Account**: one [`SpendRecord`] per attempt (refusals included) to an
+//!    [`AccountingSink`], for instance [`JsonlSink`], which writes JSON Lines from a
+//!    background thread and never blocks a call. The cost is also added to the call's
+//!    `CallContext` for an outer observing layer.
+//!
+//! Money is counted in whole nano-dollars ([`Usd`]), so sums and limits are exact. Counters
+//! live behind the [`BudgetStore`] trait; [`MemoryStore`] keeps them in process, and a store
+//! shared by several processes can be plugged in later without changing the layer (its
+//! `reserve` may answer asynchronously).
+//!
+//! # Where it goes
+//!
+//! Inside the retry layer (so every attempt is checked and charged) and outside the breaker,
+//! gate and stream timeouts (so a refused attempt costs no permit):
+//! `observe → fallback → retry → cost_budget → breaker → gate → timeouts → classify`.
+//!
+//! # What is not exact
+//!
+//! Output is bounded exactly by the maximum output tokens, but the input is an estimate. An
+//! attempt whose real cost exceeds its reservation is still charged in full, so spend can end
+//! above a limit by the under-estimates of the attempts in flight at that moment (and the
+//! next attempts are refused). [`Builder::input_margin_percent`] reserves extra input to make
+//! that unlikely; a request type with an exact token count removes it. Cache-write surcharges
+//! (Anthropic's 1.25×) are not in [`seawall_core::Usage`] and so are not priced.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use seawall_budget::{Budget, CostBudgetLayer, MemorySink, PriceTable, Usd};
+//! use seawall_core::{FailureClass, Usage};
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let prices = PriceTable::from_toml_str(r#"
+//!     [models."gpt-4o-mini"]
+//!     input = 0.15
+//!     output = 0.60
+//! "#).unwrap();
+//! let records = std::sync::Arc::new(MemorySink::new());
+//! let budget = CostBudgetLayer::builder(prices)
+//!     .budget(Budget::daily("daily", Usd::from_cents(1)).soft_limit_percent(80))
+//!     .sink(records.clone())
+//!     .build()
+//!     .unwrap();
+//!
+//! // A stand-in transport that reports usage on its (empty) body.
+//! let transport = tower::service_fn(|_req: http::Request<Bytes>| async {
+//!     let mut resp = http::Response::new(http_body_util::Empty::<Bytes>::new());
+//!     resp.extensions_mut().insert(Usage { input_tokens: 20, output_tokens: 100, cached_input_tokens: 0 });
+//!     Ok::<_, seawall_core::LlmError>(resp)
+//! });
+//! let mut svc = ServiceBuilder::new().layer(budget.clone()).service(transport);
+//!
+//! let ask = |max: u32| http::Request::post("https://api.openai.com/v1/chat/completions")
+//!     .body(Bytes::from(format!(r#"{{"model":"gpt-4o-mini","max_tokens":{max},"messages":[]}}"#)))
+//!     .unwrap();
+//! svc.ready().await.unwrap().call(ask(200)).await.unwrap();
+//! // 20 × $0.15/M + 100 × $0.60/M
+//! assert_eq!(budget.spend("daily", None).unwrap().spent, Usd::from_nanos(63_000));
+//!
+//! // Asking for 20,000 output tokens could cost $0.012: more than is left today.
+//! let err = svc.ready().await.unwrap().call(ask(20_000)).await.unwrap_err();
+//! assert_eq!(err.class(), FailureClass::BudgetExceeded);
+//! assert_eq!(records.records().len(), 2);
+//! # }
+//! ```
+#![doc(html_root_url = "https://docs.rs/seawall-budget/0.1.0")]
+#![forbid(unsafe_code)]
+
+mod accounting;
+mod budget;
+mod error;
+mod future;
+mod guard;
+mod keys;
+mod layer;
+mod money;
+mod price;
+mod service;
+mod store;
+mod time;
+
+pub use accounting::{AccountingSink, AttemptOutcome, Charged, JsonlSink, MemorySink, SpendRecord};
+pub use budget::{Budget, Period, Scope, Window};
+pub use error::ConfigError;
+pub use future::ResponseFuture;
+pub use guard::BudgetGuard;
+pub use keys::{BudgetKeys, NoKeys, fingerprint};
+pub use layer::{
+    Builder, CostBudgetLayer, MissingMaxOutput, Settlement, UNKEYED, default_settlement,
+};
+pub use money::Usd;
+pub use price::{Price, PriceTable};
+pub use service::CostBudget;
+pub use store::{
+    Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, SoftLimitCrossed, Spend,
+};
+pub use time::Timestamp;

@@ -1,0 +1,171 @@
+//! Per-call overhead of the cost budget layer over a no-op service, with a realistic price
+//! table (a dozen models) and three budgets (a monthly total, a daily one per model and an
+//! hourly one per tenant).
+//!
+//! ```text
+//! cargo bench -p seawall-budget --bench budget
+//! ```
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use futures_util::FutureExt;
+use http_body_util::Empty;
+use seawall_budget::{Budget, CostBudgetLayer, PriceTable, SpendRecord, Usd};
+use seawall_core::{LlmError, LlmRequest, Usage};
+use tower::{Layer, Service};
+
+#[derive(Clone)]
+struct Ask {
+    model: &'static str,
+    ext: http::Extensions,
+}
+
+impl LlmRequest for Ask {
+    fn model(&self) -> Option<&str> {
+        Some(self.model)
+    }
+    fn max_output_tokens(&self) -> Option<u32> {
+        Some(512)
+    }
+    fn estimated_input_tokens(&self) -> u32 {
+        1_200
+    }
+    fn extensions(&self) -> Option<&http::Extensions> {
+        Some(&self.ext)
+    }
+}
+
+/// Answers at once with usage on an empty body.
+#[derive(Clone)]
+struct Noop;
+
+impl Service<Ask> for Noop {
+    type Response = http::Response<Empty<Bytes>>;
+    type Error = LlmError;
+    type Future = std::future::Ready<Result<Self::Response, LlmError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Ask) -> Self::Future {
+        let mut r = http::Response::new(Empty::new());
+        r.extensions_mut().insert(Usage {
+            input_tokens: 1_100,
+            output_tokens: 300,
+            cached_input_tokens: 500,
+        });
+        std::future::ready(Ok(r))
+    }
+}
+
+const PRICES: &str = r#"
+[models."gpt-4o"]
+input = 2.50
+output = 10.00
+cached_input = 1.25
+[models."gpt-4o-mini"]
+input = 0.15
+output = 0.60
+cached_input = 0.075
+[models."gpt-4.1"]
+input = 2.00
+output = 8.00
+cached_input = 0.50
+[models."gpt-4.1-mini"]
+input = 0.40
+output = 1.60
+cached_input = 0.10
+[models."gpt-4.1-nano"]
+input = 0.10
+output = 0.40
+cached_input = 0.025
+[models."o3"]
+input = 2.00
+output = 8.00
+cached_input = 0.50
+[models."o4-mini"]
+input = 1.10
+output = 4.40
+cached_input = 0.275
+[models."claude-opus-4-1*"]
+input = 15
+output = 75
+cached_input = 1.50
+[models."claude-sonnet-4-5*"]
+input = 3
+output = 15
+cached_input = 0.30
+[models."claude-haiku-4-5*"]
+input = 1
+output = 5
+cached_input = 0.10
+[models."deepseek-chat"]
+input = 0.27
+output = 1.10
+cached_input = 0.07
+[models."gemini-2.5-flash"]
+input = 0.30
+output = 2.50
+cached_input = 0.075
+"#;
+
+fn layer(
+    limit: Usd,
+    with_sink: bool,
+) -> CostBudgetLayer<impl Fn(&str, &Ask) -> Option<Arc<str>> + Send + Sync + 'static> {
+    let tenant: Arc<str> = Arc::from("acme");
+    let mut b = CostBudgetLayer::builder(PriceTable::from_toml_str(PRICES).unwrap())
+        .budget(Budget::monthly("monthly", limit))
+        .budget(Budget::daily("per-model", limit).per_model())
+        .budget(Budget::hourly("per-tenant", limit).per_key("tenant"))
+        .keys(move |_scope: &str, _req: &Ask| Some(tenant.clone()));
+    if with_sink {
+        b = b.sink(|r: SpendRecord| {
+            black_box(r);
+        });
+    }
+    b.build().unwrap()
+}
+
+fn one<S: Service<Ask>>(svc: &mut S, req: Ask) -> bool {
+    let ready = svc.poll_ready(&mut Context::from_waker(std::task::Waker::noop()));
+    assert!(matches!(ready, Poll::Ready(Ok(()))));
+    matches!(svc.call(req).now_or_never(), Some(Ok(_)))
+}
+
+fn bench(c: &mut Criterion) {
+    let req = |model| Ask {
+        model,
+        ext: http::Extensions::new(),
+    };
+    let mut g = c.benchmark_group("budget");
+    g.bench_function("noop_service_alone", |b| {
+        let mut svc = Noop;
+        b.iter(|| one(&mut svc, black_box(req("gpt-4o"))))
+    });
+    g.bench_function("admit_and_settle", |b| {
+        let mut svc = layer(Usd::MAX, false).layer(Noop);
+        b.iter(|| one(&mut svc, black_box(req("gpt-4o"))))
+    });
+    g.bench_function("admit_and_settle_prefix_model", |b| {
+        let mut svc = layer(Usd::MAX, false).layer(Noop);
+        b.iter(|| one(&mut svc, black_box(req("claude-sonnet-4-5-20250929"))))
+    });
+    g.bench_function("admit_settle_and_record", |b| {
+        let mut svc = layer(Usd::MAX, true).layer(Noop);
+        b.iter(|| one(&mut svc, black_box(req("gpt-4o"))))
+    });
+    g.bench_function("refused", |b| {
+        let mut svc = layer(Usd::ZERO, false).layer(Noop);
+        b.iter(|| one(&mut svc, black_box(req("gpt-4o"))))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

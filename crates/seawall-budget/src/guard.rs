@@ -1,0 +1,264 @@
+//! [`BudgetGuard`]: one attempt's reservation, settled exactly once.
+
+use std::fmt;
+use std::sync::Arc;
+
+use seawall_core::{CallContext, Completion, FailureClass, LlmError, OnComplete, Outcome, Usage};
+
+use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
+use crate::budget::Scope;
+use crate::layer::{Core, Settlement};
+use crate::money::Usd;
+use crate::price::Price;
+use crate::store::{Charge, Exceeded};
+use crate::time::Timestamp;
+
+/// One attempt's reservation. It is settled exactly once: when the response (or its body)
+/// ends, when the attempt fails, or, if dropped before either, as a dropped attempt.
+///
+/// It is the [`OnComplete`] hook the layer attaches to responses, so a streamed body holds
+/// its reservation until it ends or is dropped.
+pub struct BudgetGuard {
+    core: Arc<Core>,
+    keys: Box<[Option<Arc<str>>]>,
+    model: Option<Arc<str>>,
+    price: Price,
+    reserved: Usd,
+    time: Timestamp,
+    started: tokio::time::Instant,
+    attempt: Option<u32>,
+    ctx: Option<Arc<CallContext>>,
+    armed: bool,
+}
+
+impl fmt::Debug for BudgetGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BudgetGuard")
+            .field("model", &self.model)
+            .field("reserved", &self.reserved)
+            .field("attempt", &self.attempt)
+            .field("armed", &self.armed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BudgetGuard {
+    /// An unarmed guard: nothing reserved yet.
+    pub(crate) fn new(
+        core: Arc<Core>,
+        started: tokio::time::Instant,
+        ctx: Option<Arc<CallContext>>,
+    ) -> BudgetGuard {
+        let attempt = ctx.as_ref().map(|c| c.update(|f| f.attempts.max(1)));
+        BudgetGuard {
+            time: core.clock.at(started),
+            core,
+            keys: Box::default(),
+            model: None,
+            price: Price::per_million(Usd::ZERO, Usd::ZERO),
+            reserved: Usd::ZERO,
+            started,
+            attempt,
+            ctx,
+            armed: false,
+        }
+    }
+
+    pub(crate) fn set_model(&mut self, model: Option<Arc<str>>) {
+        self.model = model;
+    }
+
+    pub(crate) fn set_price(&mut self, price: Price) {
+        self.price = price;
+    }
+
+    pub(crate) fn set_reservation(&mut self, keys: Box<[Option<Arc<str>>]>, amount: Usd) {
+        self.keys = keys;
+        self.reserved = amount;
+    }
+
+    pub(crate) fn model(&self) -> Option<&Arc<str>> {
+        self.model.as_ref()
+    }
+
+    /// The charge of this attempt at `now`.
+    pub(crate) fn charge(&self, now: Timestamp) -> Charge<'_> {
+        Charge::new(&self.core.budgets, &self.keys, self.reserved, now)
+    }
+
+    pub(crate) fn admission_time(&self) -> Timestamp {
+        self.time
+    }
+
+    /// The store admitted the reservation: from now on it must be settled.
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    /// Refuses the attempt with `err` (nothing reserved, nothing charged), and records it.
+    pub(crate) fn reject(mut self, err: LlmError) -> LlmError {
+        self.armed = false;
+        if err.class() == FailureClass::BudgetExceeded {
+            if let Some(ctx) = &self.ctx {
+                ctx.update(|f| f.rejections.push(FailureClass::BudgetExceeded));
+            }
+        }
+        tracing::debug!(
+            class = %err.class(),
+            model = self.model.as_deref(),
+            "seawall budget: attempt refused"
+        );
+        self.record(
+            AttemptOutcome::Failed(err.class()),
+            None,
+            Usd::ZERO,
+            Charged::Nothing,
+            Usd::ZERO,
+        );
+        err
+    }
+
+    /// The store refused the reservation.
+    pub(crate) fn refuse(self, ex: Exceeded) -> LlmError {
+        let err = exceeded_error(&self.core, &ex, self.time);
+        self.reject(err)
+    }
+
+    /// The attempt failed before a response arrived.
+    pub(crate) fn fail(mut self, class: FailureClass) {
+        self.finish(AttemptOutcome::Failed(class), None);
+    }
+
+    fn finish(&mut self, outcome: AttemptOutcome, usage: Option<Usage>) {
+        if !self.armed {
+            return;
+        }
+        self.armed = false;
+        let (cost, charged) = match usage {
+            Some(u) => (self.price.cost(&u), Charged::Usage),
+            None => {
+                let settlement = match outcome {
+                    AttemptOutcome::Ok => Settlement::ChargeEstimate,
+                    AttemptOutcome::Dropped => self.core.on_drop,
+                    AttemptOutcome::Failed(class) => self.core.settlement_for(class),
+                };
+                match settlement {
+                    Settlement::Release => (Usd::ZERO, Charged::Nothing),
+                    Settlement::ChargeEstimate => (self.reserved, Charged::Estimate),
+                }
+            }
+        };
+        let now = self.core.clock.now();
+        let crossed = self.core.store.settle(&self.charge(now), cost);
+        for c in &crossed {
+            tracing::warn!(
+                budget = %c.budget,
+                key = c.key.as_deref(),
+                spent = %c.spent,
+                threshold = %c.threshold,
+                limit = %c.limit,
+                "seawall budget: soft limit reached"
+            );
+            if let Some(f) = &self.core.on_soft {
+                f(c);
+            }
+        }
+        if let Some(ctx) = &self.ctx {
+            ctx.update(|f| *f.cost_usd.get_or_insert(0.0) += cost.as_f64());
+        }
+        tracing::trace!(
+            model = self.model.as_deref(),
+            outcome = %outcome,
+            cost = %cost,
+            reserved = %self.reserved,
+            "seawall budget: attempt settled"
+        );
+        self.record(outcome, usage, cost, charged, self.reserved);
+    }
+
+    fn record(
+        &self,
+        outcome: AttemptOutcome,
+        usage: Option<Usage>,
+        cost: Usd,
+        charged: Charged,
+        reserved: Usd,
+    ) {
+        let Some(sink) = &self.core.sink else {
+            return;
+        };
+        let mut keys: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        for (budget, key) in self.core.budgets.iter().zip(self.keys.iter()) {
+            let scope: &str = match budget.scope() {
+                Scope::Global => continue,
+                Scope::Model => "model",
+                Scope::Key(s) => s,
+            };
+            if let Some(key) = key {
+                if !keys.iter().any(|(s, _)| &**s == scope) {
+                    keys.push((scope.into(), key.clone()));
+                }
+            }
+        }
+        sink.record(SpendRecord {
+            time: self.time,
+            keys,
+            model: self.model.clone(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            input_tokens: usage.map(|u| u.input_tokens),
+            output_tokens: usage.map(|u| u.output_tokens),
+            cached_input_tokens: usage.map(|u| u.cached_input_tokens),
+            cost_usd: cost.as_f64(),
+            cost_nanos: cost.as_nanos(),
+            reserved_nanos: reserved.as_nanos(),
+            attempt: self.attempt,
+            outcome,
+            charged,
+        });
+    }
+}
+
+impl OnComplete for BudgetGuard {
+    fn on_complete(mut self, completion: Completion<'_>) {
+        let outcome = match completion.outcome {
+            Outcome::Complete => AttemptOutcome::Ok,
+            Outcome::Failed(Some(e)) => AttemptOutcome::Failed(e.class()),
+            // A body error that is not an `LlmError`: the stream broke after the head.
+            Outcome::Failed(None) => AttemptOutcome::Failed(FailureClass::StreamInterrupted),
+            Outcome::Dropped => AttemptOutcome::Dropped,
+        };
+        self.finish(outcome, completion.usage);
+    }
+}
+
+impl Drop for BudgetGuard {
+    fn drop(&mut self) {
+        self.finish(AttemptOutcome::Dropped, None);
+    }
+}
+
+fn exceeded_error(core: &Core, ex: &Exceeded, now: Timestamp) -> LlmError {
+    let key = match &ex.key {
+        Some(k) => format!(" for {k:?}"),
+        None => String::new(),
+    };
+    let mut err = LlmError::new(
+        FailureClass::BudgetExceeded,
+        format!(
+            "budget {:?}{key} would be exceeded: spent {} + reserved {} + this attempt {} > limit {}",
+            &*ex.budget, ex.spend.spent, ex.spend.reserved, ex.requested, ex.spend.limit
+        ),
+    )
+    .with_code("budget_exceeded");
+    // A reset only helps an attempt that fits the limit at all.
+    let fits = ex.requested <= ex.spend.limit;
+    let resets = core
+        .budgets
+        .iter()
+        .find(|b| *b.name_arc() == ex.budget)
+        .and_then(|b| b.window().period_end(now));
+    if let Some(end) = resets.filter(|_| fits) {
+        err = err.with_retry_after(end.saturating_duration_since(now));
+    }
+    err
+}

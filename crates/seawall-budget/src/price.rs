@@ -1,0 +1,500 @@
+//! Prices per model, and the arithmetic that turns tokens into [`Usd`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use seawall_core::Usage;
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+use crate::money::Usd;
+
+const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
+
+/// A model's prices, per million tokens: input, output and cached input.
+///
+/// A call's cost is `uncached input × input + cached input × cached_input + output × output`,
+/// summed exactly in nano-dollar-per-million units and rounded *up* to the next nano-dollar
+/// once. Cached input defaults to the input price (no discount) until set.
+///
+/// ```
+/// use seawall_budget::{Price, Usd};
+/// use seawall_core::Usage;
+///
+/// // $2.50 in, $10 out, $1.25 cached, per million tokens.
+/// let p = Price::per_million(Usd::from_cents(250), Usd::from_dollars(10))
+///     .with_cached_input(Usd::from_cents(125));
+/// let used = Usage { input_tokens: 1_000, output_tokens: 200, cached_input_tokens: 400 };
+/// // 600 × 2.5 + 400 × 1.25 + 200 × 10 = 4000 $/M = $0.004
+/// assert_eq!(p.cost(&used), Usd::from_micros(4_000));
+/// // The estimate assumes no cache: 1000 × 2.5 + 500 × 10 = $0.0075
+/// assert_eq!(p.estimate(1_000, 500), Usd::from_micros(7_500));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Price {
+    input: Usd,
+    output: Usd,
+    cached_input: Usd,
+}
+
+impl Price {
+    /// Input and output prices per million tokens; cached input costs the input price.
+    pub const fn per_million(input: Usd, output: Usd) -> Price {
+        Price {
+            input,
+            output,
+            cached_input: input,
+        }
+    }
+
+    /// [`Price::per_million`] from dollar floats (`2.5`, `10.0`); negative, NaN or infinite
+    /// values are an error.
+    pub fn per_million_f64(input: f64, output: f64) -> Result<Price, ConfigError> {
+        Ok(Price::per_million(
+            Usd::from_f64(input)?,
+            Usd::from_f64(output)?,
+        ))
+    }
+
+    /// Sets the price of cached input tokens, per million.
+    pub const fn with_cached_input(mut self, cached_input: Usd) -> Price {
+        self.cached_input = cached_input;
+        self
+    }
+
+    /// The input price per million tokens.
+    pub const fn input(&self) -> Usd {
+        self.input
+    }
+
+    /// The output price per million tokens.
+    pub const fn output(&self) -> Usd {
+        self.output
+    }
+
+    /// The cached-input price per million tokens.
+    pub const fn cached_input(&self) -> Usd {
+        self.cached_input
+    }
+
+    /// The most an attempt can cost: every input token uncached, every allowed output token
+    /// used.
+    pub fn estimate(&self, input_tokens: u64, max_output_tokens: u64) -> Usd {
+        price_units(&[(input_tokens, self.input), (max_output_tokens, self.output)])
+    }
+
+    /// What the usage an upstream reported costs. `cached_input_tokens` is part of
+    /// `input_tokens` (as [`Usage`] says); a cached count above the input count is clamped.
+    pub fn cost(&self, usage: &Usage) -> Usd {
+        let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        price_units(&[
+            (usage.input_tokens - cached, self.input),
+            (cached, self.cached_input),
+            (usage.output_tokens, self.output),
+        ])
+    }
+}
+
+/// Sum of tokens × price-per-million, in nano-dollars, rounded up once.
+fn price_units(parts: &[(u64, Usd)]) -> Usd {
+    let sum: u128 = parts
+        .iter()
+        .map(|(tokens, price)| u128::from(*tokens) * u128::from(price.as_nanos()))
+        .sum();
+    let nanos = sum.div_ceil(TOKENS_PER_PRICE_UNIT);
+    Usd::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// Prices by model name, with an optional default for models it does not list.
+///
+/// A name ending in `*` is a prefix pattern (`"claude-sonnet-4-5*"` also prices the dated
+/// snapshot `claude-sonnet-4-5-20250929`); an exact name wins over a pattern, and the longest
+/// matching pattern over shorter ones. A model the table cannot price, or a request without a
+/// model, gets the default price if there is one, and is rejected otherwise.
+///
+/// Load it from TOML or JSON with the same shape:
+///
+/// ```
+/// use seawall_budget::{PriceTable, Usd};
+///
+/// let table = PriceTable::from_toml_str(r#"
+///     ## USD per million tokens
+///     [models."gpt-4o"]
+///     input = 2.50
+///     output = 10.00
+///     cached_input = 1.25
+///
+///     [models."claude-sonnet-4-5*"]
+///     input = "3.00"          # strings are parsed exactly
+///     output = "15.00"
+///     cached_input = "0.30"
+///
+///     [default]
+///     input = 5
+///     output = 20
+/// "#).unwrap();
+/// assert_eq!(table.get("gpt-4o").unwrap().output(), Usd::from_dollars(10));
+/// assert_eq!(table.get("claude-sonnet-4-5-20250929").unwrap().input(), Usd::from_dollars(3));
+/// assert_eq!(table.get("mystery").unwrap().input(), Usd::from_dollars(5));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PriceTable {
+    exact: HashMap<Arc<str>, Price>,
+    // Longest pattern first.
+    prefixes: Vec<(Arc<str>, Price)>,
+    default: Option<Price>,
+}
+
+impl PriceTable {
+    /// An empty table without a default: every model is rejected until priced.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the price of `model` (a name, or a prefix pattern ending in `*`).
+    pub fn insert(&mut self, model: &str, price: Price) -> &mut Self {
+        match model.strip_suffix('*') {
+            Some(prefix) => {
+                self.prefixes.retain(|(p, _)| &**p != prefix);
+                self.prefixes.push((prefix.into(), price));
+                self.prefixes
+                    .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+            }
+            None => {
+                self.exact.insert(model.into(), price);
+            }
+        }
+        self
+    }
+
+    /// [`PriceTable::insert`], by value.
+    pub fn with(mut self, model: &str, price: Price) -> Self {
+        self.insert(model, price);
+        self
+    }
+
+    /// Sets (or with `None` removes) the price of models the table does not list.
+    pub fn set_default(&mut self, price: Option<Price>) -> &mut Self {
+        self.default = price;
+        self
+    }
+
+    /// [`PriceTable::set_default`], by value.
+    pub fn with_default(mut self, price: Price) -> Self {
+        self.default = Some(price);
+        self
+    }
+
+    /// The default price, if set.
+    pub fn default_price(&self) -> Option<Price> {
+        self.default
+    }
+
+    /// The price of `model`: exact name, else the longest matching pattern, else the default.
+    pub fn get(&self, model: &str) -> Option<Price> {
+        self.lookup(Some(model)).map(|(p, _)| p)
+    }
+
+    /// The number of names and patterns listed (the default not counted).
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.prefixes.len()
+    }
+
+    /// Whether no model is listed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The price and, when the table lists the exact name, its shared copy of the name (so a
+    /// call need not allocate one).
+    pub(crate) fn lookup(&self, model: Option<&str>) -> Option<(Price, Option<Arc<str>>)> {
+        let Some(model) = model else {
+            return self.default.map(|p| (p, None));
+        };
+        if let Some((name, price)) = self.exact.get_key_value(model) {
+            return Some((*price, Some(name.clone())));
+        }
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| model.starts_with(&**prefix))
+            .map(|(_, p)| *p)
+            .or(self.default)
+            .map(|p| (p, None))
+    }
+
+    /// Parses a TOML table: `[models."name"]` sections with `input`, `output` and optional
+    /// `cached_input` (dollars per million tokens, as numbers or exact decimal strings), and an
+    /// optional `[default]` section of the same shape. Unknown keys are an error.
+    pub fn from_toml_str(text: &str) -> Result<PriceTable, ConfigError> {
+        let file: PriceFile = toml::from_str(text)
+            .map_err(|e| ConfigError::with_source("invalid price table (TOML)", e))?;
+        file.into_table()
+    }
+
+    /// Parses a JSON table of the same shape as the TOML one:
+    /// `{"models": {"gpt-4o": {"input": 2.5, "output": 10}}, "default": {...}}`.
+    pub fn from_json_str(text: &str) -> Result<PriceTable, ConfigError> {
+        let file: PriceFile = serde_json::from_str(text)
+            .map_err(|e| ConfigError::with_source("invalid price table (JSON)", e))?;
+        file.into_table()
+    }
+
+    /// Reads a `.toml` or `.json` price file (chosen by the extension).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<PriceTable, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::with_source(format!("cannot read price table {}", path.display()), e)
+        })?;
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        let parsed = match ext.as_deref() {
+            Some("toml") => Self::from_toml_str(&text),
+            Some("json") => Self::from_json_str(&text),
+            _ => {
+                return Err(ConfigError::new(format!(
+                    "price table {} must end in .toml or .json",
+                    path.display()
+                )));
+            }
+        };
+        parsed.map_err(|e| ConfigError::new(format!("price table {}: {e}", path.display())))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceFile {
+    #[serde(default)]
+    models: BTreeMap<String, FilePrice>,
+    #[serde(default)]
+    default: Option<FilePrice>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePrice {
+    input: Amount,
+    output: Amount,
+    #[serde(default)]
+    cached_input: Option<Amount>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Amount {
+    Number(f64),
+    Text(String),
+}
+
+impl Amount {
+    fn to_usd(&self, model: &str, field: &str) -> Result<Usd, ConfigError> {
+        match self {
+            Amount::Number(n) => Usd::from_f64(*n),
+            Amount::Text(t) => t.parse(),
+        }
+        .map_err(|e| ConfigError::new(format!("model {model:?}, {field}: {e}")))
+    }
+}
+
+impl FilePrice {
+    fn to_price(&self, model: &str) -> Result<Price, ConfigError> {
+        let input = self.input.to_usd(model, "input")?;
+        let mut price = Price::per_million(input, self.output.to_usd(model, "output")?);
+        if let Some(c) = &self.cached_input {
+            price = price.with_cached_input(c.to_usd(model, "cached_input")?);
+        }
+        Ok(price)
+    }
+}
+
+impl PriceFile {
+    fn into_table(self) -> Result<PriceTable, ConfigError> {
+        let mut table = PriceTable::new();
+        for (model, p) in &self.models {
+            if model.is_empty() || model == "*" {
+                return Err(ConfigError::new(format!(
+                    "model name {model:?} is empty; use [default] for unlisted models"
+                )));
+            }
+            table.insert(model, p.to_price(model)?);
+        }
+        if let Some(d) = &self.default {
+            table.set_default(Some(d.to_price("default")?));
+        }
+        Ok(table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, output: u64, cached: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cached_input_tokens: cached,
+        }
+    }
+
+    #[test]
+    fn cost_per_model_is_exact() {
+        let table = PriceTable::new()
+            .with(
+                "gpt-4o",
+                Price::per_million(Usd::from_cents(250), Usd::from_dollars(10))
+                    .with_cached_input(Usd::from_cents(125)),
+            )
+            .with(
+                "gpt-4o-mini",
+                Price::per_million_f64(0.15, 0.60)
+                    .unwrap()
+                    .with_cached_input(Usd::from_f64(0.075).unwrap()),
+            )
+            .with(
+                "tiny",
+                Price::per_million(Usd::from_nanos(100_000), Usd::ZERO)
+                    .with_cached_input(Usd::from_nanos(50_000)),
+            )
+            .with(
+                "claude-haiku-4-5",
+                Price::per_million(Usd::from_dollars(1), Usd::from_dollars(5))
+                    .with_cached_input(Usd::from_cents(10)),
+            );
+        let cases = [
+            // 1M in, 1M out: exactly the two prices.
+            ("gpt-4o", usage(1_000_000, 1_000_000, 0), 12_500_000_000),
+            // 1,000 in of which 1,000 cached, 10 out: 1000 × 1.25 + 10 × 10 = 1350 $/M.
+            ("gpt-4o", usage(1_000, 10, 1_000), 1_350_000),
+            // 7 tokens × $0.15/M = 1.05 micro-dollars = 1050 nano.
+            ("gpt-4o-mini", usage(7, 0, 0), 1_050),
+            // 1 cached token × $0.075/M = 75 nano-dollars.
+            ("gpt-4o-mini", usage(1, 0, 1), 75),
+            // $0.0001/M is 0.1 nano-dollar a token: 11 tokens are 1.1, charged 2.
+            ("tiny", usage(11, 0, 0), 2),
+            // 3 × 0.1 + 3 × 0.05 = 0.45 nano-dollars: summed first, then rounded up once.
+            ("tiny", usage(6, 0, 3), 1),
+            (
+                "claude-haiku-4-5",
+                usage(2_000, 300, 1_500),
+                500_000 + 150_000 + 1_500_000,
+            ),
+        ];
+        for (model, u, nanos) in cases {
+            let cost = table.get(model).unwrap().cost(&u);
+            assert_eq!(cost.as_nanos(), nanos, "{model} {u:?}");
+        }
+    }
+
+    #[test]
+    fn cached_above_input_is_clamped_and_huge_usage_saturates() {
+        let p = Price::per_million(Usd::from_dollars(1), Usd::from_dollars(2))
+            .with_cached_input(Usd::ZERO);
+        assert_eq!(p.cost(&usage(10, 0, 50)), Usd::ZERO);
+        assert_eq!(p.cost(&usage(u64::MAX, u64::MAX, 0)), Usd::MAX);
+    }
+
+    #[test]
+    fn exact_beats_pattern_and_longest_pattern_wins() {
+        let a = Price::per_million(Usd::from_dollars(1), Usd::from_dollars(1));
+        let b = Price::per_million(Usd::from_dollars(2), Usd::from_dollars(2));
+        let c = Price::per_million(Usd::from_dollars(3), Usd::from_dollars(3));
+        let t = PriceTable::new()
+            .with("gpt-4o*", a)
+            .with("gpt-4o-mini*", b)
+            .with("gpt-4o-mini", c);
+        assert_eq!(t.get("gpt-4o-2024-08-06"), Some(a));
+        assert_eq!(t.get("gpt-4o-mini-2024-07-18"), Some(b));
+        assert_eq!(t.get("gpt-4o-mini"), Some(c));
+        assert_eq!(t.get("o3"), None);
+        assert_eq!(t.lookup(None), None);
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn json_and_toml_agree() {
+        let toml = PriceTable::from_toml_str(
+            "[models.m]\ninput = 0.15\noutput = \"0.60\"\ncached_input = 0.075\n",
+        )
+        .unwrap();
+        let json = PriceTable::from_json_str(
+            r#"{"models":{"m":{"input":"0.15","output":0.6,"cached_input":0.075}}}"#,
+        )
+        .unwrap();
+        assert_eq!(toml.get("m"), json.get("m"));
+        assert_eq!(
+            toml.get("m").unwrap().cached_input(),
+            Usd::from_nanos(75_000_000)
+        );
+        assert_eq!(toml.default_price(), None);
+    }
+
+    #[test]
+    fn bad_files_give_clear_errors() {
+        for (text, needle) in [
+            ("[models.m]\ninput = -1\noutput = 1\n", "model \"m\", input"),
+            ("[models.m]\ninput = 1\n", "output"),
+            ("[models.m]\ninput = 1\noutput = 1\nouput = 2\n", "ouput"),
+            ("[models.m]\ninput = \"1,5\"\noutput = 1\n", "1,5"),
+            ("[models.\"\"]\ninput = 1\noutput = 1\n", "empty"),
+            ("[default]\ninput = nan\noutput = 1\n", "default"),
+            ("models = 3", "invalid price table"),
+        ] {
+            let err = PriceTable::from_toml_str(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text:?} -> {err}");
+        }
+        let err = PriceTable::from_json_str("{").unwrap_err().to_string();
+        assert!(err.contains("JSON"), "{err}");
+        let err = PriceTable::from_file("/nonexistent/prices.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn file_by_extension() {
+        let dir = std::env::temp_dir().join(format!("seawall-budget-price-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let toml = dir.join("p.toml");
+        std::fs::write(&toml, "[models.a]\ninput = 1\noutput = 2\n").unwrap();
+        let json = dir.join("p.JSON");
+        std::fs::write(&json, r#"{"models":{"a":{"input":1,"output":2}}}"#).unwrap();
+        let txt = dir.join("p.txt");
+        std::fs::write(&txt, "").unwrap();
+        assert_eq!(
+            PriceTable::from_file(&toml).unwrap().get("a"),
+            PriceTable::from_file(&json).unwrap().get("a")
+        );
+        let err = PriceTable::from_file(&txt).unwrap_err().to_string();
+        assert!(err.contains(".toml or .json"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    proptest::proptest! {
+        /// The estimate is an upper bound of the cost of any usage within its bounds, and both
+        /// agree with a naive rational computation.
+        #[test]
+        fn estimate_bounds_cost(
+            pin in 0u64..100_000_000_000, pout in 0u64..100_000_000_000, pcache in 0u64..100_000_000_000,
+            est_in in 0u64..2_000_000, max_out in 0u64..200_000,
+            used_in in 0u64..2_000_000, used_out in 0u64..200_000, cached in 0u64..2_000_000,
+        ) {
+            let pcache = pcache.min(pin);
+            let p = Price::per_million(Usd::from_nanos(pin), Usd::from_nanos(pout))
+                .with_cached_input(Usd::from_nanos(pcache));
+            let used_in = used_in.min(est_in);
+            let used_out = used_out.min(max_out);
+            let u = usage(used_in, used_out, cached);
+            let cost = p.cost(&u);
+            proptest::prop_assert!(cost <= p.estimate(est_in, max_out));
+            let c = cached.min(used_in);
+            let exact = u128::from(used_in - c) * u128::from(pin)
+                + u128::from(c) * u128::from(pcache)
+                + u128::from(used_out) * u128::from(pout);
+            proptest::prop_assert_eq!(u128::from(cost.as_nanos()), exact.div_ceil(1_000_000));
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! [`CostBudget`]: the service the layer makes.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
+use tower_service::Service;
+
+use crate::budget::Scope;
+use crate::future::ResponseFuture;
+use crate::guard::BudgetGuard;
+use crate::keys::BudgetKeys;
+use crate::layer::{Core, MissingMaxOutput};
+use crate::store::Admission;
+
+/// Checks every attempt against the budgets before calling the inner service, and settles it
+/// when the response ends. Made by [`CostBudgetLayer`](crate::CostBudgetLayer).
+pub struct CostBudget<S, K> {
+    inner: S,
+    core: Arc<Core>,
+    keys: Arc<K>,
+}
+
+impl<S, K> CostBudget<S, K> {
+    pub(crate) fn new(inner: S, core: Arc<Core>, keys: Arc<K>) -> Self {
+        CostBudget { inner, core, keys }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming this one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K> Clone for CostBudget<S, K> {
+    fn clone(&self) -> Self {
+        CostBudget {
+            inner: self.inner.clone(),
+            core: self.core.clone(),
+            keys: self.keys.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for CostBudget<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CostBudget")
+            .field("inner", &self.inner)
+            .field("budget", &self.core)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, Req> Service<Req> for CostBudget<S, K>
+where
+    S: Service<Req> + Clone,
+    S::Response: LlmResponse,
+    S::Error: Into<LlmError>,
+    Req: LlmRequest,
+    K: BudgetKeys<Req>,
+{
+    type Response = <S::Response as LlmResponse>::Hooked<BudgetGuard>;
+    type Error = LlmError;
+    type Future = ResponseFuture<S::Future, S, Req>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Budget refusals come from `call`: a readiness error is fatal to tower's `Buffer`.
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        req.prepare();
+        let mut guard = match price_attempt(&self.core, &*self.keys, &mut req) {
+            Ok(g) => g,
+            Err(e) => return ResponseFuture::failed(e),
+        };
+        let admission = self
+            .core
+            .store
+            .reserve(&guard.charge(guard.admission_time()));
+        match admission {
+            Admission::Ready(Ok(())) => {
+                guard.arm();
+                ResponseFuture::calling(self.inner.call(req), guard)
+            }
+            Admission::Ready(Err(refused)) => ResponseFuture::failed(guard.refuse(refused)),
+            Admission::Pending(admission) => {
+                // Call later, on the service that was made ready; keep a clone here.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::admitting(admission, inner, req, guard)
+            }
+        }
+    }
+}
+
+/// Prices the attempt and prepares its reservation (not yet made).
+fn price_attempt<Req, K>(core: &Arc<Core>, keys: &K, req: &mut Req) -> Result<BudgetGuard, LlmError>
+where
+    Req: LlmRequest,
+    K: BudgetKeys<Req>,
+{
+    let started = tokio::time::Instant::now();
+    let mut guard = BudgetGuard::new(core.clone(), started, req.call_context().cloned());
+    let Some((price, interned)) = core.prices.lookup(req.model()) else {
+        let msg = match req.model() {
+            Some(m) => format!(
+                "no price for model {m:?}: add it to the price table, or give the table a default price"
+            ),
+            None => "the request names no model and the price table has no default price".into(),
+        };
+        guard.set_model(req.model().map(Arc::from));
+        let err = LlmError::new(FailureClass::BudgetExceeded, msg).with_code("unpriced_model");
+        return Err(guard.reject(err));
+    };
+    guard.set_model(interned.or_else(|| req.model().map(Arc::from)));
+    guard.set_price(price);
+    let max_output = match (req.max_output_tokens(), core.missing_max) {
+        (Some(n), _) => n,
+        (None, MissingMaxOutput::Default(n)) => {
+            if let Err(e) = req.set_max_output_tokens(n) {
+                return Err(guard.reject(e));
+            }
+            n
+        }
+        (None, MissingMaxOutput::Reject) => {
+            let err = LlmError::new(
+                FailureClass::BudgetExceeded,
+                "the request sets no maximum output tokens, so its cost has no upper bound: \
+                 set max_tokens, or give the budget a default (MissingMaxOutput::Default)",
+            )
+            .with_code("max_output_tokens_required");
+            return Err(guard.reject(err));
+        }
+    };
+    let input = u64::from(req.estimated_input_tokens());
+    let input = (input * (100 + u64::from(core.input_margin_percent))).div_ceil(100);
+    let amount = price.estimate(input, u64::from(max_output));
+    let keys: Box<[Option<Arc<str>>]> = if core.keyed {
+        core.budgets
+            .iter()
+            .map(|b| match b.scope() {
+                Scope::Global => None,
+                Scope::Model => Some(
+                    guard
+                        .model()
+                        .cloned()
+                        .unwrap_or_else(|| core.unkeyed.clone()),
+                ),
+                Scope::Key(scope) => {
+                    Some(keys.key(scope, req).unwrap_or_else(|| core.unkeyed.clone()))
+                }
+            })
+            .collect()
+    } else {
+        Box::default()
+    };
+    guard.set_reservation(keys, amount);
+    Ok(guard)
+}
