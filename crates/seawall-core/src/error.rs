@@ -150,6 +150,19 @@ impl LlmError {
         }
     }
 
+    /// A new error with a fixed message, for a layer's own rejections on a hot path (a circuit
+    /// breaker refusing calls, say). A `'static` message is the program's own text and holds no
+    /// credential, so it skips the redaction scan of [`new`](Self::new); it is still bounded.
+    pub fn from_static(class: FailureClass, message: &'static str) -> Self {
+        let mut err = LlmError::new(class, "");
+        err.inner.message = if message.len() <= MAX_MESSAGE_LEN {
+            message.into()
+        } else {
+            bounded(message)
+        };
+        err
+    }
+
     /// Sets the HTTP status.
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.inner.status = Some(status);
@@ -548,6 +561,14 @@ mod tests {
         assert_eq!(LlmError::from(boxed).class(), FailureClass::Overloaded);
         let other: BoxError = "weird".into();
         assert_eq!(LlmError::from(other).class(), FailureClass::Disconnected);
+    }
+
+    #[test]
+    fn from_static_keeps_the_message() {
+        let e = LlmError::from_static(FailureClass::CircuitOpen, "circuit breaker is open");
+        assert_eq!(e.class(), FailureClass::CircuitOpen);
+        assert_eq!(e.message(), "circuit breaker is open");
+        assert_eq!(e.to_string(), "circuit_open: circuit breaker is open");
     }
 
     #[test]
