@@ -107,8 +107,9 @@ pub struct SpendRecord {
     pub cost_nanos: u64,
     /// The reservation made at admission, in nano-dollars.
     pub reserved_nanos: u64,
-    /// The attempt number of the logical call, when an outer layer reported it (through the
-    /// call context).
+    /// The attempt number within the logical call: the `attempts` count of the call's
+    /// `CallContext` when the attempt was admitted (an outer retry layer counts an attempt
+    /// before sending it), at least 1; `None` without a call context.
     pub attempt: Option<u32>,
     /// How the attempt ended.
     pub outcome: AttemptOutcome,

@@ -16,6 +16,10 @@ use crate::store::Admission;
 
 /// Checks every attempt against the budgets before calling the inner service, and settles it
 /// when the response ends. Made by [`CostBudgetLayer`](crate::CostBudgetLayer).
+///
+/// The inner service must be `Clone`: when a remote [`BudgetStore`](crate::BudgetStore)
+/// decides asynchronously, the service that was made ready is moved into the response future
+/// and called from there, and a clone takes its place.
 pub struct CostBudget<S, K> {
     inner: S,
     core: Arc<Core>,

@@ -254,7 +254,7 @@ impl Counter {
                     let steps = (b - ring.head).min(RING as u64);
                     for i in 1..=steps {
                         let slot = ((ring.head + i) % RING as u64) as usize;
-                        self.settled -= ring.buckets[slot];
+                        self.settled = self.settled.saturating_sub(ring.buckets[slot]);
                         ring.buckets[slot] = 0;
                     }
                     ring.head = b;
@@ -372,7 +372,7 @@ impl BudgetStore for MemoryStore {
                 if after > budget.limit().as_nanos() {
                     return Some(c.spend(budget));
                 }
-                c.reserved += amount;
+                c.reserved = c.reserved.saturating_add(amount);
                 None
             });
             if let Some(spend) = refused {
@@ -516,6 +516,24 @@ mod tests {
             Usd::from_nanos(4),
         );
         assert_eq!(store.spend(&hourly[0], None, t1).spent, Usd::from_nanos(4));
+    }
+
+    #[test]
+    fn rolling_soft_limit_rearms_once_spend_falls_below_it() {
+        let b = [
+            Budget::rolling("r", Usd::from_nanos(100), Duration::from_secs(60))
+                .soft_limit_percent(50),
+        ];
+        let store = MemoryStore::new();
+        let settle = |secs: u64, cost: u64| {
+            let c = Charge::new(&b, &[], Usd::ZERO, Timestamp::from_unix_secs(secs));
+            store.settle(&c, Usd::from_nanos(cost)).len()
+        };
+        assert_eq!(settle(1_000, 60), 1);
+        assert_eq!(settle(1_001, 10), 0, "already fired in this window");
+        // A minute and a sub-window later both have left the window.
+        assert_eq!(settle(1_062, 10), 0);
+        assert_eq!(settle(1_063, 45), 1, "fires again after falling below");
     }
 
     #[test]
