@@ -1,1 +1,116 @@
-//! seawall-breaker: not written yet.
+//! A keyed circuit breaker for LLM calls, as a tower layer.
+//!
+//! When a provider or a model is down, callers should fail in microseconds instead of piling
+//! up 30-second timeouts and retries against it. [`CircuitBreakerLayer`] keeps one breaker per
+//! key (`host/model` by default, from [`LlmRequest::state_key`]) in one layer, and rejects calls
+//! to a sick key with an [`LlmError`] of class [`CircuitOpen`](seawall_core::FailureClass::CircuitOpen)
+//! whose `retry_after` says when the next probe is allowed, which a fallback layer can act on
+//! at once.
+//!
+//! # What counts
+//!
+//! The breaker is about the *upstream's* health, so by default only classes whose
+//! [`Disposition`](seawall_core::Disposition) says `counts_for_breaker` are failures: 5xx and
+//! 529 overloads, upstream and local timeouts, connection failures, and streams broken after
+//! their first token. Everything else is *neither* a success nor a failure: 4xx (bad requests,
+//! context length, content filter, auth), rate limits and exhausted quotas (back-pressure, not
+//! sickness), seawall's own rejections, and cancelled calls (a future or body dropped early).
+//! A 429 storm or a burst of bad requests never opens the breaker, and does not interrupt a
+//! run of consecutive failures either. Change this per class with
+//! [`Builder::verdict`], [`Builder::dispositions`] and [`Builder::on_cancel`].
+//!
+//! An outcome is known only when the body ends: a stream that breaks after its first token is
+//! a failure, one that ends normally a success. So an admitted call holds its place (a
+//! half-open probe slot in particular) until its body ends or is dropped, through
+//! [`LlmResponse::on_complete`].
+//!
+//! # States
+//!
+//! `Closed` → `Open` when, in the closed state, any trip condition holds:
+//!
+//! - the failure rate over a count window (last 100 calls by default) or a time window reaches
+//!   its threshold (50%), once the window holds the minimum number of calls (20);
+//! - 5 failures in a row (ignored outcomes do not break the streak);
+//! - optionally, the slow-call rate: a call is slow when its response head took longer than a
+//!   threshold. Behind seawall's stream layer the head is the first token, so this is time to
+//!   first token, not the length of the stream.
+//!
+//! `Open` rejects calls for 10 s, doubling with each consecutive re-open up to 120 s, minus up
+//! to 10% jitter. An error can also open the breaker until the instant it names (a
+//! `retry-after`, or the reset of an exhausted rate-limit window) with
+//! [`Builder::open_on_retry_hint`]. Then `HalfOpen` admits exactly [`Builder::probes`] calls at
+//! once (1), however many callers race for them; [`Builder::probe_successes`] successes close
+//! it, [`Builder::probe_failures`] failures re-open it. A probe that neither ends nor is
+//! dropped loses its slot after [`Builder::max_probe_wait`] (60 s), so a breaker cannot stay
+//! half-open forever.
+//!
+//! Through a [`BreakerHandle`] a key (or every key) can be switched at run time to
+//! `ForcedOpen`, `Disabled` or `MetricsOnly` (count, never trip) and back, and every key's
+//! state and counts can be read. Every state change is a `tracing` event (target
+//! `seawall::breaker`) and, optionally, a callback ([`Builder::on_state_change`]).
+//!
+//! # Cost
+//!
+//! In the closed state a call does one map lookup under an uncontended read lock, one atomic
+//! load of the state word, and on completion a ring-slot swap and a counter update: no lock
+//! taken for writing, no allocation. Transitions take a per-key mutex. Keys are capped
+//! ([`Builder::max_keys`], 1024); at the cap, idle keys are evicted.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use seawall_breaker::{CircuitBreakerLayer, State};
+//! use seawall_core::{FailureClass, LlmError};
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let breaker = CircuitBreakerLayer::builder()
+//!     .consecutive_failures(3)
+//!     .open_for(Duration::from_secs(30))
+//!     .build()
+//!     .unwrap();
+//! let handle = breaker.handle();
+//! let mut svc = ServiceBuilder::new().layer(breaker).service_fn(|_req: http::Request<Bytes>| async {
+//!     Err::<http::Response<String>, _>(LlmError::new(FailureClass::ServerError, "500"))
+//! });
+//! let req = || {
+//!     http::Request::post("https://api.openai.com/v1/chat/completions")
+//!         .body(Bytes::from_static(br#"{"model":"gpt-4o","messages":[]}"#))
+//!         .unwrap()
+//! };
+//! for _ in 0..3 {
+//!     let err = svc.ready().await.unwrap().call(req()).await.unwrap_err();
+//!     assert_eq!(err.class(), FailureClass::ServerError);
+//! }
+//! assert_eq!(handle.state("api.openai.com/gpt-4o"), Some(State::Open));
+//! let err = svc.ready().await.unwrap().call(req()).await.unwrap_err();
+//! assert_eq!(err.class(), FailureClass::CircuitOpen);
+//! assert!(err.retry_after().unwrap() <= Duration::from_secs(30));
+//! # }
+//! ```
+#![doc(html_root_url = "https://docs.rs/seawall-breaker/0.1.0")]
+#![forbid(unsafe_code)]
+
+mod breaker;
+mod config;
+mod future;
+mod key;
+mod layer;
+mod registry;
+mod service;
+mod state;
+mod sync;
+mod window;
+
+pub use future::{BreakerGuard, ResponseFuture};
+pub use key::{KeyFn, StateKey};
+pub use layer::{Builder, CircuitBreakerLayer, ConfigError, MAX_PROBES};
+pub use registry::BreakerHandle;
+pub use service::CircuitBreaker;
+pub use state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
+
+#[doc(no_inline)]
+pub use seawall_core::{LlmError, LlmRequest, LlmResponse};

@@ -1,0 +1,210 @@
+//! The response future, and the guard that holds a call's place until its body ends.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use seawall_core::{Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome};
+
+use crate::breaker::{Admission, Breaker};
+use crate::state::Verdict;
+
+/// A call's admission, held until its outcome is known. Dropping it unrecorded counts as a
+/// cancellation (and frees a probe slot at once).
+pub(crate) struct Permit {
+    breaker: Option<Arc<Breaker>>,
+    admission: Admission,
+    start: u64,
+    slow: bool,
+}
+
+impl Permit {
+    pub(crate) fn new(breaker: Arc<Breaker>, admission: Admission, start: u64) -> Self {
+        let breaker = (admission != Admission::Untracked).then_some(breaker);
+        Permit {
+            breaker,
+            admission,
+            start,
+            slow: false,
+        }
+    }
+
+    pub(crate) fn untracked() -> Self {
+        Permit {
+            breaker: None,
+            admission: Admission::Untracked,
+            start: 0,
+            slow: false,
+        }
+    }
+
+    /// The response head (or an error) arrived: decide whether the call was slow.
+    fn head(&mut self) {
+        if let Some(b) = &self.breaker {
+            let cfg = b.config();
+            if let Some(threshold) = cfg.slow_threshold {
+                let elapsed = cfg.now().saturating_sub(self.start);
+                self.slow = u128::from(elapsed) > threshold.as_nanos();
+            }
+        }
+    }
+
+    fn finish(mut self, verdict: Verdict) {
+        if let Some(b) = self.breaker.take() {
+            let cfg = b.config();
+            b.record(self.admission, verdict, self.slow, || cfg.now());
+        }
+    }
+
+    fn finish_error(self, err: &LlmError) {
+        let Some(b) = &self.breaker else {
+            return;
+        };
+        let cfg = b.config();
+        if let Some(hint) = &cfg.open_hint {
+            if let Some(wait) = hint(err) {
+                b.open_for_hint(wait, cfg.now());
+            }
+        }
+        let verdict = cfg.verdict(err.class());
+        self.finish(verdict);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(b) = self.breaker.take() {
+            let cfg = b.config();
+            b.record(self.admission, cfg.on_cancel, false, || cfg.now());
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("key", &self.breaker.as_ref().map(|b| b.key()))
+            .field("admission", &self.admission)
+            .field("slow", &self.slow)
+            .finish()
+    }
+}
+
+/// Holds a call's place in its breaker (a half-open probe slot, or its count in the window)
+/// until the response body ends, fails or is dropped, then records the outcome:
+///
+/// - the body ends: a success (slow if its head was);
+/// - the body fails: as its error's class counts (a broken stream, `StreamInterrupted`, is a
+///   failure; a body error that is not an [`LlmError`] counts as `StreamInterrupted`);
+/// - the body is dropped early: a cancellation, ignored by default.
+pub struct BreakerGuard {
+    permit: Permit,
+}
+
+impl OnComplete for BreakerGuard {
+    fn on_complete(self, completion: Completion<'_>) {
+        let permit = self.permit;
+        match completion.outcome {
+            Outcome::Complete => permit.finish(Verdict::Success),
+            Outcome::Failed(Some(err)) => permit.finish_error(err),
+            Outcome::Failed(None) => {
+                let verdict = permit.breaker.as_ref().map_or(Verdict::Ignore, |b| {
+                    b.config().verdict(FailureClass::StreamInterrupted)
+                });
+                permit.finish(verdict);
+            }
+            Outcome::Dropped => {
+                // Dropping the permit records a cancellation.
+                drop(permit);
+            }
+        }
+    }
+}
+
+impl fmt::Debug for BreakerGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerGuard")
+            .field("permit", &self.permit)
+            .finish()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`CircuitBreaker`](crate::CircuitBreaker).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Called {
+            #[pin]
+            fut: F,
+            permit: Option<Permit>,
+        },
+        Rejected {
+            error: Option<LlmError>,
+        },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn new(fut: F, permit: Permit) -> Self {
+        ResponseFuture {
+            kind: Kind::Called {
+                fut,
+                permit: Some(permit),
+            },
+        }
+    }
+
+    pub(crate) fn rejected(error: LlmError) -> Self {
+        ResponseFuture {
+            kind: Kind::Rejected { error: Some(error) },
+        }
+    }
+}
+
+impl<F, R, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<R, E>>,
+    R: LlmResponse,
+    E: Into<LlmError>,
+{
+    type Output = Result<R::Hooked<BreakerGuard>, LlmError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Rejected { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
+                LlmError::new(
+                    FailureClass::CircuitOpen,
+                    "circuit breaker future polled after completion",
+                )
+            }))),
+            KindProj::Called { fut, permit } => {
+                let result = ready!(fut.poll(cx));
+                let mut permit = permit.take().unwrap_or_else(Permit::untracked);
+                permit.head();
+                Poll::Ready(match result {
+                    Ok(resp) => Ok(resp.on_complete(BreakerGuard { permit })),
+                    Err(e) => {
+                        let e: LlmError = e.into();
+                        permit.finish_error(&e);
+                        Err(e)
+                    }
+                })
+            }
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,149 @@
+//! The [`CircuitBreaker`] service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
+use tower_service::Service;
+
+use crate::breaker::{Breaker, Refusal};
+use crate::future::{BreakerGuard, Permit, ResponseFuture};
+use crate::key::{KeyFn, StateKey};
+use crate::registry::{BreakerHandle, Shared};
+
+/// A service behind a keyed circuit breaker; made by
+/// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).
+///
+/// Each service remembers the breaker of the last key it served, so a service that is called
+/// again and again (behind tower's `Buffer`, or owned by one task) skips the shared map. A
+/// clone starts with an empty memory.
+pub struct CircuitBreaker<S, K = StateKey> {
+    inner: S,
+    shared: Arc<Shared>,
+    key: K,
+    last: Option<Arc<Breaker>>,
+}
+
+impl<S, K> CircuitBreaker<S, K> {
+    pub(crate) fn from_parts(inner: S, shared: Arc<Shared>, key: K) -> Self {
+        CircuitBreaker {
+            inner,
+            shared,
+            key,
+            last: None,
+        }
+    }
+
+    /// A handle on the breakers this service shares with its layer.
+    pub fn handle(&self) -> BreakerHandle {
+        BreakerHandle::new(self.shared.clone())
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming this one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K: Clone> Clone for CircuitBreaker<S, K> {
+    fn clone(&self) -> Self {
+        CircuitBreaker {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            key: self.key.clone(),
+            last: None,
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for CircuitBreaker<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn refusal_error(refusal: Refusal) -> LlmError {
+    match refusal {
+        Refusal::Open { retry_after } => {
+            LlmError::from_static(FailureClass::CircuitOpen, "circuit breaker is open")
+                .with_retry_after(retry_after)
+        }
+        Refusal::ProbesBusy { retry_after } => LlmError::from_static(
+            FailureClass::CircuitOpen,
+            "circuit breaker is half-open and its probes are busy",
+        )
+        .with_retry_after(retry_after),
+        Refusal::ForcedOpen => {
+            LlmError::from_static(FailureClass::CircuitOpen, "circuit breaker is forced open")
+        }
+    }
+}
+
+impl<S, K, Req> Service<Req> for CircuitBreaker<S, K>
+where
+    S: Service<Req>,
+    S::Error: Into<LlmError>,
+    S::Response: LlmResponse,
+    Req: LlmRequest,
+    K: KeyFn<Req>,
+{
+    type Response = <S::Response as LlmResponse>::Hooked<BreakerGuard>;
+    type Error = LlmError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        req.prepare();
+        let breaker = {
+            let key = self.key.key(&req);
+            match &self.last {
+                Some(b) if b.is_current() && **b.key() == *key => {
+                    b.touch();
+                    Some(b.clone())
+                }
+                _ => {
+                    let b = self.shared.breaker(&key);
+                    self.last.clone_from(&b);
+                    b
+                }
+            }
+        };
+        let permit = match breaker {
+            None => Permit::untracked(),
+            Some(b) => {
+                let cfg = &self.shared.cfg;
+                let start = if cfg.slow_threshold.is_some() {
+                    cfg.now()
+                } else {
+                    0
+                };
+                match b.acquire(|| cfg.now()) {
+                    Ok(admission) => Permit::new(b, admission, start),
+                    Err(refusal) => {
+                        if let Some(cx) = req.call_context() {
+                            cx.update(|f| f.rejections.push(FailureClass::CircuitOpen));
+                        }
+                        return ResponseFuture::rejected(refusal_error(refusal));
+                    }
+                }
+            }
+        };
+        ResponseFuture::new(self.inner.call(req), permit)
+    }
+}

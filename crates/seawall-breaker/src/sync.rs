@@ -1,0 +1,12 @@
+//! The atomics and the lock the breaker state is built from: `loom`'s under `--cfg loom`, so
+//! the model tests can explore every interleaving, the standard library's otherwise.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::Mutex;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
