@@ -388,4 +388,20 @@ mod loom_tests {
             assert_eq!(b.withdrawn() + b.exhausted(), 4);
         });
     }
+
+    #[test]
+    fn loom_floor_grants_exactly_its_burst() {
+        loom::model(|| {
+            let year = Duration::from_secs(365 * 86_400);
+            let b = Arc::new(RetryBudget::new(0.0, 1, year).unwrap());
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let b = b.clone();
+                    loom::thread::spawn(move || u64::from(b.withdraw()))
+                })
+                .collect();
+            let granted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+            assert_eq!(granted, 1);
+        });
+    }
 }

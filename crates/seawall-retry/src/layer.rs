@@ -327,6 +327,7 @@ impl BackoffRetryBuilder {
                 "the time budget must not be zero (use no_time_budget to remove it)",
             ));
         }
+        let writes_headers = self.idempotency_header.is_some() || self.attempt_header.is_some();
         let policy = Policy {
             dispositions: self.dispositions,
             max_retries: self.max_retries,
@@ -337,6 +338,7 @@ impl BackoffRetryBuilder {
             time_budget: self.time_budget,
             idempotency_header: self.idempotency_header,
             attempt_header: self.attempt_header,
+            writes_headers,
         };
         Ok(BackoffRetryLayer {
             shared: Arc::new(Shared {

@@ -51,7 +51,8 @@
 //! content). It is checked before every wait, and an attempt still in flight when it runs
 //! out is cancelled: the call fails with a [`FailureClass::DeadlineExceeded`] error that
 //! carries the history and, in its message and source, the last upstream error. The clock
-//! starts at the first poll of the response future. A non-streamed call that legitimately takes
+//! starts at the first poll of the response future (read lazily: a call answered at once
+//! never reads it). A non-streamed call that legitimately takes
 //! minutes needs a larger budget (or [`BackoffRetryBuilder::no_time_budget`]).
 //!
 //! # Streams and the commit point

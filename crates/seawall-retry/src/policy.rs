@@ -84,6 +84,8 @@ pub(crate) struct Policy {
     pub(crate) time_budget: Option<Duration>,
     pub(crate) idempotency_header: Option<HeaderName>,
     pub(crate) attempt_header: Option<HeaderName>,
+    /// Whether either header is set (one branch on the hot path).
+    pub(crate) writes_headers: bool,
 }
 
 /// Everything the services of one layer share.

@@ -70,18 +70,8 @@ where
         if let Some(budget) = &self.shared.budget {
             budget.deposit();
         }
-        let policy = &self.shared.policy;
-        if policy.idempotency_header.is_some() || policy.attempt_header.is_some() {
-            if let Some(headers) = req.headers_mut() {
-                if let Some(name) = &policy.idempotency_header {
-                    if !headers.contains_key(name) {
-                        headers.insert(name.clone(), idempotency_key(&self.shared));
-                    }
-                }
-                if let Some(name) = &policy.attempt_header {
-                    headers.insert(name.clone(), attempt_value(1));
-                }
-            }
+        if self.shared.policy.writes_headers {
+            write_headers(&mut req, &self.shared);
         }
         if let Some(cx) = req.call_context() {
             cx.update(|facts| facts.attempts = facts.attempts.max(1));
@@ -100,6 +90,23 @@ impl<S: fmt::Debug> fmt::Debug for BackoffRetry<S> {
             .field("inner", &self.inner)
             .field("shared", &self.shared)
             .finish()
+    }
+}
+
+/// Adds the idempotency key (unless the caller set one) and the first attempt number.
+#[cold]
+#[inline(never)]
+fn write_headers<Req: LlmRequest>(req: &mut Req, shared: &Shared) {
+    let Some(headers) = req.headers_mut() else {
+        return;
+    };
+    if let Some(name) = &shared.policy.idempotency_header {
+        if !headers.contains_key(name) {
+            headers.insert(name.clone(), idempotency_key(shared));
+        }
+    }
+    if let Some(name) = &shared.policy.attempt_header {
+        headers.insert(name.clone(), attempt_value(1));
     }
 }
 
