@@ -1,1 +1,126 @@
-//! seawall-gate: not written yet.
+//! A concurrency gate for LLM calls: shared permits, a bounded FIFO queue, per-key request and
+//! token rates that read the upstream's rate-limit headers, and an adaptive limit.
+//!
+//! # Why
+//!
+//! A batch job that fires thousands of requests at once trips the provider's rate limits, then
+//! retries into them. Requests queued inside an HTTP client's connection pool look like a slow
+//! upstream, and nothing bounds how long they wait. [`ConcurrencyGateLayer`] keeps the queue in
+//! the application's hands:
+//!
+//! - **Permits shared by every clone** of the service (tower's `ConcurrencyLimitLayer` makes a
+//!   new semaphore per `layer()` call). A permit is taken for each attempt and held until the
+//!   response *body* ends or is dropped, so a stream keeps its permit while it streams. It is
+//!   given back when the caller drops the future at any point, queued or in flight.
+//! - **A bounded FIFO queue**: at most `max_queue` calls wait, each at most `max_wait`. One more
+//!   is rejected at once with an [`LlmError`](seawall_core::LlmError) of class `GateRejected`
+//!   ("busy, retry later") naming the queue depth; [`Rejection::of`] gives the details.
+//! - **Request and token rates per key** (`host/model` by default): a token bucket with
+//!   continuous refill ([`Rates`], [`Limit`]). A call costs one request and its estimated
+//!   tokens (prompt estimate plus `max_tokens`); when the response reports its usage, unused
+//!   tokens go back and an overrun is charged.
+//! - **Reads the upstream**: a response whose rate-limit headers say `remaining = 0`, or a 429
+//!   with a `Retry-After` or reset, pauses admissions for that key until the reset, so queued
+//!   calls wait in the gate instead of each earning its own 429.
+//! - **Runtime control**: a [`GateHandle`] changes the limit, the queue, the wait and the rates
+//!   without rebuilding the stack; an [`Adaptive`] mode lowers the limit on 429s and overloads
+//!   and raises it back slowly.
+//! - **Visible queue time**: each call's wait goes into the request and response extensions
+//!   ([`QueueWait`]), the per-call `CallContext`, and a `tracing` field (`queue_wait_ms`).
+//!
+//! # Where it goes
+//!
+//! Inside the retry layer (so a backoff sleep holds no permit) and outside the stream timeouts
+//! and the classifier (so it sees classified errors and the body's usage):
+//! `observe → fallback → retry → cost_budget → breaker → gate → timeouts → classify → transport`.
+//!
+//! # How a call is admitted
+//!
+//! 1. If the key's line is free, the key is not paused and its buckets hold the cost, and a
+//!    permit is free with nobody queued for it, the call goes at once (no allocation, no lock
+//!    beyond the key's bucket mutex when it has rates).
+//! 2. Otherwise it takes a queue place (or is rejected when the queue is full). A key with rates
+//!    or a pause has a FIFO line of its own: its head sleeps until the pause ends and the
+//!    buckets hold its cost (rejecting at once when that is past the deadline), then waits for a
+//!    permit in the gate-wide FIFO. Rates are taken only when the permit is in hand, so a call
+//!    that waited long for a permit never sends in a clump with others, and a call dropped
+//!    while waiting leaves no trace.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use seawall_core::LlmError;
+//! use seawall_gate::{ConcurrencyGateLayer, QueueWait, Rates};
+//! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LlmError> {
+//! let gate = ConcurrencyGateLayer::builder()
+//!     .limit(8)
+//!     .max_queue(100)
+//!     .max_wait(Duration::from_secs(5))
+//!     .rates(Rates::new().requests_per_minute(500).tokens_per_minute(100_000))
+//!     .build();
+//! let transport = service_fn(|_req: Request<Bytes>| async {
+//!     Ok::<_, LlmError>(Response::new(Full::new(Bytes::from_static(b"{}"))))
+//! });
+//! let mut svc = ServiceBuilder::new().layer(gate.clone()).service(transport);
+//!
+//! let req = Request::post("https://api.openai.com/v1/chat/completions")
+//!     .body(Bytes::from_static(br#"{"model":"gpt-4o-mini","max_tokens":64,"messages":[]}"#))
+//!     .unwrap();
+//! let resp = svc.ready().await?.call(req).await?;
+//! assert_eq!(resp.extensions().get::<QueueWait>(), Some(&QueueWait(Duration::ZERO)));
+//! assert_eq!(gate.handle().stats().admitted, 1);
+//! # Ok(())
+//! # }
+//! ```
+#![doc(html_root_url = "https://docs.rs/seawall-gate/0.1.0")]
+#![forbid(unsafe_code)]
+
+mod permits;
+
+#[cfg(not(loom))]
+mod adaptive;
+#[cfg(not(loom))]
+mod error;
+#[cfg(not(loom))]
+mod future;
+#[cfg(not(loom))]
+mod handle;
+#[cfg(not(loom))]
+mod key;
+#[cfg(not(loom))]
+mod layer;
+#[cfg(not(loom))]
+mod rate;
+#[cfg(not(loom))]
+mod service;
+#[cfg(not(loom))]
+mod shared;
+
+#[cfg(not(loom))]
+pub use adaptive::Adaptive;
+#[cfg(not(loom))]
+pub use error::{QueueWait, RejectReason, Rejection};
+#[cfg(not(loom))]
+pub use future::ResponseFuture;
+#[cfg(not(loom))]
+pub use handle::GateHandle;
+#[cfg(not(loom))]
+pub use key::{GateKey, KeyFn, StateKey};
+#[cfg(not(loom))]
+pub use layer::{
+    ConcurrencyGateLayer, DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_WAIT, GateBuilder,
+};
+#[cfg(not(loom))]
+pub use rate::{Limit, Rates};
+#[cfg(not(loom))]
+pub use service::ConcurrencyGate;
+#[cfg(not(loom))]
+pub use shared::{GatePermit, GateStats};

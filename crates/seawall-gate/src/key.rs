@@ -1,0 +1,369 @@
+//! Per-key state: rate buckets, the upstream's pause, and the key's waiting line.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use seawall_core::LlmRequest;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::rate::{Bucket, Rates, Ready};
+
+/// How the gate finds a request's key: rate limits and upstream pauses are kept per key.
+///
+/// The default, [`StateKey`], uses [`LlmRequest::state_key`] (`host/model` for HTTP requests).
+/// Use [`GateBuilder::key_fn`](crate::GateBuilder::key_fn) for your own.
+pub trait GateKey<Req> {
+    /// The key of `req`; `None` puts the request under the shared unkeyed state.
+    fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>>;
+}
+
+/// The default key: [`LlmRequest::state_key`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StateKey;
+
+impl<Req: LlmRequest> GateKey<Req> for StateKey {
+    fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>> {
+        req.state_key().map(Cow::Borrowed)
+    }
+}
+
+/// A key computed by a function, made by [`GateBuilder::key_fn`](crate::GateBuilder::key_fn).
+#[derive(Clone)]
+pub struct KeyFn<F>(pub(crate) F);
+
+impl<F> fmt::Debug for KeyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyFn").finish_non_exhaustive()
+    }
+}
+
+impl<Req, F, T> GateKey<Req> for KeyFn<F>
+where
+    F: Fn(&Req) -> Option<T>,
+    T: Into<Cow<'static, str>>,
+{
+    fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>> {
+        (self.0)(req).map(Into::into)
+    }
+}
+
+/// What one call costs in the rate buckets.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cost {
+    /// Estimated input plus maximum output tokens.
+    pub(crate) tokens: u64,
+    /// The input part of `tokens`.
+    pub(crate) input: u64,
+}
+
+#[derive(Debug, Default)]
+struct Buckets {
+    version: u64,
+    requests: Option<Bucket>,
+    tokens: Option<Bucket>,
+}
+
+fn refit(slot: &mut Option<Bucket>, limit: Option<crate::rate::Limit>, now: Instant) {
+    match (slot.as_mut(), limit) {
+        (_, None) => *slot = None,
+        (Some(b), Some(l)) => b.set_limit(l, now),
+        (None, Some(l)) => *slot = Some(Bucket::new(l, now)),
+    }
+}
+
+/// The state of one key.
+pub(crate) struct KeyState {
+    name: Option<Arc<str>>,
+    /// Nanoseconds after the gate's epoch until which the upstream asked us to wait; 0: none.
+    paused_until: AtomicU64,
+    /// Whether the key has a rate limit (so admissions go through its line).
+    limited: AtomicBool,
+    /// The config version the buckets were fitted to; `u64::MAX` before the first fit.
+    version: AtomicU64,
+    /// A FIFO line of one: the head waits for the key's rate and pause, the rest wait behind.
+    pub(crate) line: Semaphore,
+    buckets: Mutex<Buckets>,
+}
+
+impl fmt::Debug for KeyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyState")
+            .field("name", &self.name)
+            .field("limited", &self.limited.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyState {
+    fn new(name: Option<Arc<str>>) -> Self {
+        KeyState {
+            name,
+            paused_until: AtomicU64::new(0),
+            limited: AtomicBool::new(false),
+            version: AtomicU64::new(u64::MAX),
+            line: Semaphore::new(1),
+            buckets: Mutex::new(Buckets::default()),
+        }
+    }
+
+    pub(crate) fn name(&self) -> Option<&Arc<str>> {
+        self.name.as_ref()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Buckets> {
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether admissions must queue in the key's line: it is rate limited or paused.
+    pub(crate) fn needs_line(&self, clock: &Clock, now: Instant) -> bool {
+        self.limited.load(Ordering::Acquire) || self.pause_left(clock, now).is_some()
+    }
+
+    /// The time left on the upstream's pause, if any.
+    pub(crate) fn pause_left(&self, clock: &Clock, now: Instant) -> Option<Duration> {
+        let until = self.paused_until.load(Ordering::Acquire);
+        let now = clock.nanos(now);
+        (until > now).then(|| Duration::from_nanos(until - now))
+    }
+
+    /// Pauses admissions until `now + d` (a later pause wins).
+    pub(crate) fn pause(&self, clock: &Clock, now: Instant, d: Duration) {
+        let until = clock
+            .nanos(now)
+            .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64);
+        self.paused_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    /// When the key can admit `cost`: after the pause, and once every bucket holds it.
+    pub(crate) fn ready(&self, clock: &Clock, cost: Cost, now: Instant) -> Ready {
+        let pause = match self.pause_left(clock, now) {
+            Some(d) => Ready::After(d),
+            None => Ready::Now,
+        };
+        if !self.limited.load(Ordering::Acquire) {
+            return pause;
+        }
+        let mut b = self.lock();
+        let mut ready = pause;
+        if let Some(r) = b.requests.as_mut() {
+            ready = ready.max(r.ready(1, now));
+        }
+        if let Some(t) = b.tokens.as_mut() {
+            ready = ready.max(t.ready(cost.tokens, now));
+        }
+        ready
+    }
+
+    /// Admits `cost` now if the key allows it, taking it from the buckets.
+    pub(crate) fn try_commit(&self, clock: &Clock, cost: Cost, now: Instant) -> bool {
+        if self.pause_left(clock, now).is_some() {
+            return false;
+        }
+        if !self.limited.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut b = self.lock();
+        let ok = b
+            .requests
+            .as_mut()
+            .is_none_or(|r| r.ready(1, now) == Ready::Now)
+            && b.tokens
+                .as_mut()
+                .is_none_or(|t| t.ready(cost.tokens, now) == Ready::Now);
+        if ok {
+            if let Some(r) = b.requests.as_mut() {
+                r.take(1);
+            }
+            if let Some(t) = b.tokens.as_mut() {
+                t.take(cost.tokens);
+            }
+        }
+        ok
+    }
+
+    /// Settles a token reservation against what the call really used.
+    pub(crate) fn settle_tokens(&self, reserved: u64, used: u64, now: Instant) {
+        if reserved == used || !self.limited.load(Ordering::Acquire) {
+            return;
+        }
+        let mut b = self.lock();
+        if let Some(t) = b.tokens.as_mut() {
+            if used > reserved {
+                t.take(used - reserved);
+            } else {
+                t.give_back(reserved - used, now);
+            }
+        }
+    }
+
+    /// Whether forgetting this state loses nothing (no pause, full buckets).
+    fn is_idle(&self, clock: &Clock, now: Instant) -> bool {
+        if self.pause_left(clock, now).is_some() {
+            return false;
+        }
+        let mut b = self.lock();
+        b.requests.as_mut().is_none_or(|r| r.is_full(now))
+            && b.tokens.as_mut().is_none_or(|t| t.is_full(now))
+    }
+}
+
+/// Converts instants to nanoseconds after the gate's creation, for atomics.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Clock {
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the epoch, plus one (so 0 can mean "no pause").
+    pub(crate) fn nanos(&self, at: Instant) -> u64 {
+        let n = at.saturating_duration_since(self.epoch).as_nanos();
+        (n.min(u64::MAX as u128 - 1) as u64) + 1
+    }
+}
+
+#[derive(Debug, Default)]
+struct RateConfig {
+    default: Rates,
+    per_key: HashMap<Arc<str>, Rates>,
+}
+
+/// Every key's state, and the rate configuration they follow.
+#[derive(Debug)]
+pub(crate) struct Keys {
+    map: RwLock<HashMap<Arc<str>, Arc<KeyState>>>,
+    /// Requests without a key, and keys beyond `max_keys`.
+    unkeyed: Arc<KeyState>,
+    config: RwLock<RateConfig>,
+    version: AtomicU64,
+    max_keys: usize,
+}
+
+impl Keys {
+    pub(crate) fn new(default: Rates, per_key: Vec<(Arc<str>, Rates)>, max_keys: usize) -> Self {
+        Keys {
+            map: RwLock::default(),
+            unkeyed: Arc::new(KeyState::new(None)),
+            config: RwLock::new(RateConfig {
+                default,
+                per_key: per_key.into_iter().collect(),
+            }),
+            version: AtomicU64::new(0),
+            max_keys,
+        }
+    }
+
+    /// The state of `key`, created on first use and fitted to the current rates.
+    pub(crate) fn get(&self, key: Option<&str>, clock: &Clock, now: Instant) -> Arc<KeyState> {
+        let state = match key {
+            None => self.unkeyed.clone(),
+            Some(k) => {
+                let found = self
+                    .map
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(k)
+                    .cloned();
+                match found {
+                    Some(s) => s,
+                    None => self.insert(k, clock, now),
+                }
+            }
+        };
+        self.fit(&state, now);
+        state
+    }
+
+    fn insert(&self, key: &str, clock: &Clock, now: Instant) -> Arc<KeyState> {
+        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = map.get(key) {
+            return s.clone();
+        }
+        if map.len() >= self.max_keys {
+            // Forget states nobody holds and that carry nothing (a fresh one starts the same).
+            map.retain(|_, s| Arc::strong_count(s) > 1 || !s.is_idle(clock, now));
+            if map.len() >= self.max_keys {
+                tracing::debug!(
+                    max_keys = self.max_keys,
+                    "seawall gate: key table full; this key shares the unkeyed state"
+                );
+                return self.unkeyed.clone();
+            }
+        }
+        let state = Arc::new(KeyState::new(Some(Arc::from(key))));
+        map.insert(Arc::from(key), state.clone());
+        state
+    }
+
+    /// Refits a state's buckets when the rate configuration changed since it last looked.
+    fn fit(&self, state: &KeyState, now: Instant) {
+        let current = self.version.load(Ordering::Acquire);
+        if state.version.load(Ordering::Acquire) == current {
+            return;
+        }
+        let config = self.config.read().unwrap_or_else(|p| p.into_inner());
+        let version = self.version.load(Ordering::Acquire);
+        let rates = state
+            .name
+            .as_ref()
+            .and_then(|n| config.per_key.get(n))
+            .copied()
+            .unwrap_or(config.default);
+        let mut b = state.lock();
+        if b.version == version && state.version.load(Ordering::Acquire) == version {
+            return;
+        }
+        refit(&mut b.requests, rates.get_requests(), now);
+        refit(&mut b.tokens, rates.get_tokens(), now);
+        b.version = version;
+        state
+            .limited
+            .store(!rates.is_unlimited(), Ordering::Release);
+        state.version.store(version, Ordering::Release);
+    }
+
+    pub(crate) fn set_default(&self, rates: Rates) {
+        let mut c = self.config.write().unwrap_or_else(|p| p.into_inner());
+        c.default = rates;
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn set_for_key(&self, key: &str, rates: Option<Rates>) {
+        let mut c = self.config.write().unwrap_or_else(|p| p.into_inner());
+        match rates {
+            Some(r) => {
+                c.per_key.insert(Arc::from(key), r);
+            }
+            None => {
+                c.per_key.remove(key);
+            }
+        }
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn default_rates(&self) -> Rates {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .default
+    }
+
+    pub(crate) fn rates_for(&self, key: &str) -> Rates {
+        let c = self.config.read().unwrap_or_else(|p| p.into_inner());
+        c.per_key.get(key).copied().unwrap_or(c.default)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}

@@ -1,0 +1,181 @@
+//! The gate's layer and its builder.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower_layer::Layer;
+
+use crate::adaptive::Adaptive;
+use crate::handle::GateHandle;
+use crate::key::{KeyFn, StateKey};
+use crate::rate::Rates;
+use crate::service::ConcurrencyGate;
+use crate::shared::{Settings, Shared};
+
+/// The default concurrency limit of [`ConcurrencyGateLayer::builder`].
+pub const DEFAULT_LIMIT: usize = 16;
+/// The default maximum number of waiting calls.
+pub const DEFAULT_MAX_QUEUE: usize = 1024;
+/// The default maximum wait in the queue.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
+/// The default longest pause an upstream signal can impose on a key (Envoy ignores rate-limit
+/// resets beyond 300 s too).
+pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(300);
+/// The default number of keys with their own state; more keys share the unkeyed state.
+pub const DEFAULT_MAX_KEYS: usize = 1024;
+
+/// Applies a [`ConcurrencyGate`]: shared concurrency permits, a bounded FIFO wait queue,
+/// per-key request and token rates, pauses the upstream asks for, and an optional adaptive
+/// limit.
+///
+/// The gate's state lives in the layer, so every service it makes (and every clone of those)
+/// shares one set of permits, one queue and one table of keys. Build one layer per upstream
+/// budget you want to protect and keep its [`handle`](Self::handle) to change it at run time.
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_gate::{Adaptive, ConcurrencyGateLayer, Rates};
+///
+/// let gate = ConcurrencyGateLayer::builder()
+///     .limit(32)
+///     .max_queue(500)
+///     .max_wait(Duration::from_secs(10))
+///     .rates(Rates::new().requests_per_minute(500).tokens_per_minute(200_000))
+///     .adaptive(Adaptive::new())
+///     .build();
+/// assert_eq!(gate.handle().stats().limit, 32);
+/// ```
+#[derive(Clone, Debug)]
+pub struct ConcurrencyGateLayer<K = StateKey> {
+    shared: Arc<Shared>,
+    key: K,
+}
+
+impl ConcurrencyGateLayer {
+    /// A gate of `limit` permits with the default queue bound, wait and no rates.
+    pub fn new(limit: usize) -> Self {
+        Self::builder().limit(limit).build()
+    }
+
+    /// A builder with the defaults: limit [`DEFAULT_LIMIT`], queue [`DEFAULT_MAX_QUEUE`], wait
+    /// [`DEFAULT_MAX_WAIT`], no rates, no adaptive mode, keys from
+    /// `LlmRequest::state_key`.
+    pub fn builder() -> GateBuilder {
+        GateBuilder {
+            settings: Settings {
+                limit: DEFAULT_LIMIT,
+                max_queue: DEFAULT_MAX_QUEUE,
+                max_wait: DEFAULT_MAX_WAIT,
+                max_pause: DEFAULT_MAX_PAUSE,
+                rates: Rates::new(),
+                key_rates: Vec::new(),
+                adaptive: None,
+                max_keys: DEFAULT_MAX_KEYS,
+            },
+            key: StateKey,
+        }
+    }
+}
+
+impl<K> ConcurrencyGateLayer<K> {
+    /// A handle to change the gate while it runs.
+    pub fn handle(&self) -> GateHandle {
+        GateHandle::new(self.shared.clone())
+    }
+}
+
+impl<S, K: Clone> Layer<S> for ConcurrencyGateLayer<K> {
+    type Service = ConcurrencyGate<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyGate::new(inner, self.shared.clone(), self.key.clone())
+    }
+}
+
+/// Builds a [`ConcurrencyGateLayer`].
+#[derive(Debug, Clone)]
+pub struct GateBuilder<K = StateKey> {
+    settings: Settings,
+    key: K,
+}
+
+impl<K> GateBuilder<K> {
+    /// The concurrency limit (0 admits nothing until raised with the handle).
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.settings.limit = limit;
+        self
+    }
+
+    /// The maximum number of waiting calls; one more is rejected at once (0: never wait).
+    pub fn max_queue(mut self, max: usize) -> Self {
+        self.settings.max_queue = max;
+        self
+    }
+
+    /// The maximum time a call waits for admission before it is rejected.
+    pub fn max_wait(mut self, max: Duration) -> Self {
+        self.settings.max_wait = max;
+        self
+    }
+
+    /// The longest pause an upstream signal can impose on a key.
+    pub fn max_pause(mut self, max: Duration) -> Self {
+        self.settings.max_pause = max;
+        self
+    }
+
+    /// The rates of every key without rates of its own.
+    pub fn rates(mut self, rates: Rates) -> Self {
+        self.settings.rates = rates;
+        self
+    }
+
+    /// The rates of one key (as the key function names it, `host/model` by default).
+    pub fn key_rates(mut self, key: impl Into<Arc<str>>, rates: Rates) -> Self {
+        self.settings.key_rates.push((key.into(), rates));
+        self
+    }
+
+    /// Turns on the adaptive (AIMD) mode.
+    pub fn adaptive(mut self, adaptive: Adaptive) -> Self {
+        self.settings.adaptive = Some(adaptive);
+        self
+    }
+
+    /// How many keys keep their own state (idle ones are forgotten first); calls under further
+    /// keys share the unkeyed state. Protects memory when keys come from user input.
+    pub fn max_keys(mut self, max: usize) -> Self {
+        self.settings.max_keys = max;
+        self
+    }
+
+    /// Computes each request's key with `f` instead of `LlmRequest::state_key`.
+    ///
+    /// ```
+    /// use seawall_gate::ConcurrencyGateLayer;
+    /// // One key per provider host rather than per model.
+    /// let gate = ConcurrencyGateLayer::builder()
+    ///     .key_fn(|req: &http::Request<bytes::Bytes>| req.uri().host().map(str::to_owned))
+    ///     .build();
+    /// # let _ = gate;
+    /// ```
+    pub fn key_fn<F, Req, T>(self, f: F) -> GateBuilder<KeyFn<F>>
+    where
+        F: Fn(&Req) -> Option<T>,
+        T: Into<Cow<'static, str>>,
+    {
+        GateBuilder {
+            settings: self.settings,
+            key: KeyFn(f),
+        }
+    }
+
+    /// The layer.
+    pub fn build(self) -> ConcurrencyGateLayer<K> {
+        ConcurrencyGateLayer {
+            shared: Arc::new(Shared::new(self.settings)),
+            key: self.key,
+        }
+    }
+}

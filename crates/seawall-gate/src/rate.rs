@@ -1,0 +1,316 @@
+//! Request- and token-rate limits: a token bucket with continuous refill.
+//!
+//! Each limit is a bucket of `burst` units that refills at `per_minute / 60` units a second
+//! (no fixed windows, so no double burst at a window edge). A request is admitted when the
+//! bucket holds at least its cost, then the cost is taken. A cost larger than the whole
+//! bucket is admitted when the bucket is full and leaves it in debt, so one huge request is
+//! never refused forever and the long-run rate still holds. When the response reports its
+//! real usage the difference is settled: unused tokens go back (up to the bucket's size), an
+//! overrun is charged and delays the next admissions.
+//!
+//! The guarantee: over any interval of `W` seconds a key is admitted at most
+//! `burst + per_minute * W / 60` units (plus one request's overrun). Anthropic documents its own
+//! limits as such a bucket; OpenAI enforces per-minute limits over shorter periods too, which is
+//! why the default burst is ten seconds' worth rather than a whole minute.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// One rate: so many units (requests or tokens) per minute, with a burst allowance.
+///
+/// ```
+/// use seawall_gate::Limit;
+/// let rpm = Limit::per_minute(600);
+/// assert_eq!(rpm.burst(), 100); // ten seconds' worth by default
+/// assert_eq!(rpm.with_burst(20).burst(), 20);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    per_minute: u64,
+    burst: Option<u64>,
+}
+
+impl Limit {
+    /// `n` units a minute, refilled continuously; the burst defaults to ten seconds' worth
+    /// (`n / 6`, at least 1). A limit of zero admits nothing: calls are rejected at once.
+    pub const fn per_minute(n: u64) -> Self {
+        Limit {
+            per_minute: n,
+            burst: None,
+        }
+    }
+
+    /// Sets how many units may go at once after an idle period (at least 1).
+    pub const fn with_burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// The rate, in units a minute.
+    pub const fn get_per_minute(&self) -> u64 {
+        self.per_minute
+    }
+
+    /// The burst: the bucket's size.
+    pub const fn burst(&self) -> u64 {
+        let b = match self.burst {
+            Some(b) => b,
+            None => self.per_minute / 6,
+        };
+        if b == 0 { 1 } else { b }
+    }
+}
+
+/// The rate limits of one key: requests a minute (RPM) and tokens a minute (TPM).
+///
+/// A request costs one request and its estimated tokens (`LlmRequest::estimated_tokens`: the
+/// prompt estimate plus `max_tokens`), settled against the reported usage when it completes.
+///
+/// ```
+/// use seawall_gate::{Limit, Rates};
+/// let rates = Rates::new()
+///     .requests_per_minute(500)
+///     .tokens(Limit::per_minute(200_000).with_burst(50_000));
+/// assert_eq!(rates.get_requests().unwrap().get_per_minute(), 500);
+/// assert!(!rates.is_unlimited());
+/// assert!(Rates::new().is_unlimited());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Rates {
+    requests: Option<Limit>,
+    tokens: Option<Limit>,
+}
+
+impl Rates {
+    /// No limits.
+    pub const fn new() -> Self {
+        Rates {
+            requests: None,
+            tokens: None,
+        }
+    }
+
+    /// Sets the request limit.
+    pub const fn requests(mut self, limit: Limit) -> Self {
+        self.requests = Some(limit);
+        self
+    }
+
+    /// Sets the token limit.
+    pub const fn tokens(mut self, limit: Limit) -> Self {
+        self.tokens = Some(limit);
+        self
+    }
+
+    /// Shorthand for `requests(Limit::per_minute(n))`.
+    pub const fn requests_per_minute(self, n: u64) -> Self {
+        self.requests(Limit::per_minute(n))
+    }
+
+    /// Shorthand for `tokens(Limit::per_minute(n))`.
+    pub const fn tokens_per_minute(self, n: u64) -> Self {
+        self.tokens(Limit::per_minute(n))
+    }
+
+    /// The request limit.
+    pub const fn get_requests(&self) -> Option<Limit> {
+        self.requests
+    }
+
+    /// The token limit.
+    pub const fn get_tokens(&self) -> Option<Limit> {
+        self.tokens
+    }
+
+    /// Whether no limit is set.
+    pub const fn is_unlimited(&self) -> bool {
+        self.requests.is_none() && self.tokens.is_none()
+    }
+}
+
+/// When a bucket can admit a cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ready {
+    Now,
+    After(Duration),
+    Never,
+}
+
+impl Ready {
+    pub(crate) fn max(self, other: Ready) -> Ready {
+        match (self, other) {
+            (Ready::Never, _) | (_, Ready::Never) => Ready::Never,
+            (Ready::Now, r) | (r, Ready::Now) => r,
+            (Ready::After(a), Ready::After(b)) => Ready::After(a.max(b)),
+        }
+    }
+}
+
+/// A token bucket with continuous refill; `level` may go negative (debt).
+#[derive(Debug, Clone)]
+pub(crate) struct Bucket {
+    limit: Limit,
+    /// Units per second.
+    rate: f64,
+    cap: f64,
+    level: f64,
+    at: Instant,
+}
+
+/// Slack for float rounding when comparing levels.
+const EPS: f64 = 1e-6;
+
+impl Bucket {
+    /// A full bucket.
+    pub(crate) fn new(limit: Limit, now: Instant) -> Self {
+        let cap = limit.burst() as f64;
+        Bucket {
+            limit,
+            rate: limit.per_minute as f64 / 60.0,
+            cap,
+            level: cap,
+            at: now,
+        }
+    }
+
+    /// Changes the limit, keeping the current level (clamped to the new size).
+    pub(crate) fn set_limit(&mut self, limit: Limit, now: Instant) {
+        if limit == self.limit {
+            return;
+        }
+        self.refill(now);
+        *self = Bucket {
+            level: self.level.min(limit.burst() as f64),
+            ..Bucket::new(limit, now)
+        };
+    }
+
+    fn refill(&mut self, now: Instant) {
+        if now > self.at {
+            let dt = now.duration_since(self.at).as_secs_f64();
+            self.level = (self.level + self.rate * dt).min(self.cap);
+            self.at = now;
+        }
+    }
+
+    /// When `cost` can be admitted (a cost above the bucket's size needs a full bucket).
+    pub(crate) fn ready(&mut self, cost: u64, now: Instant) -> Ready {
+        if self.limit.per_minute == 0 {
+            return Ready::Never;
+        }
+        self.refill(now);
+        let need = (cost as f64).min(self.cap);
+        if self.level + EPS >= need {
+            Ready::Now
+        } else {
+            // To the nearest nanosecond: a wake-up a hair short still passes the `EPS` check.
+            let secs = (need - self.level) / self.rate;
+            Ready::After(Duration::from_nanos((secs * 1e9).round().min(1e18) as u64))
+        }
+    }
+
+    /// Takes `cost` (call after `ready` said `Now`).
+    pub(crate) fn take(&mut self, cost: u64) {
+        self.level -= cost as f64;
+    }
+
+    /// Gives back `units` (never above the bucket's size).
+    pub(crate) fn give_back(&mut self, units: u64, now: Instant) {
+        self.refill(now);
+        self.level = (self.level + units as f64).min(self.cap);
+    }
+
+    /// Whether the bucket is full, so forgetting it loses nothing.
+    pub(crate) fn is_full(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.level + EPS >= self.cap
+    }
+
+    #[cfg(test)]
+    pub(crate) fn level(&self) -> f64 {
+        self.level
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn defaults_and_zero() {
+        assert_eq!(Limit::per_minute(6).burst(), 1);
+        assert_eq!(Limit::per_minute(0).burst(), 1);
+        assert_eq!(Limit::per_minute(60).with_burst(0).burst(), 1);
+        let now = Instant::now();
+        let mut b = Bucket::new(Limit::per_minute(0), now);
+        assert_eq!(b.ready(1, now), Ready::Never);
+        assert_eq!(b.ready(0, now), Ready::Never);
+    }
+
+    #[test]
+    fn oversized_cost_waits_for_a_full_bucket_and_leaves_debt() {
+        let now = Instant::now();
+        let mut b = Bucket::new(Limit::per_minute(600).with_burst(10), now);
+        assert_eq!(b.ready(50, now), Ready::Now);
+        b.take(50);
+        assert!((b.level() + 40.0).abs() < 1e-9);
+        // 50 units at 10/s to get back to a full bucket.
+        assert_eq!(b.ready(1, now), Ready::After(Duration::from_millis(4100)));
+        assert_eq!(b.ready(10, now), Ready::After(Duration::from_secs(5)));
+        assert_eq!(b.ready(50, now), Ready::After(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn give_back_is_capped() {
+        let now = Instant::now();
+        let mut b = Bucket::new(Limit::per_minute(60).with_burst(5), now);
+        b.take(3);
+        b.give_back(100, now);
+        assert!(b.is_full(now));
+    }
+
+    proptest! {
+        /// Admitting greedily at the moments the bucket allows, the units admitted in any
+        /// window of W seconds never exceed burst + rate * W.
+        #[test]
+        fn window_bound_holds(
+            per_minute in 1u64..5_000,
+            burst in 1u64..500,
+            costs in proptest::collection::vec(1u64..400, 1..200),
+            gaps_ms in proptest::collection::vec(0u64..3_000, 1..200),
+        ) {
+            let start = Instant::now();
+            let limit = Limit::per_minute(per_minute).with_burst(burst);
+            let mut b = Bucket::new(limit, start);
+            let mut t = start;
+            let mut admitted: Vec<(Instant, u64)> = Vec::new();
+            for (i, cost) in costs.iter().enumerate() {
+                let cost = (*cost).min(burst);
+                t += Duration::from_millis(gaps_ms[i % gaps_ms.len()]);
+                loop {
+                    match b.ready(cost, t) {
+                        Ready::Now => break,
+                        Ready::After(d) => t += d,
+                        Ready::Never => unreachable!(),
+                    }
+                }
+                b.take(cost);
+                admitted.push((t, cost));
+            }
+            let rate = per_minute as f64 / 60.0;
+            for (i, (from, _)) in admitted.iter().enumerate() {
+                let mut sum = 0u64;
+                for (at, cost) in &admitted[i..] {
+                    sum += cost;
+                    let w = at.duration_since(*from).as_secs_f64();
+                    prop_assert!(
+                        sum as f64 <= burst as f64 + rate * w + 1e-3,
+                        "{} units in {}s with burst {} rate {}/s", sum, w, burst, rate
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The gate's service.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use seawall_core::{LlmError, LlmRequest, LlmResponse};
+use tokio::time::Instant;
+use tower_service::Service;
+
+use crate::error::RejectReason;
+use crate::future::{ResponseFuture, note_admitted, note_rejected};
+use crate::handle::GateHandle;
+use crate::key::{Cost, GateKey, StateKey};
+use crate::shared::{GatePermit, Shared};
+
+/// A service behind a concurrency gate: made by
+/// [`ConcurrencyGateLayer`](crate::ConcurrencyGateLayer); every clone shares the same gate.
+///
+/// Readiness is the inner service's; the gate's own decisions (wait, admit, reject) happen in
+/// the response future, so a full gate never makes `poll_ready` fail.
+#[derive(Clone, Debug)]
+pub struct ConcurrencyGate<S, K = StateKey> {
+    inner: S,
+    shared: Arc<Shared>,
+    key: K,
+}
+
+impl<S, K> ConcurrencyGate<S, K> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, key: K) -> Self {
+        ConcurrencyGate { inner, shared, key }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// A handle on the gate, shared with every other service of the same layer.
+    pub fn handle(&self) -> GateHandle {
+        GateHandle::new(self.shared.clone())
+    }
+}
+
+impl<S, K, Req> Service<Req> for ConcurrencyGate<S, K>
+where
+    S: Service<Req> + Clone,
+    S::Response: LlmResponse,
+    S::Error: Into<LlmError>,
+    K: GateKey<Req>,
+    Req: LlmRequest,
+{
+    type Response = <S::Response as LlmResponse>::Hooked<GatePermit>;
+    type Error = LlmError;
+    type Future = ResponseFuture<S, Req, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        req.prepare();
+        let cost = Cost {
+            tokens: req.estimated_tokens(),
+            input: u64::from(req.estimated_input_tokens()),
+        };
+        let start = Instant::now();
+        let key = self.shared.key_state(self.key.key(&req).as_deref(), start);
+        if let Some(permit) = self.shared.try_admit(&key, cost, start) {
+            note_admitted(&mut req, std::time::Duration::ZERO);
+            return ResponseFuture::calling(self.inner.call(req), permit);
+        }
+        match self.shared.enter_queue() {
+            Ok(ticket) => {
+                let admission = Box::pin(self.shared.clone().wait(key, cost, start, ticket));
+                // The ready service goes with the future; this one gets a fresh clone.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::waiting(admission, inner, req, start)
+            }
+            Err(_depth) => {
+                let err =
+                    self.shared
+                        .reject(RejectReason::QueueFull, &key, Default::default(), None);
+                note_rejected(&req, Default::default());
+                ResponseFuture::rejected(err)
+            }
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Test doubles: a request type, and an upstream whose replies a test scripts.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use seawall_core::{LlmError, LlmRequest, RateLimitSnapshot, Usage};
+use seawall_gate::QueueWait;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// A request with a key, a token estimate and extensions.
+#[derive(Clone, Debug, Default)]
+pub struct Req {
+    pub id: usize,
+    pub key: Option<&'static str>,
+    pub input: u32,
+    pub max_out: Option<u32>,
+    pub ext: http::Extensions,
+}
+
+impl Req {
+    pub fn new(id: usize) -> Self {
+        Req {
+            id,
+            key: Some("m"),
+            ..Req::default()
+        }
+    }
+    pub fn key(mut self, key: &'static str) -> Self {
+        self.key = Some(key);
+        self
+    }
+    pub fn tokens(mut self, input: u32, max_out: u32) -> Self {
+        self.input = input;
+        self.max_out = Some(max_out);
+        self
+    }
+}
+
+impl LlmRequest for Req {
+    fn model(&self) -> Option<&str> {
+        self.key
+    }
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.max_out
+    }
+    fn estimated_input_tokens(&self) -> u32 {
+        self.input
+    }
+    fn extensions(&self) -> Option<&http::Extensions> {
+        Some(&self.ext)
+    }
+    fn extensions_mut(&mut self) -> Option<&mut http::Extensions> {
+        Some(&mut self.ext)
+    }
+}
+
+/// What the upstream answers to one call.
+#[derive(Debug)]
+pub enum Reply {
+    Ok {
+        delay: Duration,
+        usage: Option<Usage>,
+        snapshot: Option<Box<RateLimitSnapshot>>,
+        /// Keep the body open until the test ends it (a stream).
+        hold: bool,
+    },
+    Err {
+        delay: Duration,
+        error: LlmError,
+    },
+}
+
+impl Reply {
+    pub fn ok() -> Self {
+        Reply::Ok {
+            delay: Duration::ZERO,
+            usage: None,
+            snapshot: None,
+            hold: false,
+        }
+    }
+    pub fn after(delay: Duration) -> Self {
+        Reply::Ok {
+            delay,
+            usage: None,
+            snapshot: None,
+            hold: false,
+        }
+    }
+    pub fn stream() -> Self {
+        Reply::Ok {
+            delay: Duration::ZERO,
+            usage: None,
+            snapshot: None,
+            hold: true,
+        }
+    }
+    pub fn used(total_in: u64, total_out: u64) -> Self {
+        Reply::Ok {
+            delay: Duration::ZERO,
+            usage: Some(Usage {
+                input_tokens: total_in,
+                output_tokens: total_out,
+                cached_input_tokens: 0,
+            }),
+            snapshot: None,
+            hold: false,
+        }
+    }
+    pub fn with_snapshot(snapshot: RateLimitSnapshot) -> Self {
+        Reply::Ok {
+            delay: Duration::ZERO,
+            usage: None,
+            snapshot: Some(Box::new(snapshot)),
+            hold: false,
+        }
+    }
+    pub fn err(error: LlmError) -> Self {
+        Reply::Err {
+            delay: Duration::ZERO,
+            error,
+        }
+    }
+}
+
+/// One call the upstream saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub id: usize,
+    pub key: Option<&'static str>,
+    pub at: Instant,
+    pub queue_wait: Option<QueueWait>,
+}
+
+type Script = Box<dyn Fn(&Req) -> Reply + Send + Sync>;
+type Feed = mpsc::UnboundedSender<Result<Bytes, LlmError>>;
+
+pub struct State {
+    script: Script,
+    /// Calls from the upstream call until the body is dropped (or the error returned).
+    live: AtomicUsize,
+    max_live: AtomicUsize,
+    seen: Mutex<Vec<Seen>>,
+    streams: Mutex<Vec<(usize, Feed)>>,
+}
+
+/// An upstream double; clones share its state.
+#[derive(Clone)]
+pub struct Upstream(pub Arc<State>);
+
+impl Upstream {
+    pub fn new(script: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Self {
+        Upstream(Arc::new(State {
+            script: Box::new(script),
+            live: AtomicUsize::new(0),
+            max_live: AtomicUsize::new(0),
+            seen: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub fn live(&self) -> usize {
+        self.0.live.load(Ordering::SeqCst)
+    }
+    pub fn max_live(&self) -> usize {
+        self.0.max_live.load(Ordering::SeqCst)
+    }
+    pub fn seen(&self) -> Vec<Seen> {
+        self.0.seen.lock().unwrap().clone()
+    }
+    pub fn calls(&self) -> usize {
+        self.0.seen.lock().unwrap().len()
+    }
+    /// Sends a chunk on the open stream of call `id`.
+    pub fn send(&self, id: usize, chunk: &'static str) {
+        let s = self.0.streams.lock().unwrap();
+        let (_, tx) = s.iter().find(|(i, _)| *i == id).expect("no such stream");
+        tx.send(Ok(Bytes::from_static(chunk.as_bytes()))).unwrap();
+    }
+    /// Fails the open stream of call `id` with `err`.
+    pub fn fail(&self, id: usize, err: LlmError) {
+        let s = self.0.streams.lock().unwrap();
+        let (_, tx) = s.iter().find(|(i, _)| *i == id).expect("no such stream");
+        tx.send(Err(err)).unwrap();
+    }
+    /// Ends the open stream of call `id`.
+    pub fn end(&self, id: usize) {
+        self.0.streams.lock().unwrap().retain(|(i, _)| *i != id);
+    }
+}
+
+/// Counts a call as live until dropped.
+pub struct Live(Arc<State>);
+
+impl Live {
+    fn new(st: &Arc<State>) -> Self {
+        let n = st.live.fetch_add(1, Ordering::SeqCst) + 1;
+        st.max_live.fetch_max(n, Ordering::SeqCst);
+        Live(st.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A body fed by a channel; counts as live until dropped.
+pub struct ChanBody {
+    rx: mpsc::UnboundedReceiver<Result<Bytes, LlmError>>,
+    _live: Live,
+}
+
+impl Body for ChanBody {
+    type Data = Bytes;
+    type Error = LlmError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
+        self.rx.poll_recv(cx).map(|c| c.map(|r| r.map(Frame::data)))
+    }
+}
+
+pub type Resp = http::Response<ChanBody>;
+/// The gate's response type over this upstream.
+pub type Resp2 = http::Response<seawall_core::HookedBody<ChanBody, seawall_gate::GatePermit>>;
+pub type BoxFut = Pin<Box<dyn Future<Output = Result<Resp, LlmError>> + Send>>;
+
+impl tower::Service<Req> for Upstream {
+    type Response = Resp;
+    type Error = LlmError;
+    type Future = BoxFut;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> BoxFut {
+        let st = self.0.clone();
+        st.seen.lock().unwrap().push(Seen {
+            id: req.id,
+            key: req.key,
+            at: Instant::now(),
+            queue_wait: req.ext.get::<QueueWait>().copied(),
+        });
+        let live = Live::new(&st);
+        let reply = (st.script)(&req);
+        Box::pin(async move {
+            match reply {
+                Reply::Err { delay, error } => {
+                    tokio::time::sleep(delay).await;
+                    drop(live);
+                    Err(error)
+                }
+                Reply::Ok {
+                    delay,
+                    usage,
+                    snapshot,
+                    hold,
+                } => {
+                    tokio::time::sleep(delay).await;
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    if hold {
+                        st.streams.lock().unwrap().push((req.id, tx));
+                    }
+                    let mut resp = http::Response::new(ChanBody { rx, _live: live });
+                    if let Some(u) = usage {
+                        resp.extensions_mut().insert(u);
+                    }
+                    if let Some(s) = snapshot {
+                        resp.extensions_mut().insert(*s);
+                    }
+                    Ok(resp)
+                }
+            }
+        })
+    }
+}
+
+/// Lets every spawned task run as far as it can without moving the clock.
+pub async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}

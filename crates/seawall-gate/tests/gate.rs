@@ -1,0 +1,767 @@
+//! The gate's behaviour, on paused tokio time.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Reply, Req, Upstream, settle};
+use seawall_core::{CallContext, FailureClass, LlmError, RateLimitSnapshot, RateLimitWindow};
+use seawall_gate::{
+    Adaptive, ConcurrencyGate, ConcurrencyGateLayer, GateBuilder, Limit, QueueWait, Rates,
+    RejectReason, Rejection,
+};
+use tokio::time::{Instant, advance};
+use tower::{Layer, Service, ServiceExt};
+
+type Gate = ConcurrencyGate<Upstream>;
+
+fn gate(b: GateBuilder, up: &Upstream) -> Gate {
+    b.build().layer(up.clone())
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Calls and returns the response or error (the response is dropped by the caller).
+async fn call(svc: &Gate, req: Req) -> Result<common::Resp2, LlmError> {
+    svc.clone().oneshot(req).await
+}
+
+fn spawn_call(svc: &Gate, req: Req) -> tokio::task::JoinHandle<Result<common::Resp2, LlmError>> {
+    tokio::spawn(svc.clone().oneshot(req))
+}
+
+/// Reads a body to its end (a completed call, for the adaptive mode).
+async fn finish(resp: common::Resp2) {
+    use http_body_util::BodyExt;
+    resp.into_body().collect().await.unwrap();
+}
+
+/// Spawns a call whose response is dropped as soon as it arrives.
+fn spawn_and_drop(svc: &Gate, req: Req) -> tokio::task::JoinHandle<Result<(), LlmError>> {
+    let svc = svc.clone();
+    tokio::spawn(async move { svc.oneshot(req).await.map(drop) })
+}
+
+fn rejection(e: &LlmError) -> &Rejection {
+    assert_eq!(e.class(), FailureClass::GateRejected, "{e}");
+    Rejection::of(e).expect("a gate rejection")
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_callers_never_exceed_the_limit() {
+    let up = Upstream::new(|_| Reply::after(Duration::from_millis(10)));
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(8)
+            .max_queue(20_000)
+            .max_wait(secs(3600)),
+        &up,
+    );
+    let tasks: Vec<_> = (0..10_000)
+        .map(|i| {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                let resp = svc.oneshot(Req::new(i)).await?;
+                // Hold the body a little: the permit is held until it is dropped.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(resp);
+                Ok::<_, LlmError>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(up.calls(), 10_000);
+    assert_eq!(
+        up.max_live(),
+        8,
+        "never more than 8 calls (bodies included) at once"
+    );
+    let s = svc.handle().stats();
+    assert_eq!((s.in_flight, s.queued, s.available), (0, 0, 8));
+    assert_eq!((s.admitted, s.rejected), (10_000, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn permits_are_shared_by_every_service_of_the_layer() {
+    let up = Upstream::new(|_| Reply::stream());
+    let layer = ConcurrencyGateLayer::builder()
+        .limit(2)
+        .max_queue(0)
+        .build();
+    let a = layer.layer(up.clone());
+    let b = layer.layer(up.clone());
+    let _r1 = call(&a, Req::new(1)).await.unwrap();
+    let _r2 = call(&b, Req::new(2)).await.unwrap();
+    let e = call(&a.clone(), Req::new(3)).await.unwrap_err();
+    assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_rejects_at_once_with_the_depth_and_the_queue_is_fifo() {
+    let up = Upstream::new(|_| Reply::stream());
+    let svc = gate(ConcurrencyGateLayer::builder().limit(1).max_queue(3), &up);
+    let first = call(&svc, Req::new(0)).await.unwrap();
+    let waiters: Vec<_> = (1..=3).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    settle().await;
+    assert_eq!(svc.handle().stats().queued, 3);
+
+    let t0 = Instant::now();
+    let e = call(&svc, Req::new(99)).await.unwrap_err();
+    assert_eq!(t0.elapsed(), Duration::ZERO, "rejected at once");
+    let r = rejection(&e);
+    assert_eq!(r.reason(), RejectReason::QueueFull);
+    assert_eq!(r.queue_depth(), 3);
+    assert!(e.to_string().contains("3 waiting"), "{e}");
+
+    // The waiters go in arrival order as permits come back.
+    drop(first);
+    let mut order = Vec::new();
+    for w in waiters {
+        let resp = w.await.unwrap().unwrap();
+        order.push(up.seen().last().unwrap().id);
+        drop(resp);
+    }
+    assert_eq!(order, [1, 2, 3]);
+    assert_eq!(svc.handle().stats().queued, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_wait_rejects_at_the_deadline() {
+    let up = Upstream::new(|_| Reply::stream());
+    let svc = gate(
+        ConcurrencyGateLayer::builder().limit(1).max_wait(secs(5)),
+        &up,
+    );
+    let _first = call(&svc, Req::new(0)).await.unwrap();
+    let t0 = Instant::now();
+    let e = call(&svc, Req::new(1)).await.unwrap_err();
+    assert_eq!(t0.elapsed(), secs(5));
+    let r = rejection(&e);
+    assert_eq!(r.reason(), RejectReason::WaitTimeout);
+    assert_eq!(r.waited(), secs(5));
+    assert_eq!(r.queue_depth(), 0, "the rejected call left the queue");
+    assert_eq!(svc.handle().stats().queued, 0);
+    assert_eq!(up.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_ready_never_rejects_the_call_does() {
+    let up = Upstream::new(|_| Reply::ok());
+    let mut svc = gate(ConcurrencyGateLayer::builder().limit(0).max_queue(0), &up);
+    for _ in 0..3 {
+        std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
+    }
+    let e = svc.call(Req::new(0)).await.unwrap_err();
+    assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_waiters_leave_no_trace() {
+    let up = Upstream::new(|_| Reply::stream());
+    // A rate with room for exactly two requests, so a stolen reservation would show.
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(1)
+            .max_wait(secs(3600))
+            .rates(Rates::new().requests(Limit::per_minute(1).with_burst(2))),
+        &up,
+    );
+    let first = call(&svc, Req::new(0)).await.unwrap();
+    // Waiters under the rated key (in its line) and unkeyed ones (at the permit queue).
+    let mut waiters = Vec::new();
+    for i in 1..=100 {
+        let req = if i % 2 == 0 {
+            Req::new(i)
+        } else {
+            Req {
+                key: None,
+                ..Req::new(i)
+            }
+        };
+        waiters.push(spawn_call(&svc, req));
+    }
+    settle().await;
+    assert_eq!(svc.handle().stats().queued, 100);
+    advance(secs(1)).await;
+    for w in &waiters {
+        w.abort();
+    }
+    for w in waiters {
+        assert!(w.await.unwrap_err().is_cancelled());
+    }
+    let s = svc.handle().stats();
+    assert_eq!((s.queued, s.in_flight, s.available), (0, 1, 0));
+    drop(first);
+    let s = svc.handle().stats();
+    assert_eq!((s.in_flight, s.available), (0, 1));
+
+    // The second request of the burst is still there: admitted at once.
+    let resp = call(&svc, Req::new(200)).await.unwrap();
+    assert_eq!(
+        resp.extensions().get::<QueueWait>(),
+        Some(&QueueWait(Duration::ZERO))
+    );
+    drop(resp);
+    // And the third waits for the refill (60 s a request, 1 s already passed).
+    let t0 = Instant::now();
+    drop(call(&svc, Req::new(201)).await.unwrap());
+    assert_eq!(t0.elapsed(), secs(59));
+    assert_eq!(up.calls(), 3, "no dropped waiter reached the upstream");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_holds_its_permit_until_its_body_is_dropped() {
+    use http_body_util::BodyExt;
+    let up = Upstream::new(|_| Reply::stream());
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(1)
+            .max_wait(secs(3600)),
+        &up,
+    );
+    let resp = call(&svc, Req::new(0)).await.unwrap();
+    let mut body = resp.into_body();
+    up.send(0, "data: hello\n\n");
+    assert!(body.frame().await.unwrap().is_ok());
+
+    let second = spawn_call(&svc, Req::new(1));
+    settle().await;
+    advance(secs(10)).await;
+    settle().await;
+    assert!(
+        !second.is_finished(),
+        "the open stream still holds the only permit"
+    );
+    assert_eq!(up.calls(), 1);
+
+    drop(body);
+    let resp = second.await.unwrap().unwrap();
+    assert_eq!(
+        resp.extensions().get::<QueueWait>(),
+        Some(&QueueWait(secs(10)))
+    );
+
+    // A body read to its end gives the permit back too.
+    let mut body = resp.into_body();
+    let third = spawn_call(&svc, Req::new(2));
+    settle().await;
+    assert!(!third.is_finished());
+    up.end(1);
+    assert!(body.frame().await.is_none());
+    assert_eq!(svc.handle().stats().in_flight, 0);
+    drop(third.await.unwrap().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn rpm_limit_holds_over_simulated_minutes() {
+    let up = Upstream::new(|_| Reply::ok());
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(1000)
+            .max_queue(10_000)
+            .max_wait(secs(3600))
+            .rates(Rates::new().requests(Limit::per_minute(60).with_burst(10))),
+        &up,
+    );
+    let tasks: Vec<_> = (0..250).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    for t in tasks {
+        drop(t.await.unwrap().unwrap());
+    }
+    let at: Vec<Instant> = up.seen().iter().map(|s| s.at).collect();
+    let t0 = at[0];
+    // Any window of W seconds holds at most burst + W requests (60 a minute).
+    for (i, from) in at.iter().enumerate() {
+        let in_minute = at[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*from) < secs(60))
+            .count();
+        assert!(
+            in_minute <= 10 + 60,
+            "{in_minute} in the minute after {:?}",
+            *from - t0
+        );
+    }
+    // Each whole minute after the first burst: 60.
+    for m in 1..3 {
+        let n = at
+            .iter()
+            .filter(|t| {
+                let d = t.duration_since(t0);
+                d > secs(60 * m) && d <= secs(60 * (m + 1))
+            })
+            .count();
+        assert_eq!(n, 60, "minute {m}");
+    }
+    // And the limiter does not starve: 250 requests take burst + 240 s.
+    assert_eq!(at.last().unwrap().duration_since(t0), secs(240));
+}
+
+#[tokio::test(start_paused = true)]
+async fn tpm_limit_settles_with_real_usage() {
+    async fn run(used_out: u64) -> (usize, Vec<(Instant, u64)>) {
+        // Each request reserves 100 + 400 tokens; the upstream reports 100 in + `used_out` out.
+        let up = Upstream::new(move |_| Reply::used(100, used_out));
+        let svc = gate(
+            ConcurrencyGateLayer::builder()
+                .limit(1000)
+                .max_queue(10_000)
+                .max_wait(secs(3600))
+                .rates(Rates::new().tokens(Limit::per_minute(6000).with_burst(1000))),
+            &up,
+        );
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..200)
+            .map(|i| spawn_and_drop(&svc, Req::new(i).tokens(100, 400)))
+            .collect();
+        // Let three simulated minutes pass, then stop.
+        tokio::time::sleep(secs(180)).await;
+        for t in &tasks {
+            t.abort();
+        }
+        let seen: Vec<(Instant, u64)> = up
+            .seen()
+            .iter()
+            .filter(|s| s.at.duration_since(start) <= secs(180))
+            .map(|s| (s.at, 100 + used_out))
+            .collect();
+        (seen.len(), seen)
+    }
+    fn check_windows(seen: &[(Instant, u64)], slack: u64) {
+        for (i, (from, _)) in seen.iter().enumerate() {
+            let used: u64 = seen[i..]
+                .iter()
+                .take_while(|(t, _)| t.duration_since(*from) < secs(60))
+                .map(|(_, u)| u)
+                .sum();
+            assert!(used <= 1000 + 6000 + slack, "{used} tokens in a minute");
+        }
+    }
+    // Using less than reserved: the unused tokens go back, so about (1000 + 18000) / 200 go
+    // through, not (1000 + 18000) / 500 = 38.
+    let (n, seen) = run(100).await;
+    assert!((90..=96).contains(&n), "{n} admitted");
+    check_windows(&seen, 500);
+    // Using more than reserved: the overrun is charged, (1000 + 18000) / 1100 ≈ 17.
+    let (n, seen) = run(1000).await;
+    assert!((16..=19).contains(&n), "{n} admitted");
+    check_windows(&seen, 1100);
+}
+
+fn exhausted(reset: Duration) -> RateLimitSnapshot {
+    RateLimitSnapshot {
+        requests: RateLimitWindow {
+            limit: Some(100),
+            remaining: Some(0),
+            reset_after: Some(reset),
+        },
+        ..RateLimitSnapshot::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remaining_zero_snapshot_pauses_admissions_until_its_reset() {
+    let up = Upstream::new(|r| {
+        if r.id == 0 {
+            Reply::with_snapshot(exhausted(secs(5)))
+        } else {
+            Reply::ok()
+        }
+    });
+    let svc = gate(ConcurrencyGateLayer::builder().limit(10), &up);
+    let t0 = Instant::now();
+    drop(call(&svc, Req::new(0)).await.unwrap());
+    let queued: Vec<_> = (1..=3).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    // Another key is not paused.
+    drop(call(&svc, Req::new(50).key("other")).await.unwrap());
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    for q in queued {
+        let resp = q.await.unwrap().unwrap();
+        assert_eq!(
+            resp.extensions().get::<QueueWait>(),
+            Some(&QueueWait(secs(5)))
+        );
+    }
+    for s in up.seen().iter().filter(|s| s.id >= 1 && s.id <= 3) {
+        assert_eq!(s.at - t0, secs(5), "call {} went before the reset", s.id);
+    }
+    // After the reset the key admits at once again.
+    let t1 = Instant::now();
+    drop(call(&svc, Req::new(9)).await.unwrap());
+    assert_eq!(t1.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_a_hint_pauses_the_key_and_a_long_pause_rejects_at_once() {
+    let up = Upstream::new(|r| match r.id {
+        0 => Reply::err(
+            LlmError::new(FailureClass::RateLimited, "slow down")
+                .with_retry_after(Duration::from_millis(3500)),
+        ),
+        1 => Reply::err(
+            LlmError::new(FailureClass::RateLimited, "slow down a lot").with_retry_after(secs(90)),
+        ),
+        _ => Reply::ok(),
+    });
+    let svc = gate(
+        ConcurrencyGateLayer::builder().limit(10).max_wait(secs(60)),
+        &up,
+    );
+    let t0 = Instant::now();
+    let e = call(&svc, Req::new(0)).await.unwrap_err();
+    assert_eq!(e.class(), FailureClass::RateLimited);
+    let waiting: Vec<_> = (2..5).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    for w in waiting {
+        drop(w.await.unwrap().unwrap());
+    }
+    for s in up.seen().iter().filter(|s| s.id >= 2) {
+        assert_eq!(s.at - t0, Duration::from_millis(3500));
+    }
+    assert_eq!(svc.handle().stats().in_flight, 0);
+
+    // A pause longer than the max wait rejects at once, with the time left as the hint.
+    let e = call(&svc, Req::new(1)).await.unwrap_err();
+    assert_eq!(e.class(), FailureClass::RateLimited);
+    let t1 = Instant::now();
+    let e = call(&svc, Req::new(7)).await.unwrap_err();
+    assert_eq!(t1.elapsed(), Duration::ZERO);
+    assert_eq!(rejection(&e).reason(), RejectReason::KeyPaused);
+    assert_eq!(e.retry_after(), Some(secs(90)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn upstream_pauses_are_capped_by_max_pause() {
+    let up = Upstream::new(|r| {
+        if r.id == 0 {
+            Reply::with_snapshot(exhausted(secs(3600)))
+        } else {
+            Reply::ok()
+        }
+    });
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(4)
+            .max_wait(secs(60))
+            .max_pause(secs(20)),
+        &up,
+    );
+    drop(call(&svc, Req::new(0)).await.unwrap());
+    let t0 = Instant::now();
+    drop(call(&svc, Req::new(1)).await.unwrap());
+    assert_eq!(t0.elapsed(), secs(20));
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_mode_lowers_on_pushback_once_per_round_trip_and_recovers() {
+    let up = Upstream::new(|r| match r.id {
+        100..=199 => Reply::Err {
+            delay: secs(1),
+            error: LlmError::new(FailureClass::RateLimited, "429"),
+        },
+        200..=299 => Reply::Err {
+            delay: secs(2),
+            error: LlmError::new(FailureClass::Overloaded, "529"),
+        },
+        _ => Reply::ok(),
+    });
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(10)
+            .adaptive(Adaptive::new()),
+        &up,
+    );
+    let h = svc.handle();
+    // Two calls of the same wave get pushed back: one decrease, 10 -> 7.
+    let a = spawn_call(&svc, Req::new(100));
+    let b = spawn_call(&svc, Req::new(200));
+    assert!(a.await.unwrap().is_err());
+    assert_eq!(h.limit(), 7);
+    assert!(b.await.unwrap().is_err());
+    assert_eq!(h.limit(), 7, "a signal from before the decrease is ignored");
+    // A call admitted after the decrease is pushed back too: 7 -> 4.
+    assert!(call(&svc, Req::new(201)).await.is_err());
+    assert_eq!(h.limit(), 4);
+    let s = h.stats();
+    assert_eq!((s.limit, s.max_limit, s.available), (4, 10, 4));
+
+    // +1 after as many successes as the limit: 4 + 5 + 6 + 7 + 8 + 9 = 39 to get back to 10.
+    let mut limits = Vec::new();
+    for i in 0..45 {
+        finish(call(&svc, Req::new(i)).await.unwrap()).await;
+        limits.push(h.limit());
+    }
+    assert_eq!(limits[3], 5);
+    assert_eq!(limits[37], 9);
+    assert_eq!(limits[38], 10);
+    assert_eq!(limits[44], 10, "never above the configured limit");
+    assert_eq!(h.stats().available, 10);
+
+    // Turning it off restores the configured limit.
+    assert!(call(&svc, Req::new(150)).await.is_err());
+    assert_eq!(h.limit(), 7);
+    h.set_adaptive(None);
+    assert_eq!(h.limit(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_fails_overloaded_counts_as_pushback() {
+    use http_body_util::BodyExt;
+    let up = Upstream::new(|_| Reply::stream());
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(10)
+            .adaptive(Adaptive::new()),
+        &up,
+    );
+    let mut body = call(&svc, Req::new(0)).await.unwrap().into_body();
+    up.fail(
+        0,
+        LlmError::new(FailureClass::Overloaded, "overloaded_error"),
+    );
+    assert!(body.frame().await.unwrap().is_err());
+    assert_eq!(svc.handle().limit(), 7);
+    assert_eq!(
+        svc.handle().stats().in_flight,
+        0,
+        "the error ended the body's hold"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn runtime_resize_shrinks_as_calls_finish_and_grows_at_once() {
+    let up = Upstream::new(|_| Reply::stream());
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(4)
+            .max_wait(secs(3600)),
+        &up,
+    );
+    let h = svc.handle();
+    let mut held: Vec<_> = Vec::new();
+    for i in 0..4 {
+        held.push(call(&svc, Req::new(i)).await.unwrap());
+    }
+    h.set_limit(2);
+    let s = h.stats();
+    assert_eq!((s.limit, s.in_flight, s.owed), (2, 4, 2));
+    let waiter = spawn_call(&svc, Req::new(10));
+    settle().await;
+    held.truncate(2);
+    settle().await;
+    assert!(!waiter.is_finished(), "2 in flight under a limit of 2");
+    held.truncate(1);
+    let w = waiter.await.unwrap().unwrap();
+    assert_eq!(up.max_live(), 4);
+    held.push(w);
+    // Grow: admitted at once.
+    h.set_limit(6);
+    for i in 20..24 {
+        let t0 = Instant::now();
+        held.push(call(&svc, Req::new(i)).await.unwrap());
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+    }
+    assert_eq!(up.live(), 6);
+    held.clear();
+    let s = h.stats();
+    assert_eq!((s.in_flight, s.available, s.owed, s.limit), (0, 6, 0, 6));
+
+    // Queue bound and max wait change at run time too.
+    h.set_max_queue(0);
+    h.set_limit(0);
+    let e = call(&svc, Req::new(30)).await.unwrap_err();
+    assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
+    h.set_max_queue(5);
+    h.set_max_wait(secs(2));
+    let t0 = Instant::now();
+    let e = call(&svc, Req::new(31)).await.unwrap_err();
+    assert_eq!(rejection(&e).reason(), RejectReason::WaitTimeout);
+    assert_eq!(t0.elapsed(), secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn runtime_rates_per_key() {
+    let up = Upstream::new(|_| Reply::ok());
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(100)
+            .max_wait(secs(3600))
+            .key_rates(
+                "slow",
+                Rates::new().requests(Limit::per_minute(6).with_burst(1)),
+            ),
+        &up,
+    );
+    let h = svc.handle();
+    assert!(h.rates().is_unlimited());
+    assert_eq!(
+        h.rates_for("slow").get_requests().unwrap().get_per_minute(),
+        6
+    );
+    let t0 = Instant::now();
+    for i in 0..3 {
+        drop(call(&svc, Req::new(i).key("fast")).await.unwrap());
+    }
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    drop(call(&svc, Req::new(10).key("slow")).await.unwrap());
+    drop(call(&svc, Req::new(11).key("slow")).await.unwrap());
+    assert_eq!(t0.elapsed(), secs(10));
+    // Limit every key at run time; lift the slow key's own limit.
+    h.set_rates(Rates::new().requests(Limit::per_minute(60).with_burst(1)));
+    h.set_key_rates("slow", None);
+    let t1 = Instant::now();
+    drop(call(&svc, Req::new(20).key("fast")).await.unwrap());
+    drop(call(&svc, Req::new(21).key("fast")).await.unwrap());
+    assert_eq!(t1.elapsed(), secs(1));
+    // A zero rate rejects at once.
+    h.set_key_rates("none", Some(Rates::new().requests_per_minute(0)));
+    let e = call(&svc, Req::new(30).key("none")).await.unwrap_err();
+    assert_eq!(rejection(&e).reason(), RejectReason::ZeroRate);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_wait_beyond_max_wait_rejects_at_once_with_a_hint() {
+    let up = Upstream::new(|_| Reply::ok());
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .max_wait(secs(5))
+            .rates(Rates::new().requests(Limit::per_minute(6).with_burst(1))),
+        &up,
+    );
+    drop(call(&svc, Req::new(0)).await.unwrap());
+    let t0 = Instant::now();
+    let e = call(&svc, Req::new(1)).await.unwrap_err();
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    assert_eq!(rejection(&e).reason(), RejectReason::RateLimited);
+    assert_eq!(e.retry_after(), Some(secs(10)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn inner_errors_release_the_permit_and_give_back_output_tokens() {
+    let up = Upstream::new(|r| {
+        if r.id == 0 {
+            Reply::err(LlmError::new(FailureClass::ServerError, "500"))
+        } else {
+            Reply::ok()
+        }
+    });
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(1)
+            .rates(Rates::new().tokens(Limit::per_minute(60).with_burst(1000))),
+        &up,
+    );
+    assert!(call(&svc, Req::new(0).tokens(100, 900)).await.is_err());
+    assert_eq!(svc.handle().stats().in_flight, 0);
+    // 100 input tokens stay charged; the 900 never generated came back.
+    let t0 = Instant::now();
+    drop(call(&svc, Req::new(1).tokens(0, 900)).await.unwrap());
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_time_is_recorded_in_extensions_context_and_tracing() {
+    use std::io::Write;
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || w.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let up = Upstream::new(|r| {
+        if r.id == 0 {
+            Reply::after(secs(2))
+        } else {
+            Reply::ok()
+        }
+    });
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(1)
+            .max_queue(1)
+            .max_wait(secs(10)),
+        &up,
+    );
+    let cx = Arc::new(CallContext::new());
+    let mut req = Req::new(1);
+    req.ext.insert(cx.clone());
+
+    let first = spawn_and_drop(&svc, Req::new(0));
+    settle().await;
+    // Attempt 1 waits 2 s behind the first call.
+    let resp = call(&svc, req.clone()).await.unwrap();
+    assert_eq!(
+        resp.extensions().get::<QueueWait>(),
+        Some(&QueueWait(secs(2)))
+    );
+    assert_eq!(
+        up.seen()[1].queue_wait,
+        Some(QueueWait(secs(2))),
+        "the inner service sees it"
+    );
+    first.await.unwrap().unwrap();
+    drop(resp);
+    // Attempt 2 (same call context) waits 3 s behind another call's open body.
+    let blocker = call(&svc, Req::new(5)).await.unwrap();
+    let attempt = spawn_call(&svc, req.clone());
+    settle().await;
+    advance(secs(3)).await;
+    drop(blocker);
+    drop(attempt.await.unwrap().unwrap());
+    let facts = cx.snapshot();
+    assert_eq!(facts.queue_wait, Some(secs(5)), "summed over attempts");
+    assert!(facts.rejections.is_empty());
+
+    // A rejection is recorded as well.
+    let blocker = call(&svc, Req::new(6)).await.unwrap();
+    let _queued = spawn_call(&svc, Req::new(7));
+    settle().await;
+    let e = call(&svc, req.clone()).await.unwrap_err();
+    assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
+    assert_eq!(cx.snapshot().rejections, [FailureClass::GateRejected]);
+    drop(blocker);
+
+    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("queue_wait_ms=2000"), "{logs}");
+    assert!(logs.contains("reason=\"queue_full\""), "{logs}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn key_fn_and_the_key_table_bound() {
+    let up = Upstream::new(|_| Reply::ok());
+    let layer = ConcurrencyGateLayer::builder()
+        .max_keys(4)
+        .max_wait(secs(3600))
+        .rates(Rates::new().requests(Limit::per_minute(1).with_burst(1)))
+        .key_fn(|r: &Req| Some(format!("tenant-{}", r.id % 10)))
+        .build();
+    let h = layer.handle();
+    let svc = layer.layer(up.clone());
+    // Ten tenants, four slots: tenants 0-3 get their own state; 4 and 5 share the unkeyed
+    // one (5 waits a minute for its refill); by then 0-3 are idle and make room for 6-9.
+    let t0 = Instant::now();
+    for i in 0..10 {
+        drop(svc.clone().oneshot(Req::new(i)).await.unwrap());
+        assert!(h.keys() <= 4);
+    }
+    assert_eq!(t0.elapsed(), secs(60));
+    assert_eq!(h.keys(), 4);
+    assert_eq!(up.calls(), 10);
+}
