@@ -48,9 +48,15 @@ struct Call<S, Req> {
     /// When the call started: set lazily, at the first poll that had to wait or the first
     /// failure, so a call answered at once never reads the clock.
     start: Option<Instant>,
-    attempt_start: Option<Instant>,
-    wake: Option<Instant>,
     attempts: u32,
+    /// Created at the first retry: a call that needs none never builds it.
+    retrying: Option<Box<Retrying>>,
+}
+
+/// What a call that has retried keeps.
+struct Retrying {
+    attempt_start: Instant,
+    wake: Instant,
     class_retries: [u8; CLASSES],
     history: Vec<Attempt>,
     previous_delay: Duration,
@@ -70,13 +76,8 @@ where
                 request,
                 shared,
                 start: None,
-                attempt_start: None,
-                wake: None,
                 attempts: 1,
-                class_retries: [0; CLASSES],
-                history: Vec::new(),
-                previous_delay: Duration::ZERO,
-                last_error: None,
+                retrying: None,
             },
         }
     }
@@ -101,10 +102,7 @@ where
                         return Poll::Ready(Ok(response));
                     }
                     Poll::Ready(Err(err)) => match this.call.on_error(err.into()) {
-                        Ok(wake) => {
-                            this.call.wake = Some(wake);
-                            this.state.set(State::Waiting);
-                        }
+                        Ok(()) => this.state.set(State::Waiting),
                         Err(last) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Err(last));
@@ -116,8 +114,8 @@ where
                     }
                 },
                 StateProj::Waiting => {
-                    if let Some(wake) = this.call.wake {
-                        ready!(poll_timer(this.timer.as_mut(), wake, cx));
+                    if let Some(r) = &this.call.retrying {
+                        ready!(poll_timer(this.timer.as_mut(), r.wake, cx));
                     }
                     this.state.set(State::Readying);
                 }
@@ -177,18 +175,25 @@ impl<S, Req> Call<S, Req>
 where
     Req: LlmRequest + Clone,
 {
-    /// Decides about a failed attempt: the instant to retry at, or the final error.
-    fn on_error(&mut self, err: LlmError) -> Result<Instant, LlmError> {
+    /// Decides about a failed attempt: `Ok` when a retry is scheduled (at `retrying.wake`),
+    /// else the final error.
+    fn on_error(&mut self, err: LlmError) -> Result<(), LlmError> {
         let now = Instant::now();
         let start = *self.start.get_or_insert(now);
-        let elapsed = now.saturating_duration_since(self.attempt_start.unwrap_or(start));
+        let attempt_start = self.retrying.as_ref().map_or(start, |r| r.attempt_start);
+        let elapsed = now.saturating_duration_since(attempt_start);
         let spent = now.saturating_duration_since(start);
         let class = err.class();
         let index = class_index(class);
+        let (class_retries, previous_delay) = match (&self.retrying, index) {
+            (Some(r), Some(i)) => (u32::from(r.class_retries[i]), r.previous_delay),
+            (Some(r), None) => (0, r.previous_delay),
+            (None, _) => (0, Duration::ZERO),
+        };
         let failure = Failure {
             attempts: self.attempts,
-            class_retries: index.map_or(0, |i| u32::from(self.class_retries[i])),
-            previous_delay: self.previous_delay,
+            class_retries,
+            previous_delay,
             remaining: self
                 .shared
                 .policy
@@ -209,18 +214,29 @@ where
                     request_id = err.request_id().unwrap_or(""),
                     "retrying LLM call after {class}",
                 );
-                self.history.push(Attempt {
+                let r = self.retrying.get_or_insert_with(|| {
+                    Box::new(Retrying {
+                        attempt_start: now,
+                        wake: now,
+                        class_retries: [0; CLASSES],
+                        history: Vec::new(),
+                        previous_delay: Duration::ZERO,
+                        last_error: None,
+                    })
+                });
+                r.history.push(Attempt {
                     class,
                     status: err.status(),
                     elapsed,
                     delay,
                 });
                 if let Some(i) = index {
-                    self.class_retries[i] = self.class_retries[i].saturating_add(1);
+                    r.class_retries[i] = r.class_retries[i].saturating_add(1);
                 }
-                self.previous_delay = delay;
-                self.last_error = Some(err);
-                Ok(now + delay)
+                r.previous_delay = delay;
+                r.last_error = Some(err);
+                r.wake = now + delay;
+                Ok(())
             }
         }
     }
@@ -238,7 +254,9 @@ where
         if let Some(cx) = request.call_context() {
             cx.update(|facts| facts.attempts = facts.attempts.max(attempt));
         }
-        self.attempt_start = Some(Instant::now());
+        if let Some(r) = &mut self.retrying {
+            r.attempt_start = Instant::now();
+        }
         request
     }
 }
@@ -246,7 +264,12 @@ where
 impl<S, Req> Call<S, Req> {
     /// The final error: `err` with the history of the earlier attempts and the reason.
     fn give_up(&mut self, mut err: LlmError, reason: GiveUp) -> LlmError {
-        if reason == GiveUp::NotRetryable && self.history.is_empty() {
+        let history = self
+            .retrying
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.history))
+            .unwrap_or_default();
+        if reason == GiveUp::NotRetryable && history.is_empty() {
             tracing::debug!(
                 target: "seawall::retry",
                 class = err.class().as_str(),
@@ -265,7 +288,7 @@ impl<S, Req> Call<S, Req> {
                 "giving up on LLM call",
             );
         }
-        err.set_attempts(std::mem::take(&mut self.history));
+        err.set_attempts(history);
         err.set_give_up(reason);
         err
     }
@@ -274,14 +297,15 @@ impl<S, Req> Call<S, Req> {
     /// ready for the next one).
     fn deadline_error(&mut self, budget: Duration) -> LlmError {
         let attempt = self.attempts;
-        let message = match &self.last_error {
+        let last_error = self.retrying.as_mut().and_then(|r| r.last_error.take());
+        let message = match &last_error {
             Some(last) => format!(
                 "time budget of {budget:?} ran out during attempt {attempt}; last error: {last}"
             ),
             None => format!("time budget of {budget:?} ran out during attempt {attempt}"),
         };
         let mut err = LlmError::new(FailureClass::DeadlineExceeded, message);
-        if let Some(last) = self.last_error.take() {
+        if let Some(last) = last_error {
             err = err.with_source(last);
         }
         self.give_up(err, GiveUp::DeadlineTooClose)
@@ -302,7 +326,10 @@ where
         f.debug_struct("ResponseFuture")
             .field("state", &state)
             .field("attempts", &self.call.attempts)
-            .field("history", &self.call.history)
+            .field(
+                "history",
+                &self.call.retrying.as_ref().map(|r| r.history.as_slice()),
+            )
             .finish_non_exhaustive()
     }
 }

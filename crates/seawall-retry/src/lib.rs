@@ -31,8 +31,9 @@
 //! 5. The delay: the server's hint ([`LlmError::retry_hint`]: `Retry-After`, or the reset of
 //!    an exhausted rate-limit window) plus up to 10% jitter, never less than the hint. A hint
 //!    above the cap (60 s) fails at once ([`GiveUp::HintTooLong`]) with the hint still in the
-//!    error, rather than sleeping for it or retrying early. Without a hint, the exponential
-//!    [`Backoff`]; after an overload (503/529) at least 5 s (plus jitter).
+//!    error, rather than sleeping for it or retrying early (a zero hint counts as none).
+//!    Without a hint, the exponential [`Backoff`]; after an overload (503/529) at least 5 s
+//!    (plus jitter). A server hint wins over the overload minimum too: the server knows.
 //! 6. A delay that does not fit in what is left of the time budget fails at once
 //!    ([`GiveUp::DeadlineTooClose`]): no wait ever crosses the budget.
 //! 7. Last, the shared [`RetryBudget`] must grant the retry ([`GiveUp::RetryBudget`]
@@ -91,10 +92,11 @@
 //!
 //! # Cost of a call that needs no retry
 //!
-//! One atomic add for the retry budget (a plain read once the saved credit is full), one
-//! request clone and one service clone, as `tower::retry::Retry`; no clock read, no timer and
-//! no allocation (the idempotency key, when asked for, is the only one). The clock is read and
-//! the one timer armed only when an attempt has to wait or fails.
+//! One request clone and one service clone, as `tower::retry::Retry`; one reference-count
+//! increment for the layer's shared state; one atomic add for the retry budget (a plain read
+//! once the saved credit is full); no clock read, no timer and no allocation (the idempotency
+//! key, when asked for, is the only one). The clock is read and the one timer armed only when
+//! an attempt has to wait; the retry bookkeeping is allocated only at the first retry.
 //!
 //! [`Random`]: seawall_core::Random
 #![doc(html_root_url = "https://docs.rs/seawall-retry/0.1.0")]
