@@ -775,3 +775,34 @@ fn debug_output_is_readable() {
     let svc = layer.layer(Mock::new(|_| Ok("x")).latency(Duration::ZERO));
     assert!(format!("{:?}", svc.handle()).contains("enabled: true"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_call_cancels_the_attempt_in_flight() {
+    let mock = Mock::new(|_| Ok("late")).latency(secs(10.0));
+    let mut svc = builder().build().unwrap().layer(mock.clone());
+    let fut = ServiceExt::<Ask>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(Ask::default());
+    assert!(tokio::time::timeout(secs(1.0), fut).await.is_err());
+    assert_eq!(
+        mock.dropped(),
+        1,
+        "the upstream future was dropped with the call"
+    );
+
+    // Dropped while waiting to retry: no new attempt is ever made.
+    let mock = Mock::failing(server_error);
+    let mut svc = builder()
+        .jitter(Jitter::None)
+        .build()
+        .unwrap()
+        .layer(mock.clone());
+    let fut = ServiceExt::<Ask>::ready(&mut svc)
+        .await
+        .unwrap()
+        .call(Ask::default());
+    assert!(tokio::time::timeout(secs(0.25), fut).await.is_err());
+    tokio::time::sleep(secs(30.0)).await;
+    assert_eq!(mock.calls(), 1);
+}
