@@ -27,6 +27,7 @@ pin_project_lite::pin_project! {
         classifier: C,
         limit: usize,
         streaming: bool,
+        known_api: bool,
         started: Instant,
     }
 }
@@ -55,6 +56,7 @@ impl<F, B, C> ResponseFuture<F, B, C> {
         classifier: C,
         limit: usize,
         streaming: bool,
+        known_api: bool,
         started: Instant,
     ) -> Self {
         ResponseFuture {
@@ -62,6 +64,7 @@ impl<F, B, C> ResponseFuture<F, B, C> {
             classifier,
             limit,
             streaming,
+            known_api,
             started,
         }
     }
@@ -135,7 +138,7 @@ where
                     }
                     parts.extensions.insert(report.clone());
                     let parser = if is_sse(&parts.headers, *this.streaming) {
-                        Parser::sse(hints::request_id(&parts.headers))
+                        Parser::sse(hints::request_id(&parts.headers), *this.known_api)
                     } else {
                         Parser::json()
                     };

@@ -136,9 +136,12 @@ pub(crate) enum Parser {
 }
 
 impl Parser {
-    pub(crate) fn sse(request_id: Option<&str>) -> Parser {
+    /// `known_api`: the request went to OpenAI or Anthropic, so the finish marker is expected
+    /// even before an event of theirs was recognised.
+    pub(crate) fn sse(request_id: Option<&str>, known_api: bool) -> Parser {
         Parser::Sse(SseParser {
             request_id: request_id.map(Into::into),
+            known: known_api,
             ..SseParser::default()
         })
     }
@@ -162,10 +165,7 @@ impl Parser {
     pub(crate) fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
         match self {
             Parser::Sse(p) => p.eof(report),
-            Parser::Json(p) => {
-                p.eof(report);
-                None
-            }
+            Parser::Json(p) => p.eof(report),
         }
     }
 
@@ -218,6 +218,9 @@ pub(crate) struct SseParser {
     foreign: bool,
     /// Whether an OpenAI or Anthropic event was recognised (so its finish marker is expected).
     known: bool,
+    /// Whether an event looked like JSON but did not parse (cut short): the stream is broken,
+    /// whatever its dialect.
+    malformed: bool,
     finished: bool,
     usage: Option<RawUsage>,
     request_id: Option<Box<str>>,
@@ -351,6 +354,11 @@ impl SseParser {
             return None;
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
+            if matches!(data.first(), Some(b'{' | b'[')) {
+                // JSON cut short: not output, and the stream cannot end well after it.
+                self.malformed = true;
+                return None;
+            }
             if event == EventName::Error {
                 let text = String::from_utf8_lossy(data);
                 let e = ProviderError::from_value(&Value::String(text.into_owned()));
@@ -529,7 +537,7 @@ impl SseParser {
             return None;
         }
         self.flush_usage(report);
-        if (self.events || self.foreign) && !self.known {
+        if (self.events || self.foreign) && !self.known && !self.malformed {
             // Some other dialect: its end marker is unknown, so EOF is its end.
             return None;
         }
@@ -550,6 +558,12 @@ pub(crate) struct JsonScanner {
     tail: Vec<u8>,
     total: usize,
     content: bool,
+    /// Nesting depth outside strings, to tell a complete document from one cut short.
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// A top-level object or array was closed.
+    closed: bool,
 }
 
 impl JsonScanner {
@@ -559,6 +573,7 @@ impl JsonScanner {
             report.record_content();
         }
         self.total = self.total.saturating_add(chunk.len());
+        self.track_nesting(chunk);
         if self.head.len() < JSON_HEAD {
             let take = (JSON_HEAD - self.head.len()).min(chunk.len());
             self.head.extend_from_slice(&chunk[..take]);
@@ -571,7 +586,49 @@ impl JsonScanner {
         }
     }
 
-    fn eof(&mut self, report: &BodyReport) {
+    fn track_nesting(&mut self, chunk: &[u8]) {
+        for &b in chunk {
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth = self.depth.saturating_add(1),
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.closed = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A JSON document that opened an object or array and ended before closing it was cut.
+    fn cut_short(&self) -> bool {
+        let opened = self
+            .head
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| matches!(b, b'{' | b'['));
+        self.depth > 0 || self.in_string || (opened && !self.closed)
+    }
+
+    fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
+        if self.cut_short() {
+            self.head = Vec::new();
+            self.tail = Vec::new();
+            return Some(
+                broken(report, "JSON body ended before its end").with_status(StatusCode::OK),
+            );
+        }
         if self.total == self.tail.len() {
             // The whole body is in the tail window: parse it properly.
             if let Ok(v) = serde_json::from_slice::<Value>(&self.tail) {
@@ -622,5 +679,6 @@ impl JsonScanner {
         self.head = Vec::new();
         self.tail = Vec::new();
         report.set_finished();
+        None
     }
 }

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use seawall_core::{BoxError, LlmError, LlmRequest};
+use seawall_core::{Provider, RequestMeta};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -86,12 +87,18 @@ where
     fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
         req.prepare();
         let streaming = req.is_streaming();
+        // A stream to a known API (OpenAI, Anthropic) must end with its finish marker.
+        let known_api = req
+            .extensions()
+            .get::<RequestMeta>()
+            .is_some_and(|m| m.provider != Provider::Unknown);
         let started = Instant::now();
         ResponseFuture::new(
             self.inner.call(req),
             self.classifier.clone(),
             self.error_body_limit,
             streaming,
+            known_api,
             started,
         )
     }

@@ -583,3 +583,68 @@ proptest! {
         prop_assert_eq!(split, whole);
     }
 }
+
+#[tokio::test]
+async fn a_stream_cut_inside_its_first_event_is_broken_not_a_success() {
+    // The request went to a known API: its finish marker is expected, and the half JSON
+    // event is not output.
+    let s = stream_of(vec![
+        b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.com".to_vec(),
+    ])
+    .await;
+    assert_eq!(s.error.unwrap().0, FailureClass::Disconnected);
+    assert_eq!(s.content_events, 0);
+    assert!(!s.finished);
+
+    let s = stream_of(vec![
+        b"event: message_start\ndata: {\"type\":\"message_start\",\"mess".to_vec(),
+    ])
+    .await;
+    assert_eq!(s.error.unwrap().0, FailureClass::Disconnected);
+
+    // After real content, a cut event makes the stream interrupted.
+    let mut cut = OPENAI_STREAM
+        .split("data: [DONE]")
+        .next()
+        .unwrap()
+        .to_owned();
+    cut.truncate(cut.len() - 40);
+    let s = stream_of(vec![cut.into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+}
+
+#[tokio::test]
+async fn a_json_body_cut_short_is_an_error_not_a_success() {
+    for cut in [OPENAI_JSON.len() / 2, OPENAI_JSON.len() - 1] {
+        let s = summarize(
+            run(response(
+                200,
+                &[("content-type", "application/json")],
+                Chunks::one(&OPENAI_JSON[..cut]),
+            ))
+            .await
+            .unwrap(),
+        )
+        .await;
+        assert_eq!(
+            s.error.unwrap().0,
+            FailureClass::StreamInterrupted,
+            "cut at {cut}"
+        );
+        assert!(!s.finished);
+    }
+    // Braces and quotes inside strings do not confuse the depth count.
+    let tricky = r#"{"choices":[{"message":{"content":"a } ] \" { ["}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#;
+    let s = summarize(
+        run(response(
+            200,
+            &[("content-type", "application/json")],
+            Chunks::one(tricky),
+        ))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(s.error, None);
+    assert!(s.finished);
+}

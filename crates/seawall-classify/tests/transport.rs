@@ -185,7 +185,11 @@ async fn readiness_errors_are_classified() {
 #[tokio::test]
 async fn infallible_transports_work_too() {
     let ok = tower::service_fn(|_req: Request<Bytes>| async {
-        Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
+        let resp = http::Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        Ok::<_, Infallible>(resp)
     });
     let resp = ServiceBuilder::new()
         .layer(ClassifyLayer::default())
