@@ -252,7 +252,9 @@ where
             }
         }
         if let Some(cx) = request.call_context() {
-            cx.update(|facts| facts.attempts = facts.attempts.max(attempt));
+            // Add, not max: a fallback outside this layer runs a second retry loop for the
+            // same logical call, and its attempts are upstream calls too.
+            cx.update(|facts| facts.attempts += 1);
         }
         if let Some(r) = &mut self.retrying {
             r.attempt_start = Instant::now();

@@ -74,7 +74,7 @@ where
             write_headers(&mut req, &self.shared);
         }
         if let Some(cx) = req.call_context() {
-            cx.update(|facts| facts.attempts = facts.attempts.max(1));
+            cx.update(|facts| facts.attempts += 1);
         }
         let retained = req.clone();
         let clone = self.inner.clone();

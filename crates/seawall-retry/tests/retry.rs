@@ -702,6 +702,14 @@ async fn the_observer_context_counts_attempts() {
     };
     call(&mut svc, req).await.unwrap();
     assert_eq!(cx.snapshot().attempts, 3);
+    // A fallback outside the retry layer sends the same logical call through it again:
+    // those attempts add up instead of restarting the count.
+    let req = Ask {
+        context: Some(cx.clone()),
+        ..Ask::default()
+    };
+    call(&mut svc, req).await.unwrap();
+    assert_eq!(cx.snapshot().attempts, 4);
 }
 
 #[tokio::test(start_paused = true)]
