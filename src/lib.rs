@@ -41,3 +41,8 @@ pub use seawall_observe as observe;
 pub use seawall_retry as retry;
 #[cfg(feature = "stream")]
 pub use seawall_stream as stream;
+
+/// The README's examples, compiled as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
