@@ -37,8 +37,9 @@
 //! # How a call is admitted
 //!
 //! 1. If the key's line is free, the key is not paused and its buckets hold the cost, and a
-//!    permit is free with nobody queued for it, the call goes at once (no allocation, no lock
-//!    beyond the key's bucket mutex when it has rates).
+//!    permit is free with nobody queued for it, the call goes at once: a read-locked key lookup,
+//!    a semaphore `try_acquire`, the key's bucket mutex only when it has rates, and no
+//!    allocation besides the [`QueueWait`] extension entries (when the types have extensions).
 //! 2. Otherwise it takes a queue place (or is rejected when the queue is full). A key with rates
 //!    or a pause has a FIFO line of its own: its head sleeps until the pause ends and the
 //!    buckets hold its cost (rejecting at once when that is past the deadline), then waits for a

@@ -163,6 +163,14 @@ mod loom_tests {
     use loom::sync::atomic::{AtomicUsize, Ordering};
     use loom::thread;
 
+    /// Explores every interleaving with up to three preemptions (tokio's own loom tests use
+    /// such bounds; without one these models take many minutes).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
     /// A stand-in for the semaphore's free-permit count.
     #[derive(Default)]
     struct Pool(AtomicUsize);
@@ -192,7 +200,7 @@ mod loom_tests {
     /// is created or lost, and no debt is left behind with a permit free to pay it.
     #[test]
     fn loom_release_races_shrink() {
-        loom::model(|| {
+        model(|| {
             let pool = Arc::new(Pool::default());
             let debt = Arc::new(Debt::default());
             // Limit 2, both permits held.
@@ -219,7 +227,7 @@ mod loom_tests {
     /// released and the free count equals the final limit.
     #[test]
     fn loom_grow_shrink_release_acquire() {
-        loom::model(|| {
+        model(|| {
             // Limit 1, held by one caller; nothing free.
             let pool = Arc::new(Pool::default());
             let debt = Arc::new(Debt::default());

@@ -215,6 +215,28 @@ async fn dropped_waiters_leave_no_trace() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_dropped_in_flight_gives_its_permit_back() {
+    let up = Upstream::new(|_| Reply::after(secs(10)));
+    let svc = gate(ConcurrencyGateLayer::builder().limit(1), &up);
+    let inflight = spawn_call(&svc, Req::new(0));
+    settle().await;
+    advance(secs(1)).await;
+    let s = svc.handle().stats();
+    assert_eq!((s.in_flight, s.available, up.live()), (1, 0, 1));
+    inflight.abort();
+    assert!(inflight.await.unwrap_err().is_cancelled());
+    let s = svc.handle().stats();
+    assert_eq!((s.in_flight, s.available, up.live()), (0, 1, 0));
+    let t0 = Instant::now();
+    drop(call(&svc, Req::new(1)).await.unwrap());
+    assert_eq!(
+        t0.elapsed(),
+        secs(10),
+        "admitted at once, then the upstream's 10 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stream_holds_its_permit_until_its_body_is_dropped() {
     use http_body_util::BodyExt;
     let up = Upstream::new(|_| Reply::stream());
