@@ -1,0 +1,444 @@
+//! The storm demo: one seeded LLM incident, five client policies, one table.
+//!
+//! ```text
+//! cargo run --release --example storm                 # virtual time, in-process chaos upstream
+//! cargo run --release --example storm -- --http       # the same over loopback HTTP, real time
+//! cargo run --release --example storm -- --help
+//! ```
+//!
+//! 200 clients send 3,000 streamed chat completions to a provider with RPM/TPM limits while it
+//! has a bad minute: a burst of 503/529, background 500s and 503s, slow first tokens, a few
+//! streams cut or ending in an error event. The same seeded workload runs through five client
+//! policies (no retries; a naive retry loop; the openai-python SDK's retry rules;
+//! tower-resilience's retry, circuit breaker and bulkhead; seawall's recommended stack), and
+//! once against a calm upstream for the reference latency. Everything runs on a paused tokio
+//! clock against `seawall-mock`'s in-process upstream, so minutes of traffic take seconds and
+//! every run prints the same table. The table counts what a user feels: how many calls got a
+//! complete answer, how long that took, how much load the policy added upstream, what it cost
+//! and what it wasted, and how far it went over the run's spend limit.
+
+mod policies;
+mod report;
+mod scenario;
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant as WallClock, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use http::{Request, Response};
+use http_body::Body;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use seawall::budget::Usd;
+use seawall::core::BoxError;
+use seawall::mock::{MockUpstream, Stats};
+use seawall::observe::Summary;
+use tower::Service;
+
+use policies::{Outcome, Policy, Providers, SeawallSetup, classified};
+use report::{Row, RunResult, dollars};
+use scenario::{ClientPlan, Scenario};
+
+const USAGE: &str = "\
+usage: cargo run --release --example storm -- [options]
+
+  --http            run over loopback HTTP on real time (a scaled-down workload)
+  --svg PATH        where to write the latency chart (default target/storm.svg)
+  --seed N          the seed of the workload and the upstream (default 2024)
+  --clients N       concurrent clients (default 200; 100 with --http)
+  --requests N      logical calls in all (default 3000; 500 with --http)
+  -h, --help        this text";
+
+struct Args {
+    http: bool,
+    svg: PathBuf,
+    seed: u64,
+    clients: Option<usize>,
+    requests: Option<usize>,
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    let mut args = Args {
+        http: false,
+        svg: PathBuf::from("target/storm.svg"),
+        seed: 2024,
+        clients: None,
+        requests: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let number = |name: &str, v: String| {
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{name} wants a positive whole number, got {v:?}"))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--http" => args.http = true,
+            "--svg" => args.svg = PathBuf::from(value("--svg")?),
+            "--seed" => args.seed = number("--seed", value("--seed")?)?,
+            "--clients" => args.clients = Some(number("--clients", value("--clients")?)? as usize),
+            "--requests" => {
+                args.requests = Some(number("--requests", value("--requests")?)? as usize)
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(args))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("storm: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("storm: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let started = WallClock::now();
+    let scenario = if args.http {
+        Scenario::real_time(
+            args.seed,
+            args.clients.unwrap_or(100),
+            args.requests.unwrap_or(500),
+        )
+    } else {
+        Scenario::virtual_time(
+            args.seed,
+            args.clients.unwrap_or(200),
+            args.requests.unwrap_or(3000),
+        )
+    };
+    if scenario.requests < scenario.clients {
+        return Err("--requests must be at least --clients".into());
+    }
+    let mode = if args.http {
+        "loopback HTTP, real time, upstream timings x0.1"
+    } else {
+        "in process, virtual time"
+    };
+    println!("seawall storm demo\n");
+    println!("{}\n", scenario.describe(mode));
+
+    let progress = progress_bar((Policy::ALL.len() as u64 + 1) * scenario.requests as u64);
+    let mut setup = SeawallSetup {
+        budget: Usd::from_dollars(1_000_000),
+        concurrency: 200,
+        first_token_timeout: Duration::from_secs(8),
+    };
+
+    progress.set_message("0 calm baseline");
+    let baseline = run_once(&scenario, None, &setup, &progress, args.http)?;
+    // The run's spend limit: what the calm run cost, plus 10% for the bad day.
+    let limit = (baseline.spend * 1.10 * 100.0).ceil() / 100.0;
+    setup.budget = Usd::from_f64(limit).map_err(|e| e.to_string())?;
+
+    let mut runs = vec![baseline];
+    for policy in Policy::ALL {
+        progress.set_message(policy.name());
+        runs.push(run_once(
+            &scenario,
+            Some(policy),
+            &setup,
+            &progress,
+            args.http,
+        )?);
+    }
+    progress.finish_and_clear();
+
+    println!(
+        "spend limit for the run: ${limit:.2} (the calm run's spend + 10%); seawall enforces it \
+         with its cost budget layer, the others are only measured against it\n"
+    );
+    println!("policies");
+    for policy in Policy::ALL {
+        for (i, line) in policy.explain().iter().enumerate() {
+            let name = if i == 0 { policy.name() } else { "" };
+            println!("  {name:<20} {line}");
+        }
+    }
+    println!();
+
+    let rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
+    println!("{}", report::table(&rows));
+    const LEGEND: &[&str] = &[
+        "success        share of calls that got a complete answer (the stream ended with its finish marker)",
+        "upstream/call  requests the providers received per logical call (amplification)",
+        "P50/P95/P99    time from the call to the end of a complete answer; a call that never got one counts as",
+        "               slower than any answer (\"no answer\" when the percentile falls on such calls)",
+        "spend, wasted  billed by the providers; wasted: billed for answers the caller did not get whole (cut,",
+        "               failed or abandoned streams, and the broken first tries of answers asked again)",
+        "over budget    spend above the run's limit",
+    ];
+    for line in LEGEND {
+        println!("{line}");
+    }
+    println!();
+    println!("why calls failed (final error class)");
+    print!("{}", report::failures(&rows));
+    println!("\nwhat the providers saw");
+    for r in &runs {
+        for note in &r.notes {
+            println!("  {:<20} {note}", r.label);
+        }
+    }
+    println!();
+    if args.http {
+        println!(
+            "note: over HTTP the upstream runs 10x faster but the policies' own waits (retry \
+             delays, breaker open times,\ntimeouts) are not compressed, so this table checks \
+             the stack over real sockets; compare policies on the\nvirtual-time table.\n"
+        );
+    }
+
+    let (seawall_row, rest) = rows.split_last().ok_or("no rows")?;
+    let others: Vec<&Row> = rest[1..].iter().collect();
+    let (goals, failed) = report::goals(seawall_row, &rows[0], &others);
+    println!("goals for the seawall row");
+    print!("{goals}");
+    if failed == 0 {
+        println!("  all goals met");
+    } else {
+        println!("  {failed} goal(s) not met (see FAIL above)");
+    }
+    println!();
+
+    if let Some(dir) = args.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    report::chart(&args.svg, &runs)?;
+    println!("latency chart (CDF per policy): {}", args.svg.display());
+    println!("wall-clock time: {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:<20} [{bar:40}] {pos}/{len} calls  {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// A fixed wall-clock origin for the upstreams' dates and ids: byte-identical runs.
+fn epoch() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_767_225_600)
+}
+
+/// One run: the calm baseline (`policy` None) or one policy in the storm.
+fn run_once(
+    scenario: &Scenario,
+    policy: Option<Policy>,
+    setup: &SeawallSetup,
+    progress: &ProgressBar,
+    http: bool,
+) -> Result<RunResult, String> {
+    let label = match policy {
+        Some(p) => p.name().to_owned(),
+        None => "0 calm baseline".to_owned(),
+    };
+    let runtime = if http {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+    }
+    .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let primary = MockUpstream::with_epoch(scenario.primary_profile(policy.is_some()), epoch());
+        let backup = MockUpstream::with_epoch(scenario.backup_profile(), epoch());
+        let policy = policy.unwrap_or(Policy::NoRetry);
+        let (calls, mut notes) = if http {
+            let (transport, servers) = http_transport(scenario, &primary, &backup).await?;
+            let out = run_policy(scenario, policy, transport, setup, progress).await;
+            for s in servers {
+                s.abort();
+            }
+            out?
+        } else {
+            let transport = Providers {
+                primary: primary.clone(),
+                backup: backup.clone(),
+            };
+            run_policy(scenario, policy, transport, setup, progress).await?
+        };
+        let (p, b) = (primary.stats(), backup.stats());
+        notes.push(format!(
+            "primary {} requests: {} x 429, {} x 5xx, {} streams cut, {} error events, {} \
+             abandoned; backup {} requests; {:.0} s of traffic",
+            p.requests,
+            p.status(429),
+            server_errors(&p),
+            p.streams_cut,
+            p.streams_errored,
+            p.abandoned,
+            b.requests,
+            p.elapsed.as_secs_f64(),
+        ));
+        Ok(RunResult {
+            label,
+            calls,
+            upstream_calls: p.requests + b.requests,
+            spend: dollars(
+                p.input_tokens + b.input_tokens,
+                p.output_tokens + b.output_tokens,
+            ),
+            wasted: dollars(
+                p.wasted_input_tokens + b.wasted_input_tokens,
+                p.wasted_output_tokens + b.wasted_output_tokens,
+            ),
+            notes,
+        })
+    })
+}
+
+fn server_errors(s: &Stats) -> u64 {
+    s.by_status
+        .iter()
+        .filter(|(status, _)| *status >= 500)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+type Servers = Vec<tokio::task::JoinHandle<()>>;
+
+/// Both upstreams behind axum on loopback, and an HTTP transport to each.
+async fn http_transport(
+    scenario: &Scenario,
+    primary: &MockUpstream,
+    backup: &MockUpstream,
+) -> Result<(Providers<seawall::http::HttpTransport>, Servers), String> {
+    let mut servers = Vec::new();
+    let mut transports = Vec::new();
+    for upstream in [primary, backup] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot listen on loopback: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("no local address: {e}"))?;
+        let upstream = upstream.clone();
+        servers.push(tokio::spawn(async move {
+            let _ = seawall::mock::serve(listener, upstream).await;
+        }));
+        let base =
+            seawall::http::Upstream::new(&format!("http://{addr}")).map_err(|e| e.to_string())?;
+        transports.push(
+            seawall::http::HttpTransport::builder()
+                .pool_max_idle_per_host(scenario.clients + 16)
+                .upstream(base)
+                .build()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let backup = transports.pop().ok_or("no backup transport")?;
+    let primary = transports.pop().ok_or("no primary transport")?;
+    Ok((Providers { primary, backup }, servers))
+}
+
+/// Builds `policy` on `transport` and drives the workload through it.
+async fn run_policy<T, B>(
+    scenario: &Scenario,
+    policy: Policy,
+    transport: T,
+    setup: &SeawallSetup,
+    progress: &ProgressBar,
+) -> Result<(Vec<(Duration, Outcome)>, Vec<String>), String>
+where
+    T: Service<Request<Bytes>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    T::Error: Into<BoxError> + Send + Sync + 'static,
+    T::Future: Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError> + Send + Sync + 'static,
+{
+    let plans = scenario.workload();
+    let mut notes = Vec::new();
+    let calls = match policy {
+        Policy::NoRetry => {
+            let ask = policies::no_retry(classified(transport));
+            drive(&plans, &ask, progress).await
+        }
+        Policy::Naive => {
+            let ask = policies::naive(classified(transport));
+            drive(&plans, &ask, progress).await
+        }
+        Policy::OpenAi => {
+            let ask = policies::openai(classified(transport), scenario.seed ^ 0x0a1);
+            drive(&plans, &ask, progress).await
+        }
+        Policy::TowerResilience => {
+            let ask = policies::tower_resilience(classified(transport), setup.concurrency)?;
+            drive(&plans, &ask, progress).await
+        }
+        Policy::Seawall => {
+            let summary = Arc::new(Summary::new());
+            let ask = policies::seawall(transport, scenario, setup, summary.clone())?;
+            let calls = drive(&plans, &ask, progress).await;
+            notes.push(format!(
+                "{} answers came from the backup provider",
+                summary.report().fallbacks
+            ));
+            calls
+        }
+    };
+    Ok((calls, notes))
+}
+
+/// Runs every client's plan at once; returns each call's latency and outcome.
+async fn drive(
+    plans: &[ClientPlan],
+    ask: &impl AsyncFn(Request<Bytes>) -> Outcome,
+    progress: &ProgressBar,
+) -> Vec<(Duration, Outcome)> {
+    let mut clients: FuturesUnordered<_> = plans
+        .iter()
+        .map(|plan| async move {
+            let mut out = Vec::with_capacity(plan.calls.len());
+            tokio::time::sleep(plan.start).await;
+            for call in &plan.calls {
+                let start = tokio::time::Instant::now();
+                let outcome = ask(call.request()).await;
+                out.push((start.elapsed(), outcome));
+                progress.inc(1);
+                tokio::time::sleep(call.think).await;
+            }
+            out
+        })
+        .collect();
+    let mut all = Vec::new();
+    while let Some(calls) = clients.next().await {
+        all.extend(calls);
+    }
+    all
+}
