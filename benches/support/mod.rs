@@ -1,0 +1,478 @@
+//! What the overhead and allocation benches share: the request, the no-op inner service, one
+//! measured call, and every variant (each seawall layer alone, the recommended stack, and the
+//! peers: tower's own layers and tower-resilience's) built on the same inner service.
+//!
+//! A bench walks the variants with a [`Visit`]; every variant is handed over as a concrete
+//! service type, so nothing is boxed that the user's code would not box.
+
+use std::fmt::Debug;
+use std::future::{Future, Ready, poll_fn, ready};
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Request, Response};
+use http_body::Body;
+use http_body_util::Full;
+use seawall::budget::{Budget, CostBudgetLayer, PriceTable, Usd};
+use seawall::core::{FailureClass, LlmError, LlmRequest};
+use seawall::fallback::{FallbackLayer, Target};
+use seawall::gate::{ConcurrencyGateLayer, Rates};
+use seawall::observe::{NoopRecorder, ObserveLayer};
+use seawall::retry::BackoffRetryLayer;
+use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+/// A small chat request, OpenAI style, as an application builds it for every call.
+pub(crate) const REQUEST_JSON: &[u8] = br#"{"model":"gpt-4o","max_tokens":256,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the whole wide world."}]}"#;
+
+/// A small, complete, non-streamed chat completion with usage.
+pub(crate) const RESPONSE_JSON: &[u8] = br#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, world!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":27,"completion_tokens":4,"total_tokens":31}}"#;
+
+/// A fresh request, not yet parsed by any layer: what the caller hands to the stack.
+pub(crate) fn request() -> Request<Bytes> {
+    let mut req = Request::new(Bytes::from_static(REQUEST_JSON));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = http::Uri::from_static("https://api.openai.com/v1/chat/completions");
+    req.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    req
+}
+
+/// The inner service: always ready, answers with [`RESPONSE_JSON`], at once or (with
+/// `pend_once`) after returning `Pending` once, as a real transport does, so that layers arm
+/// their timers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Noop {
+    pend_once: bool,
+}
+
+/// Answers at the first poll.
+pub(crate) const NOOP: Noop = Noop { pend_once: false };
+/// Answers at the second poll.
+pub(crate) const NOOP_PENDING: Noop = Noop { pend_once: true };
+
+/// What [`Noop`] answers.
+pub(crate) type NoopResponse = Response<Full<Bytes>>;
+
+impl Service<Request<Bytes>> for Noop {
+    type Response = NoopResponse;
+    type Error = LlmError;
+    type Future = PendOnce<Result<NoopResponse, LlmError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<Bytes>) -> Self::Future {
+        let mut resp = Response::new(Full::new(Bytes::from_static(RESPONSE_JSON)));
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        PendOnce {
+            value: Some(Ok(resp)),
+            pend: self.pend_once,
+        }
+    }
+}
+
+/// A future that is `Pending` once (waking itself at once) when `pend` is set, then ready.
+#[derive(Debug)]
+pub(crate) struct PendOnce<T> {
+    value: Option<T>,
+    pend: bool,
+}
+
+impl<T: Unpin> Future for PendOnce<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        if std::mem::take(&mut self.pend) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(self.value.take().expect("PendOnce polled after completion"))
+    }
+}
+
+/// A failing inner service, to trip breakers for real.
+#[derive(Clone, Copy, Debug)]
+struct Failing;
+
+impl Service<Request<Bytes>> for Failing {
+    type Response = NoopResponse;
+    type Error = LlmError;
+    type Future = Ready<Result<NoopResponse, LlmError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<Bytes>) -> Self::Future {
+        ready(Err(LlmError::new(FailureClass::ServerError, "500")))
+    }
+}
+
+/// Only `req.prepare()` (the one JSON parse of the request that the first seawall layer pays)
+/// in front of the inner service: a reference row, not a layer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PrepareOnly<S>(S);
+
+impl<S: Service<Request<Bytes>>> Service<Request<Bytes>> for PrepareOnly<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
+        req.prepare();
+        self.0.call(req)
+    }
+}
+
+/// Reads a body to its end, so that whatever a layer holds until the end of the body (a permit,
+/// a reservation, a record) is released inside the measured call. Returns the bytes read.
+pub(crate) async fn drain<B>(body: B) -> usize
+where
+    B: Body,
+    B::Error: Debug,
+{
+    let mut body = pin!(body);
+    let mut read = 0;
+    while let Some(frame) = poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.expect("the body of a no-op call never fails");
+        if let Some(data) = frame.data_ref() {
+            read += data.remaining();
+        }
+    }
+    read
+}
+
+/// One measured call: readiness, the call, and the whole body.
+pub(crate) async fn call_ok<S, B>(svc: &mut S) -> usize
+where
+    S: Service<Request<Bytes>, Response = Response<B>>,
+    S::Error: Debug,
+    B: Body,
+    B::Error: Debug,
+{
+    let svc = svc.ready().await.expect("always ready");
+    let resp = svc.call(request()).await.expect("a no-op call succeeds");
+    drain(resp.into_body()).await
+}
+
+/// One call that must be rejected (an open breaker): readiness and the call.
+pub(crate) async fn call_rejected<S>(svc: &mut S) -> bool
+where
+    S: Service<Request<Bytes>>,
+    S::Error: Debug,
+{
+    match svc.ready().await {
+        Ok(svc) => svc.call(request()).await.is_err(),
+        Err(_) => true,
+    }
+}
+
+/// What a bench does with each variant.
+pub(crate) trait Visit {
+    /// A variant whose calls succeed.
+    fn ok<S, B>(&mut self, name: &'static str, svc: S)
+    where
+        S: Service<Request<Bytes>, Response = Response<B>> + Clone + Send + 'static,
+        S::Error: Debug,
+        B: Body,
+        B::Error: Debug;
+
+    /// A variant whose calls are rejected (an open circuit).
+    fn rejected<S>(&mut self, name: &'static str, svc: S)
+    where
+        S: Service<Request<Bytes>> + Clone + Send + 'static,
+        S::Error: Debug;
+}
+
+/// tower's retry with the least a policy can do: clone the request, never retry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NeverRetry;
+
+impl<Res, E> tower::retry::Policy<Request<Bytes>, Res, E> for NeverRetry {
+    type Future = Ready<()>;
+
+    fn retry(&mut self, _: &mut Request<Bytes>, _: &mut Result<Res, E>) -> Option<Ready<()>> {
+        None
+    }
+
+    fn clone_request(&mut self, req: &Request<Bytes>) -> Option<Request<Bytes>> {
+        Some(req.clone())
+    }
+}
+
+/// A dozen models, as a production price table would list them (USD per million tokens).
+pub(crate) const PRICES: &str = r#"
+[models."gpt-4o"]
+input = 2.50
+output = 10.00
+cached_input = 1.25
+[models."gpt-4o-mini"]
+input = 0.15
+output = 0.60
+cached_input = 0.075
+[models."gpt-4.1"]
+input = 2.00
+output = 8.00
+cached_input = 0.50
+[models."gpt-4.1-mini"]
+input = 0.40
+output = 1.60
+cached_input = 0.10
+[models."gpt-4.1-nano"]
+input = 0.10
+output = 0.40
+cached_input = 0.025
+[models."o3"]
+input = 2.00
+output = 8.00
+cached_input = 0.50
+[models."o4-mini"]
+input = 1.10
+output = 4.40
+cached_input = 0.275
+[models."claude-opus-4-1*"]
+input = 15
+output = 75
+cached_input = 1.50
+[models."claude-sonnet-4-5*"]
+input = 3
+output = 15
+cached_input = 0.30
+[models."claude-haiku-4-5*"]
+input = 1
+output = 5
+cached_input = 0.10
+[models."deepseek-chat"]
+input = 0.27
+output = 1.10
+cached_input = 0.07
+[models."gemini-2.5-flash"]
+input = 0.30
+output = 2.50
+cached_input = 0.075
+"#;
+
+/// Three budgets a team would set: a monthly total, a daily one per model, an hourly one per
+/// tenant. The limits are far above what a bench spends, so no call is refused.
+fn budget() -> CostBudgetLayer<impl Fn(&str, &Request<Bytes>) -> Option<Arc<str>> + Clone> {
+    let tenant: Arc<str> = Arc::from("acme");
+    CostBudgetLayer::builder(PriceTable::from_toml_str(PRICES).expect("price table"))
+        .budget(Budget::monthly("monthly", Usd::from_dollars(1_000_000_000)))
+        .budget(Budget::daily("per-model", Usd::from_dollars(1_000_000_000)).per_model())
+        .budget(Budget::hourly("per-tenant", Usd::from_dollars(1_000_000_000)).per_key("tenant"))
+        .keys(move |_scope: &str, _req: &Request<Bytes>| Some(tenant.clone()))
+        .build()
+        .expect("budget layer")
+}
+
+/// The gate of the recommended stack: permits far above what one or two threads hold, and
+/// request/token rates so high that they never throttle (the rate path still runs).
+fn gate() -> ConcurrencyGateLayer {
+    ConcurrencyGateLayer::builder()
+        .limit(64)
+        .rates(
+            Rates::new()
+                .requests_per_minute(u64::MAX / 4)
+                .tokens_per_minute(u64::MAX / 4),
+        )
+        .build()
+}
+
+/// A fallback to a smaller model that a successful call never uses.
+fn fallback<S>(svc: S) -> seawall::fallback::FallbackService<S, Request<Bytes>, S::Response>
+where
+    S: Service<Request<Bytes>>,
+{
+    FallbackLayer::new([Target::model("gpt-4o-mini")]).layer(svc)
+}
+
+/// The recommended stack, outer to inner, with each layer's defaults (budget and gate as
+/// above).
+pub(crate) fn seawall_stack(
+    inner: Noop,
+) -> impl Service<Request<Bytes>, Response = Response<impl Body<Error = impl Debug>>, Error = LlmError>
++ Clone
++ Send
++ 'static {
+    let inner = ServiceBuilder::new()
+        .layer(BackoffRetryLayer::new())
+        .layer(budget())
+        .layer(seawall::breaker::CircuitBreakerLayer::new())
+        .layer(gate())
+        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(seawall::classify::ClassifyLayer::default())
+        .service(inner);
+    ObserveLayer::new()
+        .recorder(NoopRecorder)
+        .layer(fallback(inner))
+}
+
+/// Runs `f` to completion on a throwaway runtime (setup only, never measured).
+fn setup<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// Visits every variant, in the order the tables list them.
+pub(crate) fn variants<V: Visit>(v: &mut V) {
+    v.ok("baseline", NOOP);
+    v.ok("ref_prepare_only", PrepareOnly(NOOP));
+
+    // Each seawall layer alone, inner to outer.
+    v.ok(
+        "seawall_classify",
+        seawall::classify::ClassifyLayer::default().layer(NOOP),
+    );
+    v.ok(
+        "seawall_stream",
+        StreamTimeoutLayer::new(StreamTimeouts::new()).layer(NOOP),
+    );
+    v.ok("seawall_gate", ConcurrencyGateLayer::new(64).layer(NOOP));
+    v.ok("seawall_gate_rates", gate().layer(NOOP));
+    v.ok(
+        "seawall_breaker",
+        seawall::breaker::CircuitBreakerLayer::new().layer(NOOP),
+    );
+    v.ok("seawall_budget", budget().layer(NOOP));
+    v.ok("seawall_retry", BackoffRetryLayer::new().layer(NOOP));
+    v.ok("seawall_fallback", fallback(NOOP));
+    v.ok(
+        "seawall_observe",
+        ObserveLayer::new().recorder(NoopRecorder).layer(NOOP),
+    );
+    v.ok("seawall_stack", seawall_stack(NOOP));
+
+    // tower's own layers.
+    v.ok("tower_retry", tower::retry::Retry::new(NeverRetry, NOOP));
+    v.ok(
+        "tower_concurrency_limit",
+        tower::limit::ConcurrencyLimit::new(NOOP, 64),
+    );
+    v.ok(
+        "tower_timeout",
+        tower::timeout::Timeout::new(NOOP, Duration::from_secs(300)),
+    );
+    v.ok("tower_stack", tower_stack(NOOP));
+
+    // tower-resilience, configured as its documentation suggests.
+    v.ok("resilience_retry", resilience_retry().layer(NOOP));
+    v.ok("resilience_breaker", resilience_breaker().layer(NOOP));
+    v.ok("resilience_bulkhead", resilience_bulkhead().layer(NOOP));
+    v.ok("resilience_stack", resilience_stack(NOOP));
+
+    // The inner future is `Pending` once before it answers, as a real transport's always is:
+    // now the timeouts arm their timers.
+    v.ok("pending_baseline", NOOP_PENDING);
+    v.ok(
+        "pending_seawall_stream",
+        StreamTimeoutLayer::new(StreamTimeouts::new()).layer(NOOP_PENDING),
+    );
+    v.ok("pending_seawall_stack", seawall_stack(NOOP_PENDING));
+    v.ok(
+        "pending_tower_timeout",
+        tower::timeout::Timeout::new(NOOP_PENDING, Duration::from_secs(300)),
+    );
+    v.ok("pending_tower_stack", tower_stack(NOOP_PENDING));
+    v.ok("pending_resilience_stack", resilience_stack(NOOP_PENDING));
+
+    // Open-state rejection: both breakers tripped before the measurement.
+    v.rejected("seawall_breaker_open", seawall_open_breaker());
+    v.rejected("resilience_breaker_open", resilience_open_breaker());
+}
+
+/// tower's retry (never retrying), concurrency limit and timeout.
+fn tower_stack(
+    inner: Noop,
+) -> impl Service<Request<Bytes>, Response = NoopResponse, Error = impl Debug> + Clone + Send + 'static
+{
+    ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(NeverRetry))
+        .concurrency_limit(64)
+        .timeout(Duration::from_secs(300))
+        .service(inner)
+}
+
+fn resilience_retry<Res, E>() -> tower_resilience::retry::RetryLayer<Request<Bytes>, Res, E> {
+    tower_resilience::retry::RetryLayer::builder()
+        .max_attempts(3)
+        .exponential_backoff(Duration::from_millis(100))
+        .build()
+}
+
+fn resilience_breaker() -> tower_resilience::circuitbreaker::CircuitBreakerLayer {
+    tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
+        .failure_rate_threshold(0.5)
+        .sliding_window_size(100)
+        .wait_duration_in_open(Duration::from_secs(3600))
+        .build()
+        .expect("circuit breaker")
+}
+
+fn resilience_bulkhead() -> tower_resilience::bulkhead::BulkheadLayer {
+    tower_resilience::bulkhead::BulkheadLayer::builder()
+        .max_concurrent_calls(64)
+        .build()
+        .expect("bulkhead")
+}
+
+/// What a tower-resilience user would stack: retry, circuit breaker, bulkhead, and tower's
+/// timeout (tower-resilience's own is not among the enabled features).
+fn resilience_stack(
+    inner: Noop,
+) -> impl Service<Request<Bytes>, Response = NoopResponse, Error = impl Debug> + Clone + Send + 'static
+{
+    let inner = ServiceBuilder::new()
+        .layer(resilience_breaker())
+        .layer(resilience_bulkhead())
+        .timeout(Duration::from_secs(300))
+        .service(inner);
+    resilience_retry().layer(inner)
+}
+
+/// seawall's breaker, opened for an hour by five server errors on the request's key.
+fn seawall_open_breaker() -> impl Service<Request<Bytes>, Error = LlmError> + Clone + Send + 'static
+{
+    let layer = seawall::breaker::CircuitBreakerLayer::builder()
+        .open_for(Duration::from_secs(3600))
+        .jitter(0.0)
+        .build()
+        .expect("breaker");
+    let mut failing = layer.layer(Failing);
+    setup(async {
+        for _ in 0..5 {
+            let svc = failing.ready().await.expect("ready");
+            let _ = svc.call(request()).await;
+        }
+    });
+    let svc = layer.layer(NOOP);
+    assert!(
+        setup(async {
+            let mut svc = svc.clone();
+            call_rejected(&mut svc).await
+        }),
+        "the breaker did not open"
+    );
+    svc
+}
+
+/// tower-resilience's breaker, forced open (it shares its circuit between clones only).
+fn resilience_open_breaker()
+-> impl Service<Request<Bytes>, Error = impl Debug> + Clone + Send + 'static {
+    let svc = resilience_breaker().layer(NOOP);
+    setup(svc.force_open());
+    svc
+}
