@@ -55,6 +55,7 @@ END {
     print ""
     print "| figure | value |"
     print "|---|---|"
+    line("sanity: contended ÷ uncontended baseline (≈ 1.0 when the two threads really ran in parallel)", tratio(C "baseline", U "baseline"))
     line("retry (#3): seawall retry, own overhead ÷ tower Retry overhead, HTTP request (aim ≤ 1.2x)", oratio(U "seawall_retry", U "ref_prepare_only", U "tower_retry", U "baseline"))
     line("retry (#3): seawall retry ÷ tower Retry, whole call, HTTP request", tratio(U "seawall_retry", U "tower_retry"))
     line("retry (#3): crate bench, typed request, backoff_retry ÷ tower_retry (aim ≤ 1.2x)", tratio("no_retry_needed/typed_request/backoff_retry", "no_retry_needed/typed_request/tower_retry"))
