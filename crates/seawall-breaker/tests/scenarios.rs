@@ -671,8 +671,9 @@ async fn jittered_open_durations_stay_within_bounds() {
 }
 
 fn exhausted(reset: Duration) -> LlmError {
+    // No limit given: the window's full reset is the earliest safe moment (with a limit,
+    // `RateLimitWindow::wait_for` spreads the refill over the reset).
     let mut snap = RateLimitSnapshot::default();
-    snap.requests.limit = Some(500);
     snap.requests.remaining = Some(0);
     snap.requests.reset_after = Some(reset);
     LlmError::new(FailureClass::RateLimited, "Rate limit reached for requests")

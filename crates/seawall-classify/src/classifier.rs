@@ -240,7 +240,11 @@ pub(crate) fn error_from(
     parsed: &ProviderError,
     with_names: bool,
 ) -> LlmError {
-    let message = match (parsed.message(), status) {
+    // A message of only blanks or control bytes (a body of NULs, say) says nothing.
+    let readable = parsed
+        .message()
+        .filter(|m| m.chars().any(|c| !c.is_whitespace() && !c.is_control()));
+    let message = match (readable, status) {
         (Some(m), _) => m.to_owned(),
         (None, Some(s)) => format!(
             "HTTP {} {}{}",

@@ -182,3 +182,14 @@ async fn garbage_streams_do_not_panic() {
         assert_eq!(bytes, body);
     }
 }
+
+#[test]
+fn a_body_of_control_bytes_still_gives_a_readable_message() {
+    use seawall_classify::{AutoClassifier, Classifier, ErrorResponse};
+    let headers = http::HeaderMap::new();
+    for body in [&b"\0"[..], b"\0\x01\x02", b" \t\r\n", b"\x1b\x1b"] {
+        let status = http::StatusCode::from_u16(100).unwrap();
+        let err = AutoClassifier.classify_response(&ErrorResponse::new(status, &headers, body));
+        assert!(err.message().starts_with("HTTP 100"), "{body:?}: {err}");
+    }
+}

@@ -181,7 +181,9 @@ fn check_anthropic(s: &RateLimitSnapshot) {
     );
     assert_eq!(s.output_tokens.limit, Some(8000));
     assert_eq!(s.output_tokens.reset_after, Some(Duration::from_secs(60)));
-    assert_eq!(s.exhausted_until(), Some(Duration::from_secs(60)));
+    // Requests: 50 come back over 5 s, so the next one may go after 100 ms; output tokens:
+    // one of 8,000 back over 60 s after 7.5 ms. The later of the two wins.
+    assert_eq!(s.exhausted_until(), Some(Duration::from_millis(100)));
 }
 
 #[tokio::test]
@@ -190,7 +192,8 @@ async fn rate_limits_on_errors() {
     check_openai(err.rate_limit().unwrap());
     // With no explicit hint, the retry hint comes from the exhausted window.
     assert_eq!(err.retry_after(), None);
-    assert_eq!(err.retry_hint(), Some(Duration::from_millis(120)));
+    // 500 requests come back over 120 ms: one after 240 µs.
+    assert_eq!(err.retry_hint(), Some(Duration::from_micros(240)));
 
     let date = "Sat, 01 Mar 2025 10:00:00 GMT";
     let owned = anthropic_limits(date);
