@@ -9,10 +9,14 @@
 //! [`RequestMeta`] kept in the request's extensions; every later read (in every layer, on every
 //! attempt) is an extension lookup, never a second parse.
 
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Extensions, Request};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::class::FailureClass;
@@ -74,31 +78,20 @@ pub struct RequestMeta {
 impl RequestMeta {
     /// Parses an HTTP request. A body that is not JSON gives an empty meta (no model, no
     /// estimate) rather than an error: the upstream, not seawall, rejects bad requests.
+    ///
+    /// One pass of a typed, borrowing deserializer: the prompt's text is counted as it goes
+    /// by, never copied, so the only allocations are the model and key strings.
     pub fn parse(req: &Request<Bytes>) -> RequestMeta {
         let provider = Provider::detect(req.uri(), req.headers());
-        let value: Value = serde_json::from_slice(req.body()).unwrap_or(Value::Null);
-        let model: Option<Arc<str>> = value.get("model").and_then(Value::as_str).map(Arc::from);
-        let max_output_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-            .iter()
-            .find_map(|k| value.get(*k).and_then(Value::as_u64))
+        let wire: Wire<'_> = serde_json::from_slice(req.body()).unwrap_or_default();
+        let model: Option<Arc<str>> = wire.model.as_deref().map(Arc::from);
+        let max_output_tokens = wire
+            .max_tokens
+            .or(wire.max_completion_tokens)
+            .or(wire.max_output_tokens)
             .map(|n| n.min(u64::from(u32::MAX)) as u32);
-        let stream = value
-            .get("stream")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let mut text_len = 0usize;
-        let mut parts = 0usize;
-        if let Value::Object(map) = &value {
-            for (k, v) in map {
-                if matches!(
-                    k.as_str(),
-                    "messages" | "system" | "prompt" | "input" | "tools" | "functions"
-                ) {
-                    count_text(v, &mut text_len, &mut parts);
-                }
-            }
-        }
-        let estimate = text_len.div_ceil(4) + 4 * parts;
+        let text = wire.text;
+        let estimate = text.chars.div_ceil(4) + 4 * text.parts;
         let key = model
             .as_ref()
             .map(|m| Arc::from(format!("{}/{m}", req.uri().host().unwrap_or("upstream"))));
@@ -107,21 +100,188 @@ impl RequestMeta {
             model,
             max_output_tokens,
             estimated_input_tokens: estimate.min(u32::MAX as usize) as u32,
-            stream,
+            stream: wire.stream.unwrap_or(false),
             key,
         }
     }
 }
 
-fn count_text(v: &Value, len: &mut usize, parts: &mut usize) {
-    match v {
-        Value::String(s) => {
-            *len += s.chars().count();
-            *parts += 1;
+/// The fields of an OpenAI- or Anthropic-style request body that seawall reads.
+#[derive(Default)]
+struct Wire<'a> {
+    model: Option<Cow<'a, str>>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+    stream: Option<bool>,
+    text: TextCount,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Wire<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Wire<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Wire<'a>, M::Error> {
+                let mut w = Wire::default();
+                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
+                    match &*k {
+                        "model" => w.model = m.next_value::<Loose<'a>>()?.str(),
+                        "max_tokens" => w.max_tokens = m.next_value::<Loose<'a>>()?.u64(),
+                        "max_completion_tokens" => {
+                            w.max_completion_tokens = m.next_value::<Loose<'a>>()?.u64()
+                        }
+                        "max_output_tokens" => {
+                            w.max_output_tokens = m.next_value::<Loose<'a>>()?.u64()
+                        }
+                        "stream" => w.stream = m.next_value::<Loose<'a>>()?.bool(),
+                        "messages" | "system" | "prompt" | "input" | "tools" | "functions" => {
+                            let t: TextCount = m.next_value()?;
+                            w.text.chars += t.chars;
+                            w.text.parts += t.parts;
+                        }
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(w)
+            }
         }
-        Value::Array(a) => a.iter().for_each(|v| count_text(v, len, parts)),
-        Value::Object(o) => o.values().for_each(|v| count_text(v, len, parts)),
-        _ => {}
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+/// Any JSON value, keeping only the scalars seawall reads: a field of an unexpected type is
+/// skipped instead of failing the whole body.
+enum Loose<'a> {
+    Str(Cow<'a, str>),
+    U64(u64),
+    Bool(bool),
+    Other,
+}
+
+impl<'a> Loose<'a> {
+    fn str(self) -> Option<Cow<'a, str>> {
+        match self {
+            Loose::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn u64(self) -> Option<u64> {
+        match self {
+            Loose::U64(n) => Some(n),
+            _ => None,
+        }
+    }
+    fn bool(self) -> Option<bool> {
+        match self {
+            Loose::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Loose<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Loose<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Loose<'a>, E> {
+                Ok(Loose::Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Loose<'a>, E> {
+                Ok(Loose::Str(Cow::Owned(s.to_owned())))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Loose<'a>, E> {
+                Ok(Loose::U64(n))
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Loose<'a>, E> {
+                Ok(Loose::Bool(b))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Loose<'a>, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Loose<'a>, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Loose<'a>, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Loose<'a>, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other)
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Loose<'a>, M::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// Counts the characters and the pieces of text in any JSON value, without keeping them.
+#[derive(Debug, Default, Clone, Copy)]
+struct TextCount {
+    chars: usize,
+    parts: usize,
+}
+
+impl<'de> Deserialize<'de> for TextCount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TextCount;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<TextCount, E> {
+                Ok(TextCount {
+                    chars: s.chars().count(),
+                    parts: 1,
+                })
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<TextCount, E> {
+                Ok(TextCount::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<TextCount, E> {
+                Ok(TextCount::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<TextCount, E> {
+                Ok(TextCount::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<TextCount, E> {
+                Ok(TextCount::default())
+            }
+            fn visit_unit<E>(self) -> Result<TextCount, E> {
+                Ok(TextCount::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<TextCount, A::Error> {
+                let mut t = TextCount::default();
+                while let Some(e) = a.next_element::<TextCount>()? {
+                    t.chars += e.chars;
+                    t.parts += e.parts;
+                }
+                Ok(t)
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<TextCount, M::Error> {
+                let mut t = TextCount::default();
+                while m.next_key::<IgnoredAny>()?.is_some() {
+                    let e: TextCount = m.next_value()?;
+                    t.chars += e.chars;
+                    t.parts += e.parts;
+                }
+                Ok(t)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -423,6 +583,31 @@ mod tests {
         assert_eq!(r.estimated_tokens(), 0);
         let err = r.set_model("m").unwrap_err();
         assert_eq!(err.class(), FailureClass::InvalidRequest);
+    }
+
+    #[test]
+    fn fields_of_unexpected_types_are_skipped_not_fatal() {
+        let r = req(
+            "http://localhost/v1/chat/completions",
+            r#"{"model":5,"max_tokens":"lots","stream":"yes","max_completion_tokens":64,
+               "extra":{"a":[1,{"b":null}]},"messages":[{"role":"user","content":"abcd"}]}"#,
+        );
+        assert_eq!(r.model(), None);
+        assert_eq!(r.max_output_tokens(), Some(64));
+        assert!(!r.is_streaming());
+        // "user" + "abcd": 8 chars -> 2 tokens, plus 4 per text part.
+        assert_eq!(r.estimated_input_tokens(), 2 + 8);
+    }
+
+    #[test]
+    fn escaped_text_counts_its_characters() {
+        let r = req(
+            "http://localhost/v1/messages",
+            r#"{"model":"m\u00e9","system":"\"quoted\"\n","messages":[]}"#,
+        );
+        assert_eq!(r.model(), Some("m\u{e9}"));
+        // `"quoted"` and a newline: 9 chars -> 3 tokens, plus 4 for the one text part.
+        assert_eq!(r.estimated_input_tokens(), 3 + 4);
     }
 
     #[test]
