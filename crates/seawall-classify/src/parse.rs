@@ -3,6 +3,7 @@
 
 use http::StatusCode;
 use serde_json::Value;
+use std::borrow::Cow;
 
 use seawall_core::{BodyReport, BoxError, FailureClass, FinishReason, LlmError, Usage};
 
@@ -91,6 +92,72 @@ impl RawUsage {
             output_tokens: self.output.unwrap_or(0),
             cached_input_tokens: cached.min(input),
         }
+    }
+}
+
+/// The fields of a whole (non-streamed) JSON answer that the report needs; serde skips the
+/// rest without building it.
+#[derive(serde::Deserialize)]
+struct WholeBody<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<UsageWire>,
+    #[serde(default)]
+    response: Option<ResponseWire>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<ChoiceWire<'a>>>,
+    #[serde(borrow, default)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ResponseWire {
+    #[serde(default)]
+    usage: Option<UsageWire>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChoiceWire<'a> {
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct UsageWire {
+    prompt_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    prompt_tokens_details: Option<DetailsWire>,
+    input_tokens_details: Option<DetailsWire>,
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct DetailsWire {
+    cached_tokens: Option<u64>,
+}
+
+impl UsageWire {
+    /// The same reading as [`RawUsage::from_value`], from the typed fields.
+    fn raw(self) -> Option<RawUsage> {
+        let detail = |d: Option<DetailsWire>| d.and_then(|d| d.cached_tokens);
+        let raw = RawUsage {
+            prompt: self.prompt_tokens,
+            input: self.input_tokens,
+            output: self.completion_tokens.or(self.output_tokens),
+            cache_read: self.cache_read_input_tokens,
+            cache_creation: self.cache_creation_input_tokens,
+            cached_detail: detail(self.prompt_tokens_details)
+                .or(detail(self.input_tokens_details))
+                .or(self.prompt_cache_hit_tokens),
+        };
+        (raw.prompt.is_some() || raw.input.is_some() || raw.output.is_some()).then_some(raw)
     }
 }
 
@@ -630,24 +697,23 @@ impl JsonScanner {
             );
         }
         if self.total == self.tail.len() {
-            // The whole body is in the tail window: parse it properly.
-            if let Ok(v) = serde_json::from_slice::<Value>(&self.tail) {
-                if let Some(m) = v.get("model").and_then(Value::as_str) {
+            // The whole body is in the tail window: parse it properly, reading only the few
+            // fields the report needs (the rest is skipped, not built).
+            if let Ok(body) = serde_json::from_slice::<WholeBody<'_>>(&self.tail) {
+                if let Some(m) = &body.model {
                     report.set_model(m);
                 }
-                let usage = v
-                    .get("usage")
-                    .or_else(|| v.pointer("/response/usage"))
-                    .and_then(RawUsage::from_value);
-                if let Some(u) = usage {
+                let usage = body.usage.or(body.response.and_then(|r| r.usage));
+                if let Some(u) = usage.and_then(UsageWire::raw) {
                     report.set_usage(u.to_usage());
                 }
-                let reason = v
-                    .pointer("/choices/0/finish_reason")
-                    .or_else(|| v.get("stop_reason"))
-                    .and_then(Value::as_str);
+                let reason = body
+                    .choices
+                    .and_then(|c| c.into_iter().next())
+                    .and_then(|c| c.finish_reason)
+                    .or(body.stop_reason);
                 if let Some(r) = reason {
-                    report.set_finish_reason(finish_reason(r));
+                    report.set_finish_reason(finish_reason(&r));
                 }
             }
         } else {

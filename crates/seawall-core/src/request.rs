@@ -127,7 +127,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Wire<'a> {
             }
             fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Wire<'a>, M::Error> {
                 let mut w = Wire::default();
-                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
+                while let Some(k) = m.next_key::<Loose<'de>>()? {
+                    let Loose::Str(k) = k else {
+                        m.next_value::<IgnoredAny>()?;
+                        continue;
+                    };
                     match &*k {
                         "model" => w.model = m.next_value::<Loose<'a>>()?.str(),
                         "max_tokens" => w.max_tokens = m.next_value::<Loose<'a>>()?.u64(),
