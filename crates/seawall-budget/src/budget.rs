@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::money::Usd;
-use crate::time::{NANOS_PER_SEC, Timestamp, civil_from_days, days_from_civil};
+use crate::time::{NANOS_PER_SEC, Timestamp};
 
 /// A UTC calendar period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,8 +43,8 @@ impl Window {
             Window::Calendar(Period::Hour) => secs / 3600,
             Window::Calendar(Period::Day) => secs / 86_400,
             Window::Calendar(Period::Month) => {
-                let (y, m, _) = civil_from_days((secs / 86_400) as i64);
-                (y as u64) * 12 + u64::from(m) - 1
+                let t = now.utc();
+                (t.year() as u64) * 12 + u64::from(u8::from(t.month())) - 1
             }
             Window::Total | Window::Rolling(_) => 0,
         }
@@ -57,9 +57,13 @@ impl Window {
             Window::Calendar(Period::Hour) => (secs / 3600 + 1) * 3600,
             Window::Calendar(Period::Day) => (secs / 86_400 + 1) * 86_400,
             Window::Calendar(Period::Month) => {
-                let (y, m, _) = civil_from_days((secs / 86_400) as i64);
-                let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                days_from_civil(y, m, 1) as u64 * 86_400
+                let t = now.utc();
+                let (year, month) = match t.month() {
+                    time::Month::December => (t.year() + 1, time::Month::January),
+                    m => (t.year(), m.next()),
+                };
+                let first = time::Date::from_calendar_date(year, month, 1).ok()?;
+                first.midnight().assume_utc().unix_timestamp() as u64
             }
             Window::Total | Window::Rolling(_) => return None,
         };

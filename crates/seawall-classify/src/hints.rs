@@ -215,78 +215,14 @@ fn parse_count(v: &str) -> Option<u64> {
 
 /// Parses an RFC 3339 instant (`2024-06-12T20:44:15Z`, `2024-06-12T20:44:15.25+02:00`).
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let b = s.trim().as_bytes();
-    if b.len() < 20 || b.len() > 64 {
+    let s = s.trim();
+    if s.len() > 64 {
         return None;
     }
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = b.get(range)?;
-        if !part.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        std::str::from_utf8(part).ok()?.parse().ok()
-    };
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut nanos = 0u32;
-    if b[i] == b'.' {
-        let start = i + 1;
-        i = start;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        let digits = &b[start..i.min(start + 9)];
-        let mut n = 0u32;
-        for d in digits {
-            n = n * 10 + u32::from(d - b'0');
-        }
-        nanos = n * 10u32.pow(9 - digits.len() as u32);
-    }
-    let offset_secs = match b.get(i..)? {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let digits = [*h1, *h2, *m1, *m2];
-            if !digits.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            let h = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
-            let m = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
-            let off = h * 3600 + m * 60;
-            if *sign == b'+' { off } else { -off }
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
-    let secs = u64::try_from(secs).ok()?;
-    SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    let nanos = t.unix_timestamp_nanos();
+    let since_epoch = Duration::from_nanos(u64::try_from(nanos).ok()?);
+    SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }
 
 const OPENAI: [[&str; 3]; 2] = [
