@@ -211,57 +211,9 @@ impl<Res, E> tower::retry::Policy<Request<Bytes>, Res, E> for NeverRetry {
     }
 }
 
-/// A dozen models, as a production price table would list them (USD per million tokens).
-pub(crate) const PRICES: &str = r#"
-[models."gpt-4o"]
-input = 2.50
-output = 10.00
-cached_input = 1.25
-[models."gpt-4o-mini"]
-input = 0.15
-output = 0.60
-cached_input = 0.075
-[models."gpt-4.1"]
-input = 2.00
-output = 8.00
-cached_input = 0.50
-[models."gpt-4.1-mini"]
-input = 0.40
-output = 1.60
-cached_input = 0.10
-[models."gpt-4.1-nano"]
-input = 0.10
-output = 0.40
-cached_input = 0.025
-[models."o3"]
-input = 2.00
-output = 8.00
-cached_input = 0.50
-[models."o4-mini"]
-input = 1.10
-output = 4.40
-cached_input = 0.275
-[models."claude-opus-4-1*"]
-input = 15
-output = 75
-cached_input = 1.50
-[models."claude-sonnet-4-5*"]
-input = 3
-output = 15
-cached_input = 0.30
-[models."claude-haiku-4-5*"]
-input = 1
-output = 5
-cached_input = 0.10
-[models."deepseek-chat"]
-input = 0.27
-output = 1.10
-cached_input = 0.07
-[models."gemini-2.5-flash"]
-input = 0.30
-output = 2.50
-cached_input = 0.075
-"#;
+/// A dozen models, as a production price table would list them: the budget crate's example
+/// price file.
+pub(crate) const PRICES: &str = include_str!("../../crates/seawall-budget/prices.example.toml");
 
 /// Three budgets a team would set: a monthly total, a daily one per model, an hourly one per
 /// tenant. The limits are far above what a bench spends, so no call is refused.

@@ -102,19 +102,8 @@ fn report(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
 #[tokio::main(flavor = "current_thread")]
 async fn simulate(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::pause();
-    let prices = PriceTable::from_toml_str(
-        r#"
-        [models."gpt-4o"]
-        input = 2.50
-        output = 10.00
-        cached_input = 1.25
-
-        [models."gpt-4o-mini"]
-        input = 0.15
-        output = 0.60
-        cached_input = 0.075
-        "#,
-    )?;
+    // The crate's example price file (USD per million tokens).
+    let prices = PriceTable::from_toml_str(include_str!("../prices.example.toml"))?;
     let sink = Arc::new(JsonlSink::create(path)?);
     let budget = CostBudgetLayer::builder(prices)
         .budget(Budget::daily("daily", Usd::from_cents(25)).soft_limit_percent(80))
