@@ -32,7 +32,7 @@ pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
-pub use request::{Idempotent, LlmRequest, Provider, RequestMeta};
+pub use request::{Idempotent, LlmRequest, MediaParts, PartEstimate, Provider, RequestMeta};
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
     as_llm_error,

@@ -65,10 +65,17 @@ pub struct RequestMeta {
     pub provider: Provider,
     /// The `model` field.
     pub model: Option<Arc<str>>,
-    /// `max_tokens`, `max_completion_tokens` or `max_output_tokens`.
+    /// The largest of `max_tokens`, `max_completion_tokens` and `max_output_tokens`, per
+    /// answer. `None` when no field gives a usable bound (see [`RequestMeta::parse`]).
     pub max_output_tokens: Option<u32>,
-    /// A rough estimate of the prompt's tokens (characters of text / 4).
+    /// How many answers the upstream generates and bills: `n`, or `best_of` where larger; at
+    /// least 1.
+    pub choices: u32,
+    /// A rough estimate of the prompt's text tokens (characters / 4, plus 4 per piece of
+    /// text). Images, audio and files are not in it: they are counted in `media`.
     pub estimated_input_tokens: u32,
+    /// The prompt's non-text parts, by kind.
+    pub media: MediaParts,
     /// `"stream": true`.
     pub stream: bool,
     /// The key for per-provider/model state: `host/model`.
@@ -81,17 +88,39 @@ impl RequestMeta {
     ///
     /// One pass of a typed, borrowing deserializer: the prompt's text is counted as it goes
     /// by, never copied, so the only allocations are the model and key strings.
+    ///
+    /// What is read, and how odd values are taken (never a panic):
+    ///
+    /// - **Output bound**: the largest of `max_tokens`, `max_completion_tokens` and
+    ///   `max_output_tokens`, since upstreams differ in which one wins. A field may be an
+    ///   integer, an integral float (`1e5`, `100000.0`) or a numeric string (`"100000"`), as
+    ///   upstreams accept. A fraction is rounded up (still a bound); a value above `u32::MAX`
+    ///   is clamped to it. A negative, non-numeric or non-finite value bounds nothing and is
+    ///   ignored; if no field is left, `max_output_tokens` is `None`: the request's output is
+    ///   unbounded, and a budget applies its policy for that.
+    /// - **Choices**: `n` and `best_of` (OpenAI) make the upstream generate, and bill, that
+    ///   many answers; `choices` is the larger, read like the output bound, at least 1.
+    /// - **Text**: every string in `messages`, `system`, `prompt`, `input`, `instructions`,
+    ///   `suffix`, `tools`, `functions`, `tool_choice`, `response_format` and `text` (the
+    ///   Responses API's output format, whose JSON schema the model reads).
+    /// - **Non-text parts**: an object whose `type` is `image_url`, `input_image` or `image`
+    ///   is one image; `input_audio` one audio part; `file`, `input_file`, or a `document`
+    ///   with a `base64`, `url` or `file` source, one file. None of their strings (base64
+    ///   data, URLs) counts as text: a 1 MB image is not 250,000 tokens of prose. A `document`
+    ///   with a `text` source is text.
     pub fn parse(req: &Request<Bytes>) -> RequestMeta {
         let provider = Provider::detect(req.uri(), req.headers());
         let wire: Wire<'_> = serde_json::from_slice(req.body()).unwrap_or_default();
         let model: Option<Arc<str>> = wire.model.as_deref().map(Arc::from);
-        let max_output_tokens = wire
-            .max_tokens
-            .or(wire.max_completion_tokens)
-            .or(wire.max_output_tokens)
-            .map(|n| n.min(u64::from(u32::MAX)) as u32);
+        let max_output_tokens = wire.max_output.map(clamp_u32);
         let text = wire.text;
-        let estimate = text.chars.div_ceil(4) + 4 * text.parts;
+        let estimate = text
+            .chars
+            .div_ceil(4)
+            .saturating_add(text.parts.saturating_mul(4));
+        let mut media = text.media;
+        // Raw data no enclosing part claimed (an unknown kind of part): priced as a file.
+        media.files = media.files.saturating_add(text.opaque);
         let key = model
             .as_ref()
             .map(|m| Arc::from(format!("{}/{m}", req.uri().host().unwrap_or("upstream"))));
@@ -99,10 +128,112 @@ impl RequestMeta {
             provider,
             model,
             max_output_tokens,
+            choices: wire.choices.map_or(1, clamp_u32).max(1),
             estimated_input_tokens: estimate.min(u32::MAX as usize) as u32,
+            media,
             stream: wire.stream.unwrap_or(false),
             key,
         }
+    }
+}
+
+fn clamp_u32(n: u64) -> u32 {
+    n.min(u64::from(u32::MAX)) as u32
+}
+
+/// The non-text parts of a prompt, counted by kind (see [`RequestMeta::parse`] for what
+/// counts as which). A [`PartEstimate`] turns them into tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct MediaParts {
+    /// Images.
+    pub images: u32,
+    /// Audio parts.
+    pub audio: u32,
+    /// Files and documents (PDFs and the like), and raw data of an unknown kind.
+    pub files: u32,
+}
+
+impl MediaParts {
+    fn add(&mut self, o: MediaParts) {
+        self.images = self.images.saturating_add(o.images);
+        self.audio = self.audio.saturating_add(o.audio);
+        self.files = self.files.saturating_add(o.files);
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        *self == MediaParts::default()
+    }
+}
+
+/// How many input tokens a budget or a token-rate limit counts for each non-text part.
+///
+/// The tokens a provider bills for an image, an audio clip or a PDF depend on its pixels,
+/// its seconds or its pages, which seawall does not decode; so each part is counted at a
+/// fixed, configurable estimate. The defaults aim to be an upper bound for a typical part,
+/// since an estimate below the bill lets spend pass a limit:
+///
+/// - **image: 1,600 tokens.** Anthropic bills about width × height / 750 tokens and scales
+///   images down to about 1.15 megapixels, so at most about 1,600; OpenAI's high-detail
+///   images are 85 + 170 per 512-pixel tile, at most 1,445 for 8 tiles. (Some models bill
+///   images at a multiple of that: `gpt-4o-mini` counts about 33× as many tokens per tile.
+///   Raise it for them.)
+/// - **audio part: 2,000 tokens**, about a minute of audio at the highest documented rate
+///   (Gemini's 32 tokens a second; OpenAI's audio models bill about 10). The clip's length
+///   is not decoded, so longer clips need a higher value.
+/// - **file: 10,000 tokens**, a few PDF pages at Anthropic's documented 1,500 to 3,000
+///   tokens a page (text plus an image of each page). Raise it for long documents.
+///
+/// ```
+/// use seawall_core::{MediaParts, PartEstimate};
+/// let parts = MediaParts { images: 2, audio: 0, files: 1 };
+/// assert_eq!(PartEstimate::default().tokens(&parts), 2 * 1_600 + 10_000);
+/// assert_eq!(PartEstimate::default().per_image(85).tokens(&parts), 2 * 85 + 10_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PartEstimate {
+    image: u32,
+    audio: u32,
+    file: u32,
+}
+
+impl PartEstimate {
+    /// The defaults: 1,600 tokens an image, 2,000 an audio part, 10,000 a file.
+    pub const DEFAULT: PartEstimate = PartEstimate {
+        image: 1_600,
+        audio: 2_000,
+        file: 10_000,
+    };
+
+    /// Sets the tokens counted per image.
+    pub const fn per_image(mut self, tokens: u32) -> Self {
+        self.image = tokens;
+        self
+    }
+
+    /// Sets the tokens counted per audio part.
+    pub const fn per_audio(mut self, tokens: u32) -> Self {
+        self.audio = tokens;
+        self
+    }
+
+    /// Sets the tokens counted per file or document.
+    pub const fn per_file(mut self, tokens: u32) -> Self {
+        self.file = tokens;
+        self
+    }
+
+    /// The input tokens counted for `parts`.
+    pub fn tokens(&self, parts: &MediaParts) -> u64 {
+        u64::from(parts.images) * u64::from(self.image)
+            + u64::from(parts.audio) * u64::from(self.audio)
+            + u64::from(parts.files) * u64::from(self.file)
+    }
+}
+
+impl Default for PartEstimate {
+    fn default() -> Self {
+        PartEstimate::DEFAULT
     }
 }
 
@@ -110,9 +241,8 @@ impl RequestMeta {
 #[derive(Default)]
 struct Wire<'a> {
     model: Option<Cow<'a, str>>,
-    max_tokens: Option<u64>,
-    max_completion_tokens: Option<u64>,
-    max_output_tokens: Option<u64>,
+    max_output: Option<u64>,
+    choices: Option<u64>,
     stream: Option<bool>,
     text: TextCount,
 }
@@ -134,18 +264,18 @@ impl<'de: 'a, 'a> Deserialize<'de> for Wire<'a> {
                     };
                     match &*k {
                         "model" => w.model = m.next_value::<Loose<'a>>()?.str(),
-                        "max_tokens" => w.max_tokens = m.next_value::<Loose<'a>>()?.u64(),
-                        "max_completion_tokens" => {
-                            w.max_completion_tokens = m.next_value::<Loose<'a>>()?.u64()
+                        "max_tokens" | "max_completion_tokens" | "max_output_tokens" => {
+                            // `None < Some`: the largest bound wins, an unusable one adds none.
+                            w.max_output = w.max_output.max(m.next_value::<Loose<'a>>()?.count());
                         }
-                        "max_output_tokens" => {
-                            w.max_output_tokens = m.next_value::<Loose<'a>>()?.u64()
+                        "n" | "best_of" => {
+                            w.choices = w.choices.max(m.next_value::<Loose<'a>>()?.count());
                         }
                         "stream" => w.stream = m.next_value::<Loose<'a>>()?.bool(),
-                        "messages" | "system" | "prompt" | "input" | "tools" | "functions" => {
+                        "messages" | "system" | "prompt" | "input" | "instructions" | "suffix"
+                        | "tools" | "functions" | "tool_choice" | "response_format" | "text" => {
                             let t: TextCount = m.next_value()?;
-                            w.text.chars += t.chars;
-                            w.text.parts += t.parts;
+                            w.text.add(t);
                         }
                         _ => {
                             m.next_value::<IgnoredAny>()?;
@@ -164,6 +294,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Wire<'a> {
 enum Loose<'a> {
     Str(Cow<'a, str>),
     U64(u64),
+    I64(i64),
+    F64(f64),
     Bool(bool),
     Other,
 }
@@ -175,11 +307,25 @@ impl<'a> Loose<'a> {
             _ => None,
         }
     }
-    fn u64(self) -> Option<u64> {
-        match self {
-            Loose::U64(n) => Some(n),
-            _ => None,
-        }
+    /// A count of tokens or answers, as upstreams accept one: an integer, an integral float
+    /// or a numeric string. A fraction rounds up; negative, non-finite and non-numeric
+    /// values give `None`.
+    fn count(self) -> Option<u64> {
+        let f = match self {
+            Loose::U64(n) => return Some(n),
+            Loose::I64(n) => return u64::try_from(n).ok(),
+            Loose::F64(f) => f,
+            Loose::Str(s) => {
+                let s = s.trim();
+                if let Ok(n) = s.parse::<u64>() {
+                    return Some(n);
+                }
+                s.parse::<f64>().ok()?
+            }
+            Loose::Bool(_) | Loose::Other => return None,
+        };
+        // `as` saturates: 1e300 becomes u64::MAX, later clamped to u32::MAX.
+        (f.is_finite() && f >= 0.0).then(|| f.ceil() as u64)
     }
     fn bool(self) -> Option<bool> {
         match self {
@@ -209,11 +355,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Loose<'a> {
             fn visit_bool<E>(self, b: bool) -> Result<Loose<'a>, E> {
                 Ok(Loose::Bool(b))
             }
-            fn visit_i64<E>(self, _: i64) -> Result<Loose<'a>, E> {
-                Ok(Loose::Other)
+            fn visit_i64<E>(self, n: i64) -> Result<Loose<'a>, E> {
+                Ok(Loose::I64(n))
             }
-            fn visit_f64<E>(self, _: f64) -> Result<Loose<'a>, E> {
-                Ok(Loose::Other)
+            fn visit_f64<E>(self, f: f64) -> Result<Loose<'a>, E> {
+                Ok(Loose::F64(f))
             }
             fn visit_unit<E>(self) -> Result<Loose<'a>, E> {
                 Ok(Loose::Other)
@@ -231,11 +377,81 @@ impl<'de: 'a, 'a> Deserialize<'de> for Loose<'a> {
     }
 }
 
-/// Counts the characters and the pieces of text in any JSON value, without keeping them.
+/// What the `type` of a content object makes of it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Text, or anything else seawall does not price apart.
+    #[default]
+    Text,
+    Image,
+    Audio,
+    File,
+    /// A document: a file if its source is raw data, else text.
+    Document,
+    /// Raw data whose kind the enclosing object says (Anthropic's `source`).
+    Data,
+}
+
+impl Kind {
+    fn of(tag: &str) -> Kind {
+        match tag {
+            "image_url" | "input_image" | "image" => Kind::Image,
+            "input_audio" => Kind::Audio,
+            "file" | "input_file" => Kind::File,
+            "document" => Kind::Document,
+            "base64" | "url" => Kind::Data,
+            _ => Kind::Text,
+        }
+    }
+}
+
+/// Counts the characters and the pieces of text in any JSON value, and its non-text parts,
+/// without keeping them.
 #[derive(Debug, Default, Clone, Copy)]
 struct TextCount {
     chars: usize,
     parts: usize,
+    media: MediaParts,
+    /// Raw data not yet claimed by an enclosing image, audio or file part.
+    opaque: u32,
+    /// The kind a string value names, when used as a `type`.
+    kind: Kind,
+}
+
+impl TextCount {
+    fn add(&mut self, o: TextCount) {
+        self.chars = self.chars.saturating_add(o.chars);
+        self.parts = self.parts.saturating_add(o.parts);
+        self.media.add(o.media);
+        self.opaque = self.opaque.saturating_add(o.opaque);
+    }
+
+    /// One part of a kind, which claims everything inside it: its base64 data, its URL.
+    fn part(media: MediaParts) -> TextCount {
+        TextCount {
+            media,
+            ..TextCount::default()
+        }
+    }
+
+    /// What an object whose `type` names `kind`, holding `self`, counts for.
+    fn classify(self, kind: Kind) -> TextCount {
+        let one = MediaParts::default();
+        match kind {
+            Kind::Text => self,
+            Kind::Image => TextCount::part(MediaParts { images: 1, ..one }),
+            Kind::Audio => TextCount::part(MediaParts { audio: 1, ..one }),
+            Kind::File => TextCount::part(MediaParts { files: 1, ..one }),
+            Kind::Document if self.opaque > 0 || self.media.files > 0 => {
+                TextCount::part(MediaParts { files: 1, ..one })
+            }
+            Kind::Document => self,
+            Kind::Data => TextCount {
+                opaque: 1,
+                ..TextCount::default()
+            },
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for TextCount {
@@ -250,6 +466,8 @@ impl<'de> Deserialize<'de> for TextCount {
                 Ok(TextCount {
                     chars: s.chars().count(),
                     parts: 1,
+                    kind: Kind::of(s),
+                    ..TextCount::default()
                 })
             }
             fn visit_bool<E>(self, _: bool) -> Result<TextCount, E> {
@@ -270,19 +488,22 @@ impl<'de> Deserialize<'de> for TextCount {
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<TextCount, A::Error> {
                 let mut t = TextCount::default();
                 while let Some(e) = a.next_element::<TextCount>()? {
-                    t.chars += e.chars;
-                    t.parts += e.parts;
+                    t.add(e);
                 }
                 Ok(t)
             }
             fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<TextCount, M::Error> {
                 let mut t = TextCount::default();
-                while m.next_key::<IgnoredAny>()?.is_some() {
+                let mut kind = Kind::Text;
+                while let Some(k) = m.next_key::<Loose<'de>>()? {
                     let e: TextCount = m.next_value()?;
-                    t.chars += e.chars;
-                    t.parts += e.parts;
+                    if matches!(&k, Loose::Str(k) if k == "type") {
+                        kind = e.kind;
+                    }
+                    t.add(e);
                 }
-                Ok(t)
+                // Classified once the whole object is seen: `type` may come after the data.
+                Ok(t.classify(kind))
             }
         }
         d.deserialize_any(V)
@@ -323,13 +544,38 @@ pub trait LlmRequest {
     /// The most output tokens the request allows, if it says.
     fn max_output_tokens(&self) -> Option<u32>;
 
-    /// An estimate of the prompt's tokens.
+    /// An estimate of the prompt's text tokens (non-text parts are [`media_parts`]).
+    ///
+    /// [`media_parts`]: LlmRequest::media_parts
     fn estimated_input_tokens(&self) -> u32;
 
-    /// Estimated input plus maximum output tokens: what a token-rate limiter or a budget
-    /// reserves.
+    /// How many answers the upstream generates and bills, each up to
+    /// [`max_output_tokens`](LlmRequest::max_output_tokens) (OpenAI's `n` and `best_of`).
+    /// The default is 1.
+    fn choices(&self) -> u32 {
+        1
+    }
+
+    /// The prompt's images, audio and files, which a [`PartEstimate`] turns into tokens.
+    /// The default is none.
+    fn media_parts(&self) -> MediaParts {
+        MediaParts::default()
+    }
+
+    /// The most output tokens the upstream may bill: the maximum output tokens times the
+    /// [`choices`](LlmRequest::choices); `None` if the request sets no maximum.
+    fn max_billed_output_tokens(&self) -> Option<u64> {
+        let max = u64::from(self.max_output_tokens()?);
+        Some(max.saturating_mul(u64::from(self.choices().max(1))))
+    }
+
+    /// Estimated input (text, and non-text parts at the [default](PartEstimate::DEFAULT)
+    /// estimate) plus the most output tokens that may be billed; a request that sets no
+    /// maximum output adds none, so a limiter must decide what to reserve for it.
     fn estimated_tokens(&self) -> u64 {
-        u64::from(self.estimated_input_tokens()) + u64::from(self.max_output_tokens().unwrap_or(0))
+        u64::from(self.estimated_input_tokens())
+            .saturating_add(PartEstimate::DEFAULT.tokens(&self.media_parts()))
+            .saturating_add(self.max_billed_output_tokens().unwrap_or(0))
     }
 
     /// Whether the response is streamed.
@@ -439,6 +685,14 @@ impl LlmRequest for Request<Bytes> {
 
     fn estimated_input_tokens(&self) -> u32 {
         meta(self).map_or(0, |m| m.estimated_input_tokens)
+    }
+
+    fn choices(&self) -> u32 {
+        meta(self).map_or(1, |m| m.choices.max(1))
+    }
+
+    fn media_parts(&self) -> MediaParts {
+        meta(self).map_or_else(MediaParts::default, |m| m.media)
     }
 
     fn is_streaming(&self) -> bool {
@@ -612,6 +866,228 @@ mod tests {
         assert_eq!(r.model(), Some("m\u{e9}"));
         // `"quoted"` and a newline: 9 chars -> 3 tokens, plus 4 for the one text part.
         assert_eq!(r.estimated_input_tokens(), 3 + 4);
+    }
+
+    fn meta_of(uri: &str, body: &str) -> RequestMeta {
+        meta(&req(uri, body)).cloned().unwrap()
+    }
+
+    const CHAT: &str = "https://api.openai.com/v1/chat/completions";
+
+    #[test]
+    fn n_and_best_of_multiply_the_billed_output() {
+        let r = req(CHAT, r#"{"model":"gpt-4o","n":128,"max_tokens":16384}"#);
+        assert_eq!(r.choices(), 128);
+        assert_eq!(r.max_billed_output_tokens(), Some(128 * 16_384));
+        assert_eq!(r.estimated_tokens(), 128 * 16_384);
+        let r = req(
+            "http://h/v1/completions",
+            r#"{"model":"m","prompt":"","n":2,"best_of":5,"max_tokens":10}"#,
+        );
+        assert_eq!(r.choices(), 5);
+        assert_eq!(r.max_billed_output_tokens(), Some(50));
+        // Absent, zero or unusable: one answer.
+        for body in [
+            r#"{"max_tokens":10}"#,
+            r#"{"n":0,"max_tokens":10}"#,
+            r#"{"n":-3,"max_tokens":10}"#,
+            r#"{"n":"x","max_tokens":10}"#,
+        ] {
+            assert_eq!(
+                req(CHAT, body).max_billed_output_tokens(),
+                Some(10),
+                "{body}"
+            );
+        }
+        // Absurd values saturate instead of overflowing.
+        let r = req(CHAT, r#"{"n":1e30,"max_tokens":1e30}"#);
+        assert_eq!(
+            r.max_billed_output_tokens(),
+            Some(u64::from(u32::MAX) * u64::from(u32::MAX))
+        );
+    }
+
+    #[test]
+    fn the_largest_max_output_field_wins() {
+        for body in [
+            r#"{"max_tokens":100,"max_completion_tokens":5000}"#,
+            r#"{"max_completion_tokens":5000,"max_tokens":100}"#,
+            r#"{"max_output_tokens":5000,"max_tokens":"100"}"#,
+        ] {
+            assert_eq!(req(CHAT, body).max_output_tokens(), Some(5000), "{body}");
+        }
+    }
+
+    #[test]
+    fn max_output_accepts_integral_floats_and_numeric_strings() {
+        for (v, want) in [
+            ("1e5", Some(100_000)),
+            ("100000.0", Some(100_000)),
+            (r#""100000""#, Some(100_000)),
+            (r#"" 64 ""#, Some(64)),
+            (r#""1e3""#, Some(1_000)),
+            // A fraction is rounded up: still a bound.
+            ("10.2", Some(11)),
+            // Beyond u32: clamped.
+            ("1e300", Some(u32::MAX)),
+            ("99999999999", Some(u32::MAX)),
+            // Bounds nothing: unbounded.
+            ("-1", None),
+            ("-0.5", None),
+            (r#""-5""#, None),
+            (r#""NaN""#, None),
+            (r#""inf""#, None),
+            (r#""lots""#, None),
+            ("null", None),
+            ("true", None),
+            ("[5]", None),
+        ] {
+            let body = format!(r#"{{"model":"m","max_tokens":{v}}}"#);
+            assert_eq!(req(CHAT, &body).max_output_tokens(), want, "{v}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever number (or numeric string) a max-output field holds, the parse never
+        /// panics, and the bound it keeps is at least the value asked for, up to `u32::MAX`.
+        #[test]
+        fn any_numeric_max_output_is_bounded_from_above_or_unbounded(
+            f in proptest::num::f64::ANY,
+            quoted in proptest::bool::ANY,
+        ) {
+            let v = if f.is_finite() { format!("{f:?}") } else { format!("{f}") };
+            let v = if quoted || !f.is_finite() { format!("\"{v}\"") } else { v };
+            let body = format!(r#"{{"max_completion_tokens":{v}}}"#);
+            let got = req(CHAT, &body).max_output_tokens();
+            if f.is_finite() && f >= 0.0 {
+                let got = got.unwrap();
+                proptest::prop_assert!(f64::from(got) >= f.min(f64::from(u32::MAX)), "{} -> {}", v, got);
+            } else if f < 0.0 && f.ceil() < 0.0 {
+                proptest::prop_assert_eq!(got, None);
+            }
+        }
+    }
+
+    #[test]
+    fn base64_images_are_parts_not_text() {
+        let data = "A".repeat(400_000);
+        // Chat Completions: an image part with a data: URL, with "type" last.
+        let m = meta_of(
+            CHAT,
+            &format!(
+                r#"{{"model":"gpt-4o","max_tokens":10,"messages":[{{"role":"user","content":[
+                {{"type":"text","text":"what is it"}},
+                {{"image_url":{{"url":"data:image/png;base64,{data}","detail":"high"}},"type":"image_url"}}]}}]}}"#
+            ),
+        );
+        assert_eq!(
+            m.media,
+            MediaParts {
+                images: 1,
+                audio: 0,
+                files: 0
+            }
+        );
+        // "user", "text", "what is it": 18 chars -> 5 tokens, plus 4 for each of 3 parts.
+        assert_eq!(m.estimated_input_tokens, 5 + 12);
+
+        // Anthropic: a base64 image and a base64 PDF; a text document stays text.
+        let m = meta_of(
+            "https://api.anthropic.com/v1/messages",
+            &format!(
+                r#"{{"model":"claude","max_tokens":10,"messages":[{{"role":"user","content":[
+                {{"type":"image","source":{{"type":"base64","media_type":"image/png","data":"{data}"}}}},
+                {{"type":"document","source":{{"data":"{data}","media_type":"application/pdf","type":"base64"}}}},
+                {{"type":"document","source":{{"type":"text","media_type":"text/plain","data":"abcdefgh"}}}}]}}]}}"#
+            ),
+        );
+        assert_eq!(
+            m.media,
+            MediaParts {
+                images: 1,
+                audio: 0,
+                files: 1
+            }
+        );
+        assert!(
+            m.estimated_input_tokens < 100,
+            "{}",
+            m.estimated_input_tokens
+        );
+    }
+
+    #[test]
+    fn audio_files_and_responses_parts_are_counted_by_kind() {
+        let data = "UklGR".repeat(10_000);
+        let m = meta_of(
+            CHAT,
+            &format!(
+                r#"{{"model":"gpt-4o-audio","messages":[{{"role":"user","content":[
+                {{"type":"input_audio","input_audio":{{"data":"{data}","format":"wav"}}}},
+                {{"type":"file","file":{{"file_data":"data:application/pdf;base64,{data}","filename":"a.pdf"}}}}]}}]}}"#
+            ),
+        );
+        assert_eq!(
+            m.media,
+            MediaParts {
+                images: 0,
+                audio: 1,
+                files: 1
+            }
+        );
+        assert!(
+            m.estimated_input_tokens < 50,
+            "{}",
+            m.estimated_input_tokens
+        );
+
+        let m = meta_of(
+            "https://api.openai.com/v1/responses",
+            &format!(
+                r#"{{"model":"gpt-4.1","instructions":"{long}","input":[{{"role":"user","content":[
+                {{"type":"input_image","image_url":"data:image/jpeg;base64,{data}"}},
+                {{"type":"input_image","file_id":"file-1"}},
+                {{"type":"input_file","filename":"x.pdf","file_data":"{data}"}}]}}]}}"#,
+                long = "x".repeat(4_000)
+            ),
+        );
+        assert_eq!(
+            m.media,
+            MediaParts {
+                images: 2,
+                audio: 0,
+                files: 1
+            }
+        );
+        // The instructions are text: 4,000 chars -> 1,000 tokens.
+        assert!(
+            m.estimated_input_tokens >= 1_000,
+            "{}",
+            m.estimated_input_tokens
+        );
+        assert!(
+            m.estimated_input_tokens < 1_100,
+            "{}",
+            m.estimated_input_tokens
+        );
+        let r = req(
+            "https://api.openai.com/v1/responses",
+            r#"{"model":"m","max_output_tokens":5,"input":"hi","n":1}"#,
+        );
+        assert_eq!(r.media_parts(), MediaParts::default());
+    }
+
+    #[test]
+    fn estimated_tokens_count_parts_at_the_default_estimate() {
+        let r = req(
+            CHAT,
+            r#"{"max_tokens":10,"messages":[{"content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}]}"#,
+        );
+        assert_eq!(r.media_parts().images, 1);
+        assert_eq!(
+            r.estimated_tokens(),
+            u64::from(r.estimated_input_tokens()) + 1_600 + 10
+        );
     }
 
     #[test]
