@@ -170,7 +170,7 @@ impl StreamBody {
         c.wasted_input_tokens
             .fetch_add(u64::from(self.plan.answer.input_tokens), Relaxed);
         c.wasted_output_tokens
-            .fetch_add(u64::from(self.sent), Relaxed);
+            .fetch_add(self.plan.answer.billed_output(self.sent), Relaxed);
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, MockError>>> {
@@ -261,8 +261,9 @@ impl StreamBody {
                     }
                     self.sent += 1;
                     let c = &self.plan.inner.counters;
-                    c.output_tokens.fetch_add(1, Relaxed);
-                    self.plan.billed_key.fetch_add(1, Relaxed);
+                    let billed = self.plan.answer.billed_output(1);
+                    c.output_tokens.fetch_add(billed, Relaxed);
+                    self.plan.billed_key.fetch_add(billed, Relaxed);
                     if self.sent < self.plan.answer.output_tokens {
                         let gap = self
                             .plan
@@ -276,7 +277,7 @@ impl StreamBody {
                     self.step = Step::Done;
                     let reason =
                         wire::finish_reason(self.plan.answer.wire, self.plan.answer.truncated);
-                    let output = u64::from(self.sent);
+                    let output = self.plan.answer.billed_output(self.sent);
                     match self.plan.answer.wire {
                         Wire::OpenAi => {
                             let finish = if self.plan.answer.truncated {

@@ -18,7 +18,9 @@
 //!   mid-stream error events; keep-alives before the first token; context-length errors;
 //!   malformed bodies;
 //! - **accounting**: [`Stats`] counts requests by outcome and status, and tokens billed the way
-//!   providers bill (partial streams included), so a simulation can price its wasted spend.
+//!   providers bill (partial streams included, and every one of the `n` answers an OpenAI
+//!   request asks for, though the body carries only the first), so a simulation can price its
+//!   wasted spend.
 //!
 //! One fault model, two front ends. [`MockUpstream`] is a `tower::Service` with no sockets,
 //! paced by `tokio::time`, so it runs on a paused clock: a storm of thousands of requests

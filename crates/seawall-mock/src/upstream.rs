@@ -310,7 +310,8 @@ impl Inner {
                 )
             })
         };
-        let cost = u64::from(chat.input_tokens) + u64::from(chat.max_tokens.unwrap_or(output));
+        let cost = u64::from(chat.input_tokens)
+            + u64::from(chat.max_tokens.unwrap_or(output)) * u64::from(chat.choices);
         let admission = self.admit(&key, t, cost, precheck.is_none());
         self.rate_headers(wire, &mut headers, &admission.snapshot, t);
         if let Some((f, outcome)) = precheck {
@@ -376,6 +377,7 @@ impl Inner {
             model: std::mem::take(&mut chat.model),
             input_tokens: chat.input_tokens,
             output_tokens: output,
+            choices: chat.choices,
             truncated,
             word_offset: (rng.next_u64() % 32) as u32,
         };
@@ -409,7 +411,7 @@ impl Inner {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             let billed = Billed::new(
                 u64::from(answer.input_tokens),
-                u64::from(answer.output_tokens),
+                answer.billed_output(answer.output_tokens),
                 billed_key,
             );
             billed.charge(&self.counters);
@@ -495,7 +497,7 @@ impl Inner {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
                 let billed = Billed::new(
                     u64::from(answer.input_tokens),
-                    u64::from(output),
+                    answer.billed_output(output),
                     billed_key,
                 );
                 billed.charge(&self.counters);

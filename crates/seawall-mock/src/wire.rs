@@ -22,6 +22,8 @@ pub(crate) struct ChatRequest {
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
     pub(crate) max_tokens: Option<u32>,
+    /// Answers generated and billed: OpenAI's `n`, or `best_of` where larger; at least 1.
+    pub(crate) choices: u32,
     pub(crate) input_tokens: u32,
 }
 
@@ -263,6 +265,11 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
     if wire == Wire::Anthropic && max_tokens.is_none() {
         return Err(Failure::Missing("max_tokens"));
     }
+    let choices = ["n", "best_of"]
+        .iter()
+        .filter_map(|k| map.get(*k).and_then(Value::as_u64))
+        .max()
+        .map_or(1, |n| n.clamp(1, u64::from(u32::MAX)) as u32);
     let stream = map.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = map
         .get("stream_options")
@@ -274,7 +281,17 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
     for (k, v) in map {
         if matches!(
             k.as_str(),
-            "messages" | "system" | "prompt" | "input" | "tools" | "functions"
+            "messages"
+                | "system"
+                | "prompt"
+                | "input"
+                | "instructions"
+                | "suffix"
+                | "tools"
+                | "functions"
+                | "tool_choice"
+                | "response_format"
+                | "text"
         ) {
             count_text(v, &mut chars, &mut parts);
         }
@@ -285,6 +302,7 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
         stream,
         include_usage,
         max_tokens,
+        choices,
         input_tokens,
     })
 }
@@ -341,17 +359,25 @@ pub(crate) struct Answer {
     pub(crate) created: u64,
     pub(crate) model: String,
     pub(crate) input_tokens: u32,
+    /// Tokens of each answer (the body carries one; usage bills all of them).
     pub(crate) output_tokens: u32,
+    /// How many answers were generated and billed.
+    pub(crate) choices: u32,
     pub(crate) truncated: bool,
     pub(crate) word_offset: u32,
 }
 
 impl Answer {
+    /// The output tokens billed for `tokens` of each answer: every answer is billed.
+    pub(crate) fn billed_output(&self, tokens: u32) -> u64 {
+        u64::from(tokens) * u64::from(self.choices)
+    }
+
     /// The complete (non-streamed) JSON answer, fields in the providers' order.
     pub(crate) fn complete_json(&self) -> Bytes {
         let text = answer_text(self.word_offset, self.output_tokens);
         let reason = finish_reason(self.wire, self.truncated);
-        let (i, o) = (self.input_tokens, self.output_tokens);
+        let (i, o) = (self.input_tokens, self.billed_output(self.output_tokens));
         let mut out = String::with_capacity(256 + text.len() + self.model.len());
         let model = Value::from(self.model.as_str());
         let text = Value::from(text);
@@ -361,7 +387,7 @@ impl Answer {
                 "{{\"id\":\"{}\",\"object\":\"chat.completion\",\"created\":{},\"model\":{model},\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":{text},\"refusal\":null}},\"logprobs\":null,\"finish_reason\":\"{reason}\"}}],\"usage\":{{\"prompt_tokens\":{i},\"completion_tokens\":{o},\"total_tokens\":{}}},\"system_fingerprint\":null}}",
                 self.id,
                 self.created,
-                u64::from(i) + u64::from(o)
+                u64::from(i) + o
             ),
             Wire::Anthropic => write!(
                 out,
@@ -566,6 +592,19 @@ mod tests {
             .unwrap();
         req.prepare();
         assert_eq!(ours.input_tokens, req.estimated_input_tokens());
+    }
+
+    #[test]
+    fn n_and_best_of_set_the_answers_billed() {
+        let parse = |body: &str| {
+            parse_request(Wire::OpenAi, body.as_bytes())
+                .unwrap()
+                .choices
+        };
+        assert_eq!(parse(r#"{"model":"m","messages":[]}"#), 1);
+        assert_eq!(parse(r#"{"model":"m","messages":[],"n":0}"#), 1);
+        assert_eq!(parse(r#"{"model":"m","messages":[],"n":3}"#), 3);
+        assert_eq!(parse(r#"{"model":"m","messages":[],"n":2,"best_of":5}"#), 5);
     }
 
     #[test]

@@ -860,3 +860,27 @@ async fn a_storm_of_3000_requests_from_200_clients_in_virtual_time() {
     assert!(s.wasted_tokens() > 0 && s.wasted_tokens() < s.billed_tokens());
     assert!(s.elapsed > secs(30), "{:?}", s.elapsed);
 }
+
+// ---- billing ----------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn usage_and_billing_count_every_one_of_n_answers() {
+    let up = upstream(Profile::default().output_tokens(Count::fixed(10)));
+    let mut body = openai_body(false);
+    body["n"] = json!(3);
+    let v = json_body(call(&up, openai_req(&body, "sk-a")).await).await;
+    assert_eq!(v["usage"]["completion_tokens"], 30);
+    assert_eq!(up.stats().output_tokens, 30);
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let sse = text(call(&up, openai_req(&body, "sk-a")).await).await;
+    let usage = events(&sse)
+        .iter()
+        .filter(|e| e.data.as_deref().is_some_and(|d| d != "[DONE]"))
+        .map(Event::json)
+        .find(|j| j["usage"].is_object())
+        .unwrap();
+    assert_eq!(usage["usage"]["completion_tokens"], 30);
+    assert_eq!(up.stats().output_tokens, 60);
+}
