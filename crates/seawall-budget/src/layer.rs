@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use seawall_core::FailureClass;
+use seawall_core::{FailureClass, PartEstimate};
 use tower_layer::Layer;
 
 use crate::accounting::AccountingSink;
@@ -19,6 +19,8 @@ use crate::time::{Clock, Timestamp};
 /// What to do with a request that does not say how many tokens it may produce.
 ///
 /// Without a maximum the cost of an attempt has no upper bound, so nothing can be reserved.
+/// A maximum that bounds nothing (negative, not a number) counts as none; see
+/// [`RequestMeta::parse`](seawall_core::RequestMeta::parse) for the values that are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MissingMaxOutput {
     /// Refuse it with `BudgetExceeded` (code `max_output_tokens_required`). The default: the
@@ -69,6 +71,7 @@ pub(crate) struct Core {
     pub(crate) on_soft: Option<Arc<SoftFn>>,
     pub(crate) missing_max: MissingMaxOutput,
     pub(crate) input_margin_percent: u32,
+    pub(crate) parts: PartEstimate,
     pub(crate) overrides: Vec<(FailureClass, Settlement)>,
     pub(crate) on_drop: Settlement,
     pub(crate) clock: Clock,
@@ -92,6 +95,7 @@ impl fmt::Debug for Core {
             .field("budgets", &self.budgets)
             .field("missing_max", &self.missing_max)
             .field("input_margin_percent", &self.input_margin_percent)
+            .field("parts", &self.parts)
             .field("on_drop", &self.on_drop)
             .field("sink", &self.sink.is_some())
             .finish_non_exhaustive()
@@ -139,6 +143,7 @@ impl CostBudgetLayer<NoKeys> {
             on_soft: None,
             missing_max: MissingMaxOutput::Reject,
             input_margin_percent: 0,
+            parts: PartEstimate::DEFAULT,
             overrides: Vec::new(),
             on_drop: Settlement::ChargeEstimate,
             wall: None,
@@ -210,6 +215,7 @@ pub struct Builder<K = NoKeys> {
     on_soft: Option<Arc<SoftFn>>,
     missing_max: MissingMaxOutput,
     input_margin_percent: u32,
+    parts: PartEstimate,
     overrides: Vec<(FailureClass, Settlement)>,
     on_drop: Settlement,
     wall: Option<SystemTime>,
@@ -252,6 +258,7 @@ impl<K> Builder<K> {
             on_soft: self.on_soft,
             missing_max: self.missing_max,
             input_margin_percent: self.input_margin_percent,
+            parts: self.parts,
             overrides: self.overrides,
             on_drop: self.on_drop,
             wall: self.wall,
@@ -292,6 +299,17 @@ impl<K> Builder<K> {
     /// is what keeps concurrent under-estimates from pushing spend over the limit.
     pub fn input_margin_percent(mut self, percent: u32) -> Self {
         self.input_margin_percent = percent;
+        self
+    }
+
+    /// The input tokens reserved for each image, audio part and file of a request (default
+    /// [`PartEstimate::DEFAULT`], whose documentation says how its figures were chosen).
+    ///
+    /// A request's text is estimated from its characters; its non-text parts cannot be (a
+    /// base64 image is not prose), so each is reserved at this estimate, and the margin of
+    /// [`Builder::input_margin_percent`] applies to them too.
+    pub fn part_estimate(mut self, parts: PartEstimate) -> Self {
+        self.parts = parts;
         self
     }
 
@@ -368,6 +386,7 @@ impl<K> Builder<K> {
                 on_soft: self.on_soft,
                 missing_max: self.missing_max,
                 input_margin_percent: self.input_margin_percent,
+                parts: self.parts,
                 overrides: self.overrides,
                 on_drop: self.on_drop,
                 clock: Clock::new(self.wall),

@@ -10,8 +10,11 @@
 //! spent until it is known:
 //!
 //! 1. **Price** the attempt: its model's [`Price`] from a [`PriceTable`] (loaded from TOML or
-//!    JSON, or built in code), times the request's estimated input tokens and its maximum
-//!    output tokens. An unknown model gets the table's default price or is refused; a request
+//!    JSON, or built in code), times the request's estimated input tokens and the most
+//!    output tokens it may be billed: its maximum output times the answers it asks for
+//!    (OpenAI's `n` and `best_of`). Input is its text (characters / 4) plus a fixed estimate
+//!    per image, audio part and file ([`Builder::part_estimate`]), since base64 data is not
+//!    text. An unknown model gets the table's default price or is refused; a request
 //!    without a maximum gets a configured default written into it or is refused
 //!    ([`MissingMaxOutput`]).
 //! 2. **Reserve** that estimate on every [`Budget`] the attempt falls under (a total, rolling
@@ -47,7 +50,8 @@
 //!
 //! # What is not exact
 //!
-//! Output is bounded exactly by the maximum output tokens, but the input is an estimate. An
+//! Output is bounded exactly by the maximum output tokens times the answers, but the input
+//! is an estimate, and so are images, audio and files. An
 //! attempt whose real cost exceeds its reservation is still charged in full, so spend can end
 //! above a limit by the under-estimates of the attempts in flight at that moment (and the
 //! next attempts are refused). [`Builder::input_margin_percent`] reserves extra input to make

@@ -148,9 +148,13 @@ where
             return Err(guard.reject(err));
         }
     };
-    let input = u64::from(req.estimated_input_tokens());
-    let input = (input * (100 + u64::from(core.input_margin_percent))).div_ceil(100);
-    let amount = price.estimate(input, u64::from(max_output));
+    // Every answer (`n`, `best_of`) may use the whole maximum.
+    let output = u64::from(max_output).saturating_mul(u64::from(req.choices().max(1)));
+    let input = u64::from(req.estimated_input_tokens())
+        .saturating_add(core.parts.tokens(&req.media_parts()));
+    let input = u128::from(input) * u128::from(100 + core.input_margin_percent);
+    let input = u64::try_from(input.div_ceil(100)).unwrap_or(u64::MAX);
+    let amount = price.estimate(input, output);
     let keys: Box<[Option<Arc<str>>]> = if core.keyed {
         core.budgets
             .iter()

@@ -11,7 +11,7 @@ use common::*;
 use http_body::Frame;
 use http_body_util::BodyExt;
 use seawall_budget::*;
-use seawall_core::{CallContext, FailureClass, LlmError, LlmRequest};
+use seawall_core::{CallContext, FailureClass, LlmError, LlmRequest, PartEstimate};
 use tower::Layer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -848,4 +848,94 @@ async fn input_margin_enlarges_the_reservation() {
         layer.spend("all", None).unwrap().spent,
         Usd::from_nanos(4_000_000)
     );
+}
+
+/// The reservation of one HTTP JSON body sent to gpt-4o through `builder`, or the refusal.
+async fn reserved_for(builder: Builder, body: String) -> Result<u64, LlmError> {
+    let sink = Arc::new(MemorySink::new());
+    let layer = builder.sink(sink.clone()).build().unwrap();
+    let mut svc = layer.layer(tower::service_fn(|_req: http::Request<Bytes>| async {
+        Ok::<_, LlmError>(done_without_usage())
+    }));
+    let req = http::Request::post("https://api.openai.com/v1/chat/completions")
+        .body(Bytes::from(body))
+        .unwrap();
+    call(&mut svc, req).await?;
+    Ok(sink.records()[0].reserved_nanos)
+}
+
+fn dollar_budget() -> Builder {
+    CostBudgetLayer::builder(prices()).budget(Budget::total("all", Usd::from_dollars(1)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_one_of_n_answers_is_reserved() {
+    // 4 answers × 100 tokens at $10/M = $0.004.
+    let body = r#"{"model":"gpt-4o","n":4,"max_tokens":100,"messages":[]}"#;
+    assert_eq!(
+        reserved_for(dollar_budget(), body.into()).await.unwrap(),
+        4_000_000
+    );
+    // `best_of` generates (and bills) that many, even when `n` is smaller; the empty prompt
+    // is one text part (4 tokens at $2.50/M).
+    let body = r#"{"model":"gpt-4o","n":1,"best_of":3,"max_tokens":100,"prompt":""}"#;
+    assert_eq!(
+        reserved_for(dollar_budget(), body.into()).await.unwrap(),
+        3_000_000 + 4 * 2_500
+    );
+    // 128 × 16,384 tokens could cost $20.97: more than the $1 limit.
+    let body = r#"{"model":"gpt-4o","n":128,"max_tokens":16384,"messages":[]}"#;
+    let err = reserved_for(dollar_budget(), body.into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("budget_exceeded"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn images_are_reserved_at_the_part_estimate_not_as_text() {
+    let image = |data: &str| {
+        format!(
+            r#"{{"model":"gpt-4o","max_tokens":10,"messages":[{{"role":"user","content":[
+            {{"type":"image_url","image_url":{{"url":"data:image/png;base64,{data}"}}}}]}}]}}"#
+        )
+    };
+    // As text, 400,000 base64 characters would be 100,000 tokens ($0.25).
+    let big = "A".repeat(400_000);
+    // "user": 1 token + 4 for the part, 1,600 for the image, at $2.50/M; 10 out at $10/M.
+    let want = (5 + 1_600) * 2_500 + 10 * 10_000;
+    assert_eq!(
+        reserved_for(dollar_budget(), image(&big)).await.unwrap(),
+        want
+    );
+    let small = PartEstimate::DEFAULT.per_image(85);
+    let want = (5 + 85) * 2_500 + 10 * 10_000;
+    let builder = dollar_budget().part_estimate(small);
+    assert_eq!(reserved_for(builder, image(&big)).await.unwrap(), want);
+    // The input margin applies to parts too.
+    let builder = dollar_budget()
+        .part_estimate(small)
+        .input_margin_percent(100);
+    assert_eq!(
+        reserved_for(builder, image("")).await.unwrap(),
+        want + 90 * 2_500
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_largest_usable_max_output_is_reserved_and_an_unusable_one_follows_the_policy() {
+    // 5,000 of the two fields, given as a numeric string: 5,000 × $10/M.
+    let body = r#"{"model":"gpt-4o","max_tokens":100,"max_completion_tokens":"5e3","messages":[]}"#;
+    assert_eq!(
+        reserved_for(dollar_budget(), body.into()).await.unwrap(),
+        50_000_000
+    );
+    for v in ["-1", "\"lots\"", "null"] {
+        let body = format!(r#"{{"model":"gpt-4o","max_tokens":{v},"messages":[]}}"#);
+        let err = reserved_for(dollar_budget(), body.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("max_output_tokens_required"), "{v}");
+        let builder = dollar_budget().missing_max_output(MissingMaxOutput::Default(64));
+        assert_eq!(reserved_for(builder, body).await.unwrap(), 640_000, "{v}");
+    }
 }
