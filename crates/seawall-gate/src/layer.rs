@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use seawall_core::PartEstimate;
 use tower_layer::Layer;
 
 use crate::adaptive::Adaptive;
@@ -72,6 +73,7 @@ impl ConcurrencyGateLayer {
                 key_rates: Vec::new(),
                 adaptive: None,
                 max_keys: DEFAULT_MAX_KEYS,
+                parts: PartEstimate::DEFAULT,
             },
             key: StateKey,
         }
@@ -147,6 +149,14 @@ impl<K> GateBuilder<K> {
     /// keys share the unkeyed state. Protects memory when keys come from user input.
     pub fn max_keys(mut self, max: usize) -> Self {
         self.settings.max_keys = max;
+        self
+    }
+
+    /// The tokens a request's images, audio parts and files count for in the token rates
+    /// (default [`PartEstimate::DEFAULT`], whose documentation says how its figures were
+    /// chosen).
+    pub fn part_estimate(mut self, parts: PartEstimate) -> Self {
+        self.settings.parts = parts;
         self
     }
 

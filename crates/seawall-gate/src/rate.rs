@@ -64,8 +64,14 @@ impl Limit {
 
 /// The rate limits of one key: requests a minute (RPM) and tokens a minute (TPM).
 ///
-/// A request costs one request and its estimated tokens (`LlmRequest::estimated_tokens`: the
-/// prompt estimate plus `max_tokens`), settled against the reported usage when it completes.
+/// A request costs one request and its estimated tokens: the prompt's text estimate, each
+/// image, audio part and file at the gate's
+/// [`part_estimate`](crate::GateBuilder::part_estimate), and its maximum output times the
+/// answers it asks for (`n`, `best_of`). A request without a maximum output is charged
+/// `u32::MAX` output tokens: it waits for a full bucket and holds the key until it ends,
+/// never passing for free. The charge is settled against the reported usage when the call
+/// ends; a call that ends without usage (failed, dropped, or not reported) gives its output
+/// part back and keeps its input estimate charged.
 ///
 /// ```
 /// use seawall_gate::{Limit, Rates};

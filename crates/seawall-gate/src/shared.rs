@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use seawall_core::{
-    Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot,
+    Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, PartEstimate,
+    RateLimitSnapshot,
 };
 use tokio::time::{Instant, sleep_until, timeout_at};
 
@@ -27,6 +28,7 @@ pub(crate) struct Settings {
     pub(crate) key_rates: Vec<(Arc<str>, Rates)>,
     pub(crate) adaptive: Option<Adaptive>,
     pub(crate) max_keys: usize,
+    pub(crate) parts: PartEstimate,
 }
 
 #[derive(Debug)]
@@ -60,6 +62,8 @@ pub(crate) struct Shared {
     rejected: AtomicU64,
     pub(crate) keys: Keys,
     pub(crate) clock: Clock,
+    /// Tokens counted per image, audio part and file.
+    pub(crate) parts: PartEstimate,
 }
 
 impl fmt::Debug for Shared {
@@ -121,6 +125,7 @@ impl Shared {
             rejected: AtomicU64::new(0),
             keys: Keys::new(s.rates, s.key_rates, s.max_keys),
             clock: Clock::new(),
+            parts: s.parts,
         }
     }
 
@@ -533,20 +538,28 @@ impl GatePermit {
     /// The inner service failed: the output tokens were never produced.
     pub(crate) fn failed(mut self, err: &LlmError) {
         self.finish(|h| {
-            h.key
-                .settle_tokens(h.cost.tokens, h.cost.input, Instant::now());
+            h.settle(None);
             h.failed(err);
         });
+    }
+}
+
+impl Held {
+    /// Settles the token reservation against the reported usage. Without usage (a call
+    /// dropped before its head, a body dropped or ended without a usage report) the output
+    /// part goes back and the input estimate stays charged, as for a failure: keeping a
+    /// `max_tokens` of billions charged would lock the key for good after one disconnect.
+    fn settle(&self, usage: Option<seawall_core::Usage>) {
+        let used = usage.map_or(self.cost.input, |u| u.total());
+        self.key
+            .settle_tokens(self.cost.tokens, used, Instant::now());
     }
 }
 
 impl OnComplete for GatePermit {
     fn on_complete(mut self, c: Completion<'_>) {
         self.finish(|h| {
-            if let Some(u) = c.usage {
-                h.key
-                    .settle_tokens(h.cost.tokens, u.total(), Instant::now());
-            }
+            h.settle(c.usage);
             match c.outcome {
                 Outcome::Complete => h.shared.success(),
                 Outcome::Failed(Some(e)) => h.failed(e),
@@ -558,6 +571,6 @@ impl OnComplete for GatePermit {
 
 impl Drop for GatePermit {
     fn drop(&mut self) {
-        self.finish(|_| {});
+        self.finish(|h| h.settle(None));
     }
 }

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Reply, Req, Upstream, settle};
-use seawall_core::{CallContext, FailureClass, LlmError, RateLimitSnapshot, RateLimitWindow};
+use seawall_core::{
+    CallContext, FailureClass, LlmError, MediaParts, PartEstimate, RateLimitSnapshot,
+    RateLimitWindow,
+};
 use seawall_gate::{
     Adaptive, ConcurrencyGate, ConcurrencyGateLayer, GateBuilder, Limit, QueueWait, Rates,
     RejectReason, Rejection,
@@ -794,4 +797,116 @@ async fn key_fn_and_the_key_table_bound() {
     assert_eq!(t0.elapsed(), secs(60));
     assert_eq!(h.keys(), 4);
     assert_eq!(up.calls(), 10);
+}
+
+/// A gate of 1,000 tokens, refilled at 100 a second.
+fn tpm_gate(b: GateBuilder, up: &Upstream) -> Gate {
+    let rates = Rates::new().tokens(Limit::per_minute(6_000).with_burst(1_000));
+    gate(b.limit(100).max_wait(secs(5)).rates(rates), up)
+}
+
+/// When a call of `tokens(0, 100)` is admitted after `first` holds its stream open.
+async fn wait_behind(b: GateBuilder, first: Req) -> Result<Duration, LlmError> {
+    let up = Upstream::new(|r| {
+        if r.id == 0 {
+            Reply::stream()
+        } else {
+            Reply::ok()
+        }
+    });
+    let svc = tpm_gate(b, &up);
+    let _held = call(&svc, first).await.unwrap();
+    let t0 = Instant::now();
+    call(&svc, Req::new(1).tokens(0, 100)).await?;
+    Ok(t0.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_one_of_n_answers_is_charged_to_the_token_rate() {
+    // 5 answers of up to 200 tokens take the whole bucket: the next 100 wait a second.
+    let mut five = Req::new(0).tokens(0, 200);
+    five.choices = 5;
+    let waited = wait_behind(ConcurrencyGateLayer::builder(), five).await;
+    assert_eq!(waited.unwrap(), secs(1));
+    let one = Req::new(0).tokens(0, 200);
+    let waited = wait_behind(ConcurrencyGateLayer::builder(), one).await;
+    assert_eq!(waited.unwrap(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn media_parts_are_charged_at_the_part_estimate() {
+    let mut two_images = Req::new(0).tokens(0, 0);
+    two_images.media = MediaParts {
+        images: 2,
+        ..MediaParts::default()
+    };
+    let per_image =
+        |n| ConcurrencyGateLayer::builder().part_estimate(PartEstimate::DEFAULT.per_image(n));
+    // 2 × 500 fill the bucket.
+    let waited = wait_behind(per_image(500), two_images.clone()).await;
+    assert_eq!(waited.unwrap(), secs(1));
+    // 2 × 85 leave room.
+    let waited = wait_behind(per_image(85), two_images).await;
+    assert_eq!(waited.unwrap(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn output_without_a_maximum_is_never_free() {
+    let mut unbounded = Req::new(0).tokens(10, 0);
+    unbounded.max_out = None;
+    // While it runs, the key's bucket is in debt: nothing else fits within the max wait.
+    let err = wait_behind(ConcurrencyGateLayer::builder(), unbounded)
+        .await
+        .unwrap_err();
+    assert_eq!(rejection(&err).reason(), RejectReason::RateLimited);
+}
+
+/// The first call asks for `max_tokens: 4e9` and ends as `end` says; the second, of
+/// `tokens(0, 100)`, should then be admitted at once.
+async fn admitted_after(end: fn(&Gate, Req) -> tokio::task::JoinHandle<()>) -> Duration {
+    let up = Upstream::new(|r| match r.id {
+        0 => Reply::after(secs(10)),
+        2 => Reply::stream(),
+        _ => Reply::ok(),
+    });
+    let svc = tpm_gate(ConcurrencyGateLayer::builder(), &up);
+    end(&svc, Req::new(0).tokens(10, u32::MAX)).await.unwrap();
+    let t0 = Instant::now();
+    call(&svc, Req::new(1).tokens(0, 100)).await.unwrap();
+    t0.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_before_its_head_gives_back_its_output_estimate() {
+    let waited = admitted_after(|svc, req| {
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            let call = tokio::spawn(svc.oneshot(req));
+            settle().await;
+            advance(secs(1)).await;
+            call.abort();
+            assert!(call.await.unwrap_err().is_cancelled());
+        })
+    })
+    .await;
+    assert_eq!(waited, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_ended_without_usage_gives_back_its_output_estimate() {
+    // The answer comes (after 10 s) with no usage, and its body is read to the end.
+    let waited = admitted_after(|svc, req| {
+        let svc = svc.clone();
+        tokio::spawn(async move { finish(svc.oneshot(req).await.unwrap()).await })
+    })
+    .await;
+    assert_eq!(waited, Duration::ZERO);
+    // A stream whose body is dropped before its end, without usage.
+    let waited = admitted_after(|svc, mut req| {
+        req.id = 2;
+        let svc = svc.clone();
+        tokio::spawn(async move { drop(svc.oneshot(req).await.unwrap()) })
+    })
+    .await;
+    assert_eq!(waited, Duration::ZERO);
 }

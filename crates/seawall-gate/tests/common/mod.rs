@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use seawall_core::{LlmError, LlmRequest, RateLimitSnapshot, Usage};
+use seawall_core::{LlmError, LlmRequest, MediaParts, RateLimitSnapshot, Usage};
 use seawall_gate::QueueWait;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -22,6 +22,9 @@ pub struct Req {
     pub key: Option<&'static str>,
     pub input: u32,
     pub max_out: Option<u32>,
+    /// Answers asked for (`n`); 0 counts as 1.
+    pub choices: u32,
+    pub media: MediaParts,
     pub ext: http::Extensions,
 }
 
@@ -53,6 +56,12 @@ impl LlmRequest for Req {
     }
     fn estimated_input_tokens(&self) -> u32 {
         self.input
+    }
+    fn choices(&self) -> u32 {
+        self.choices.max(1)
+    }
+    fn media_parts(&self) -> MediaParts {
+        self.media
     }
     fn extensions(&self) -> Option<&http::Extensions> {
         Some(&self.ext)
