@@ -14,6 +14,11 @@
 //! outage (529, then 503) and sends keep-alive comments before each stream's first token.
 //! `MODEL` picks the model, `FALLBACK_MODEL` adds a fallback model.
 //!
+//! Models are priced from `crates/seawall-budget/prices.example.toml`; the budget refuses a
+//! model that file does not list (code `unpriced_model`) rather than guess what it costs.
+//! `DEFAULT_PRICE=3,15` opts in to pricing unlisted models at $3 in and $15 out per million
+//! tokens.
+//!
 //! What it shows: the stack (observe, fallback, retry, cost budget, breaker, gate, stream
 //! timeouts, classify, the `seawall-http` transport) around a plain `http::Request<Bytes>`; the
 //! answer streaming in only once the first real token has arrived (the commit point); and the
@@ -39,6 +44,22 @@ use seawall::retry::BackoffRetryLayer;
 use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
 use serde_json::{Value, json};
 use tower::{ServiceBuilder, ServiceExt};
+
+/// The example price table, plus the default price `DEFAULT_PRICE` opts in to.
+fn prices() -> Result<PriceTable, BoxError> {
+    let mut prices =
+        PriceTable::from_toml_str(include_str!("../crates/seawall-budget/prices.example.toml"))?;
+    if let Ok(v) = std::env::var("DEFAULT_PRICE") {
+        let bad = || {
+            format!("DEFAULT_PRICE must be `input,output` in dollars per million tokens, not {v:?}")
+        };
+        let (input, output) = v.split_once(',').ok_or_else(bad)?;
+        let input: f64 = input.trim().parse().map_err(|_| bad())?;
+        let output: f64 = output.trim().parse().map_err(|_| bad())?;
+        prices.set_default(Some(Price::per_million_f64(input, output)?));
+    }
+    Ok(prices)
+}
 
 /// Which API the call speaks.
 #[derive(Clone, Copy, PartialEq)]
@@ -68,9 +89,7 @@ async fn main() -> Result<(), BoxError> {
         .config_version("example-client")
         .recorder(move |r: &CallRecord| *sink.lock().unwrap() = Some(r.clone()));
     let fallbacks = std::env::var("FALLBACK_MODEL").ok().map(Target::model);
-    let prices = PriceTable::new()
-        // An assumed price for any model: this example does not track real price lists.
-        .with_default(Price::per_million_f64(3.0, 15.0)?);
+    let prices = prices()?;
     let retry = BackoffRetryLayer::builder()
         // The default is 5 s after an overload; 1 s keeps the example quick.
         .overload_min_delay(Duration::from_secs(1))
