@@ -100,11 +100,14 @@ impl RequestMeta {
     ///   unbounded, and a budget applies its policy for that.
     /// - **Choices**: `n` and `best_of` (OpenAI) make the upstream generate, and bill, that
     ///   many answers; `choices` is the larger, read like the output bound, at least 1.
+    ///   Anthropic has neither; a body that sets them anyway has them counted, which can only
+    ///   overestimate.
     /// - **Text**: every string in `messages`, `system`, `prompt`, `input`, `instructions`,
     ///   `suffix`, `tools`, `functions`, `tool_choice`, `response_format` and `text` (the
     ///   Responses API's output format, whose JSON schema the model reads).
     /// - **Non-text parts**: an object whose `type` is `image_url`, `input_image` or `image`
-    ///   is one image; `input_audio` one audio part; `file`, `input_file`, or a `document`
+    ///   is one image; `input_audio` one audio part (counted by its seconds when its data is
+    ///   WAV, whose header gives its byte rate); `file`, `input_file`, or a `document`
     ///   with a `base64`, `url` or `file` source, one file. None of their strings (base64
     ///   data, URLs) counts as text: a 1 MB image is not 250,000 tokens of prose. A `document`
     ///   with a `text` source is text.
@@ -147,8 +150,11 @@ fn clamp_u32(n: u64) -> u32 {
 pub struct MediaParts {
     /// Images.
     pub images: u32,
-    /// Audio parts.
+    /// Audio parts whose length is not known.
     pub audio: u32,
+    /// Seconds of the audio parts whose length is known (WAV, from its header), rounded up
+    /// per part; those parts are not in `audio`.
+    pub audio_seconds: u32,
     /// Files and documents (PDFs and the like), and raw data of an unknown kind.
     pub files: u32,
 }
@@ -157,6 +163,7 @@ impl MediaParts {
     fn add(&mut self, o: MediaParts) {
         self.images = self.images.saturating_add(o.images);
         self.audio = self.audio.saturating_add(o.audio);
+        self.audio_seconds = self.audio_seconds.saturating_add(o.audio_seconds);
         self.files = self.files.saturating_add(o.files);
     }
 
@@ -178,15 +185,16 @@ impl MediaParts {
 ///   images are 85 + 170 per 512-pixel tile, at most 1,445 for 8 tiles. (Some models bill
 ///   images at a multiple of that: `gpt-4o-mini` counts about 33× as many tokens per tile.
 ///   Raise it for them.)
-/// - **audio part: 2,000 tokens**, about a minute of audio at the highest documented rate
-///   (Gemini's 32 tokens a second; OpenAI's audio models bill about 10). The clip's length
-///   is not decoded, so longer clips need a higher value.
+/// - **audio: 32 tokens a second** when the length is known (a WAV clip's header gives its
+///   byte rate), the highest documented rate (Gemini's; OpenAI's audio models bill about 10);
+///   else **2,000 tokens a part**, about a minute at that rate (compressed formats such as
+///   MP3 are not decoded, so longer clips need a higher value).
 /// - **file: 10,000 tokens**, a few PDF pages at Anthropic's documented 1,500 to 3,000
 ///   tokens a page (text plus an image of each page). Raise it for long documents.
 ///
 /// ```
 /// use seawall_core::{MediaParts, PartEstimate};
-/// let parts = MediaParts { images: 2, audio: 0, files: 1 };
+/// let parts = MediaParts { images: 2, files: 1, ..MediaParts::default() };
 /// assert_eq!(PartEstimate::default().tokens(&parts), 2 * 1_600 + 10_000);
 /// assert_eq!(PartEstimate::default().per_image(85).tokens(&parts), 2 * 85 + 10_000);
 /// ```
@@ -194,14 +202,17 @@ impl MediaParts {
 pub struct PartEstimate {
     image: u32,
     audio: u32,
+    audio_second: u32,
     file: u32,
 }
 
 impl PartEstimate {
-    /// The defaults: 1,600 tokens an image, 2,000 an audio part, 10,000 a file.
+    /// The defaults: 1,600 tokens an image, 32 a second of audio (2,000 an audio part of
+    /// unknown length), 10,000 a file.
     pub const DEFAULT: PartEstimate = PartEstimate {
         image: 1_600,
         audio: 2_000,
+        audio_second: 32,
         file: 10_000,
     };
 
@@ -211,9 +222,15 @@ impl PartEstimate {
         self
     }
 
-    /// Sets the tokens counted per audio part.
+    /// Sets the tokens counted per audio part of unknown length.
     pub const fn per_audio(mut self, tokens: u32) -> Self {
         self.audio = tokens;
+        self
+    }
+
+    /// Sets the tokens counted per second of audio of known length.
+    pub const fn per_audio_second(mut self, tokens: u32) -> Self {
+        self.audio_second = tokens;
         self
     }
 
@@ -227,6 +244,7 @@ impl PartEstimate {
     pub fn tokens(&self, parts: &MediaParts) -> u64 {
         u64::from(parts.images) * u64::from(self.image)
             + u64::from(parts.audio) * u64::from(self.audio)
+            + u64::from(parts.audio_seconds) * u64::from(self.audio_second)
             + u64::from(parts.files) * u64::from(self.file)
     }
 }
@@ -405,6 +423,28 @@ impl Kind {
     }
 }
 
+/// The length of base64 WAV data, from the byte rate in its header: whole seconds, rounded
+/// up. `None` for anything else (other formats, a header it cannot read).
+fn wav_seconds(b64: &str) -> Option<u32> {
+    use base64::Engine as _;
+    // "RIFF" encodes as "UklGR": anything else is skipped without decoding.
+    let head = b64.get(..44).filter(|h| h.starts_with("UklGR"))?;
+    let mut h = [0u8; 33];
+    base64::engine::general_purpose::STANDARD
+        .decode_slice(head, &mut h)
+        .ok()?;
+    if &h[8..16] != b"WAVEfmt " {
+        return None;
+    }
+    let byte_rate = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
+    if byte_rate == 0 {
+        return None;
+    }
+    // Base64 carries 3 bytes in 4 characters; the header is part of it, a bound from above.
+    let bytes = (b64.trim_end_matches('=').len() as u64 * 3) / 4;
+    Some(clamp_u32(bytes.div_ceil(u64::from(byte_rate))))
+}
+
 /// Counts the characters and the pieces of text in any JSON value, and its non-text parts,
 /// without keeping them.
 #[derive(Debug, Default, Clone, Copy)]
@@ -416,6 +456,8 @@ struct TextCount {
     opaque: u32,
     /// The kind a string value names, when used as a `type`.
     kind: Kind,
+    /// Seconds of WAV data found inside, if any (an audio part's length).
+    wav_seconds: Option<u32>,
 }
 
 impl TextCount {
@@ -424,6 +466,10 @@ impl TextCount {
         self.parts = self.parts.saturating_add(o.parts);
         self.media.add(o.media);
         self.opaque = self.opaque.saturating_add(o.opaque);
+        self.wav_seconds = match (self.wav_seconds, o.wav_seconds) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// One part of a kind, which claims everything inside it: its base64 data, its URL.
@@ -440,7 +486,13 @@ impl TextCount {
         match kind {
             Kind::Text => self,
             Kind::Image => TextCount::part(MediaParts { images: 1, ..one }),
-            Kind::Audio => TextCount::part(MediaParts { audio: 1, ..one }),
+            Kind::Audio => TextCount::part(match self.wav_seconds {
+                Some(s) => MediaParts {
+                    audio_seconds: s,
+                    ..one
+                },
+                None => MediaParts { audio: 1, ..one },
+            }),
             Kind::File => TextCount::part(MediaParts { files: 1, ..one }),
             Kind::Document if self.opaque > 0 || self.media.files > 0 => {
                 TextCount::part(MediaParts { files: 1, ..one })
@@ -467,6 +519,7 @@ impl<'de> Deserialize<'de> for TextCount {
                     chars: s.chars().count(),
                     parts: 1,
                     kind: Kind::of(s),
+                    wav_seconds: wav_seconds(s),
                     ..TextCount::default()
                 })
             }
@@ -985,6 +1038,7 @@ mod tests {
             MediaParts {
                 images: 1,
                 audio: 0,
+                audio_seconds: 0,
                 files: 0
             }
         );
@@ -1006,6 +1060,7 @@ mod tests {
             MediaParts {
                 images: 1,
                 audio: 0,
+                audio_seconds: 0,
                 files: 1
             }
         );
@@ -1032,6 +1087,7 @@ mod tests {
             MediaParts {
                 images: 0,
                 audio: 1,
+                audio_seconds: 0,
                 files: 1
             }
         );
@@ -1056,6 +1112,7 @@ mod tests {
             MediaParts {
                 images: 2,
                 audio: 0,
+                audio_seconds: 0,
                 files: 1
             }
         );
@@ -1075,6 +1132,34 @@ mod tests {
             r#"{"model":"m","max_output_tokens":5,"input":"hi","n":1}"#,
         );
         assert_eq!(r.media_parts(), MediaParts::default());
+    }
+
+    #[test]
+    fn wav_audio_is_counted_by_its_seconds() {
+        use base64::Engine as _;
+        // 16-bit mono at 8 kHz: 16,000 bytes a second; 2.5 s of silence after the header.
+        let mut wav = Vec::new();
+        wav.extend_from_slice(b"RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0");
+        wav.extend_from_slice(&8_000u32.to_le_bytes());
+        wav.extend_from_slice(&16_000u32.to_le_bytes());
+        wav.extend_from_slice(b"\x02\0\x10\0data\0\0\0\0");
+        wav.resize(44 + 40_000, 0);
+        let data = base64::engine::general_purpose::STANDARD.encode(&wav);
+        let audio = |data: &str| {
+            let body = format!(
+                r#"{{"messages":[{{"role":"user","content":[{{"type":"input_audio",
+                "input_audio":{{"data":"{data}","format":"wav"}}}}]}}]}}"#
+            );
+            meta_of(CHAT, &body).media
+        };
+        let m = audio(&data);
+        assert_eq!((m.audio_seconds, m.audio), (3, 0));
+        assert_eq!(PartEstimate::DEFAULT.tokens(&m), 3 * 32);
+        // Not WAV (or a header it cannot read): one part of unknown length.
+        let m = audio("SUQzBAAAAAAAI1RTU0UAAAAPAAADTGF2ZjU4Ljc2LjEwMAAAAAAAAAAAAAAA");
+        assert_eq!((m.audio_seconds, m.audio), (0, 1));
+        let m = audio("UklGRgAA");
+        assert_eq!((m.audio_seconds, m.audio), (0, 1));
     }
 
     #[test]
