@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use seawall::http::{ApiKey, OpenAiConfig};
-use seawall::mock::{MockUpstream, Profile};
+use seawall::mock::{Count, MockUpstream, Profile};
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -336,4 +336,32 @@ async fn unpriced_models_are_refused_unless_allowed() {
     let a = post(run.gateway, &[], chat("o1-pro")).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert_eq!(run.upstream.stats().requests, 1);
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_mid_way_ends_with_a_class_level_error_event() {
+    let profile = Profile::default()
+        .output_tokens(Count::fixed(20))
+        .mid_stream_errors(1.0, Count::fixed(3));
+    let run = start(profile, settings("", false)).await;
+    let a = post(
+        run.gateway,
+        &[],
+        chat("gpt-4o").replace("\"max_tokens\"", "\"stream\":true,\"max_tokens\""),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let last = a
+        .body
+        .trim_end()
+        .rsplit("\n\n")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let event: Value = serde_json::from_str(last.trim_start_matches("data: ")).unwrap_or_default();
+    assert_eq!(
+        event["error"]["type"], "stream_interrupted",
+        "last event: {last}"
+    );
+    assert_eq!(event["error"]["message"], "The upstream service failed.");
 }
