@@ -3,6 +3,11 @@
 //! The budget layer sees every attempt (it sits inside the retry layer), so it is where
 //! spend is best accounted: a record per attempt, with its tokens, its cost and how it ended.
 //! [`JsonlSink`] writes them as JSON Lines from a background thread and never blocks a call.
+//!
+//! A ledger file outlives the process and is read by people and tools that hold no
+//! credentials, so [`JsonlSink`] passes the request-derived text of a record (budget keys,
+//! the model name) through [`redact`] before writing it: a key function handed a raw API key
+//! (use [`fingerprint`](crate::fingerprint) instead) does not put the key on disk.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -11,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use seawall_core::FailureClass;
+use seawall_core::{FailureClass, redact};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::time::Timestamp;
@@ -376,6 +381,22 @@ impl<W: Write> BatchWriter<'_, W> {
     }
 }
 
+/// Redacts the text of a record that came from a request (off the call path: the writer
+/// thread does it).
+fn redact_record(r: &mut SpendRecord) {
+    fn redact_arc(s: &mut Arc<str>) {
+        if let std::borrow::Cow::Owned(clean) = redact(s) {
+            *s = clean.into();
+        }
+    }
+    for (_, key) in &mut r.keys {
+        redact_arc(key);
+    }
+    if let Some(model) = &mut r.model {
+        redact_arc(model);
+    }
+}
+
 fn write_loop<W: Write>(rx: Receiver<Msg>, out: W, stats: &SinkStats) {
     let mut w = BatchWriter {
         out,
@@ -388,7 +409,8 @@ fn write_loop<W: Write>(rx: Receiver<Msg>, out: W, stats: &SinkStats) {
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Record(r) => {
+                Msg::Record(mut r) => {
+                    redact_record(&mut r);
                     w.push(&r);
                     if w.batch.len() >= MAX_BATCH {
                         let _ = w.write_out();
@@ -444,6 +466,28 @@ mod tests {
             assert_eq!(AttemptOutcome::parse(o.as_str()), Some(o));
         }
         assert!(serde_json::from_str::<AttemptOutcome>(r#""nope""#).is_err());
+    }
+
+    #[test]
+    fn jsonl_ledger_redacts_credentials_in_keys_and_model() {
+        let gate = Gate::default();
+        gate.0.0.lock().unwrap().open = true;
+        let sink = JsonlSink::from_writer(gate.clone(), 8).unwrap();
+        let mut r = record(1);
+        r.keys = vec![
+            ("tenant".into(), "acme".into()),
+            ("api-key".into(), "Bearer sk-proj-ledgerSecret0123".into()),
+        ];
+        r.model = Some("gpt-4o?key=AIzaSyLedgerSecret0123456789abcdefghij".into());
+        sink.record(r);
+        sink.flush().unwrap();
+        let text = String::from_utf8(gate.0.0.lock().unwrap().data.clone()).unwrap();
+        assert!(
+            !text.contains("ledgerSecret") && !text.contains("LedgerSecret"),
+            "{text}"
+        );
+        assert!(text.contains(r#""tenant":"acme""#), "{text}");
+        assert!(text.contains("[REDACTED]"), "{text}");
     }
 
     /// A writer that blocks until released, to stand for a stalled disk.

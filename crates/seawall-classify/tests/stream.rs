@@ -328,7 +328,8 @@ async fn transport_error_mid_stream() {
     let err = err.unwrap();
     assert_eq!(err.class(), FailureClass::StreamInterrupted);
     assert_eq!(err.request_id(), Some("req_t"));
-    let io = std::error::Error::source(&err)
+    let io = err
+        .source_ref()
         .unwrap()
         .downcast_ref::<io::Error>()
         .unwrap();

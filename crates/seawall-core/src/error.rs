@@ -5,15 +5,26 @@
 //! is there for the next layer and for the human reading the log. The error is boxed, so a
 //! `Result<Response, LlmError>` stays one pointer wide on the success path.
 //!
-//! Credentials never reach `Display` or `Debug`: messages are length-bounded and passed through
-//! [`redact`] when the error is built, and the source error is only shown redacted.
+//! Credentials never reach `Display`, `Debug` or the `source()` chain: messages are
+//! length-bounded and passed through [`redact`] when the error is built, and `source()` hands
+//! reporters (`{:#}` chains, tracing's error fields) a redacted copy of the underlying errors,
+//! while [`LlmError::source_ref`] keeps the originals for downcasting.
+//!
+//! [`redact`] is a `regex`, not a hand-written scanner. Credentials come in many shapes
+//! (`Authorization: Bearer ...`, `"x-api-key": "..."`, `?key=AIza...`, `user:pass@host`,
+//! provider key prefixes, JWTs), and a list of patterns states each of them in one line where
+//! a scanner grows a branch, and an edge case, per shape. The `regex` crate also guarantees
+//! what a scanner has to be proven to do: matching in time linear in the input (it has no
+//! backtracking), and no panic on any input. The pattern is compiled once per process.
 
 use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use http::StatusCode;
+use regex::Regex;
 
 use crate::class::FailureClass;
 use crate::ratelimit::RateLimitSnapshot;
@@ -101,6 +112,8 @@ struct Inner {
     attempts: Vec<Attempt>,
     give_up: Option<GiveUp>,
     source: Option<BoxError>,
+    /// The source chain as `source()` shows it, redacted; built on first use.
+    shown_source: OnceLock<RedactedSource>,
 }
 
 fn bounded(s: &str) -> Box<str> {
@@ -146,6 +159,7 @@ impl LlmError {
                 attempts: Vec::new(),
                 give_up: None,
                 source: None,
+                shown_source: OnceLock::new(),
             }),
         }
     }
@@ -208,6 +222,7 @@ impl LlmError {
     /// Keeps the underlying error (a transport error, say) as the source.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.inner.source = Some(source.into());
+        self.inner.shown_source = OnceLock::new();
         self
     }
 
@@ -296,8 +311,9 @@ impl LlmError {
         self.inner.give_up = Some(reason);
     }
 
-    /// The underlying error, for downcasting (its own text is not redacted: seawall shows it
-    /// only through `Display`/`Debug` of this error, which redact it).
+    /// The underlying error itself, for downcasting. Its own text is not redacted: print
+    /// this error, or walk its [`source`](StdError::source) chain, which is the redacted
+    /// view of the same errors.
     pub fn source_ref(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
         self.inner.source.as_deref()
     }
@@ -352,17 +368,66 @@ impl fmt::Display for LlmError {
     }
 }
 
-struct RedactedChain<'a>(&'a (dyn StdError + 'static));
+/// How many errors of a source chain are shown; a longer chain is cut (and a cyclic one
+/// ends).
+const MAX_CHAIN: usize = 16;
 
-impl fmt::Debug for RedactedChain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut list = f.debug_list();
-        let mut next: Option<&(dyn StdError + 'static)> = Some(self.0);
-        while let Some(e) = next {
-            list.entry(&redact(&e.to_string()));
-            next = e.source();
+/// A source chain as the world sees it: each error's `Display` text, redacted and bounded
+/// like a message, with `source()` leading to the next one.
+///
+/// `source()` hands out a reference, so the redacted chain must live somewhere: it is built
+/// once, when first asked for, and kept next to the original (which stays available to
+/// [`LlmError::source_ref`] for downcasting).
+struct RedactedSource {
+    text: Box<str>,
+    next: Option<Box<RedactedSource>>,
+}
+
+impl RedactedSource {
+    /// The redacted chain from `error` on, `depth` links already shown before it.
+    fn of(error: &(dyn StdError + 'static), depth: usize) -> Self {
+        RedactedSource {
+            text: bounded(&error.to_string()),
+            next: error
+                .source()
+                .filter(|_| depth + 1 < MAX_CHAIN)
+                .map(|next| Box::new(RedactedSource::of(next, depth + 1))),
         }
-        list.finish()
+    }
+
+    fn links(&self) -> impl Iterator<Item = &RedactedSource> {
+        std::iter::successors(Some(self), |s| s.next.as_deref())
+    }
+}
+
+impl fmt::Display for RedactedSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for RedactedSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.links().map(|s| &s.text))
+            .finish()
+    }
+}
+
+impl StdError for RedactedSource {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.next.as_deref().map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+impl LlmError {
+    fn shown_source(&self) -> Option<&RedactedSource> {
+        let source = self.inner.source.as_deref()?;
+        Some(
+            self.inner
+                .shown_source
+                .get_or_init(|| RedactedSource::of(source, 0)),
+        )
     }
 }
 
@@ -385,109 +450,105 @@ impl fmt::Debug for LlmError {
         if let Some(g) = i.give_up {
             d.field("give_up", &g);
         }
-        if let Some(s) = &i.source {
-            let s: &(dyn StdError + 'static) = &**s;
-            d.field("source", &RedactedChain(s));
+        if let Some(s) = self.shown_source() {
+            d.field("source", s);
         }
         d.finish()
     }
 }
 
+/// The source is the redacted view of the underlying error and its own sources, so error
+/// reporters that walk the chain (`anyhow`'s `{:#}`, tracing's error fields) print no
+/// credential. [`LlmError::source_ref`] gives the underlying error for downcasting.
 impl StdError for LlmError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.inner
-            .source
-            .as_deref()
-            .map(|e| e as &(dyn StdError + 'static))
+        self.shown_source().map(|s| s as &(dyn StdError + 'static))
     }
 }
 
-/// Markers after which a secret follows, matched case-insensitively.
-const SECRET_MARKERS: &[&str] = &[
-    "bearer ",
-    "authorization:",
-    "authorization=",
-    "x-api-key:",
-    "x-api-key=",
-    "api-key:",
-    "api-key=",
-    "api_key=",
-    "apikey=",
-    "access_token=",
-    "key=",
-];
+/// What a credential is replaced with.
+const REDACTED: &str = "[REDACTED]";
 
-fn is_token_byte(b: u8) -> bool {
-    !(b.is_ascii_whitespace() || matches!(b, b'&' | b'"' | b'\'' | b',' | b';' | b')' | b'>'))
+/// A character of a credential value: anything but whitespace, a quote, a backslash (an
+/// escaped quote) or a delimiter of queries, lists, JSON and markup.
+const VALUE_CHAR: &str = r#"[^\s"'\\&,;<>()\[\]{}]"#;
+
+/// The shapes of credentials. Each alternative has exactly one capture group: the secret
+/// itself, so the words around it (`Authorization: Bearer`, `?key=`) stay readable.
+fn secret_shapes() -> String {
+    [
+        // `name: value`, `name=value`, `"name": "value"` in headers, queries, JSON and env
+        // assignments, with an optional auth scheme before the value. The name is one of the
+        // words below, alone or as the last part of a `-`/`_` compound (`x-api-key`,
+        // `OPENAI_API_KEY`, `client_secret`, `access_token`), so `monkey=` or `max_tokens:`
+        // do not match.
+        &*format!(
+            r#"(?i)(?-u:\b)(?:[a-z0-9]+[-_])*(?:apikey|key|secret|password|passwd|token|authorization|auth|sig|signature|credentials?)\\?["']?\s*[:=]\s*\\?["']?\s*(?:(?:bearer|basic|token|digest)\s+)?({VALUE_CHAR}+)"#
+        ),
+        // A bare bearer token, and a Basic credential (base64, written `Basic` as the scheme).
+        &*format!(r"(?i:(?-u:\b)bearer)\s+({VALUE_CHAR}+)"),
+        r"(?-u:\b)Basic\s+([A-Za-z0-9+/]{8,}={0,2})",
+        // The user and password of a URL: `https://user:pass@host`.
+        r"(?i)(?-u:\b)[a-z][a-z0-9+.-]*://([^\s/?#@]+)@",
+        // Keys recognisable by their shape wherever they appear: OpenAI and Anthropic
+        // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Google
+        // (`AIza`), AWS access key ids, and JWTs (`eyJ...`, as bearer tokens often are).
+        &*format!(r"(?-u:\b)(?i:sk-)({VALUE_CHAR}{{6,}})"),
+        r"(?-u:\b)((?:gsk_|xai-|hf_|gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,})",
+        r"(AIza[0-9A-Za-z_-]{20,})",
+        r"(?-u:\b)(AKIA[0-9A-Z]{16})",
+        r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
+    ]
+    .iter()
+    // A group per alternative keeps its flags (`(?i)`) to itself.
+    .map(|shape| format!("(?:{shape})"))
+    .collect::<Vec<_>>()
+    .join("|")
 }
 
-/// Replaces credentials in `text` with `[REDACTED]`: OpenAI / Anthropic style keys (`sk-...`),
-/// bearer tokens, and `api-key` / `key` / `access_token` header or query values.
+fn secrets() -> &'static Regex {
+    static SECRETS: LazyLock<Regex> = LazyLock::new(|| {
+        // The pattern is a constant of this crate: `secret_patterns_compile` checks it.
+        Regex::new(&secret_shapes()).unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
+    });
+    &SECRETS
+}
+
+/// Replaces credentials in `text` with `[REDACTED]`: API keys of the usual shapes (`sk-...`,
+/// `AIza...`, JWTs, ...), bearer and Basic credentials, the values of `api-key`, `key`,
+/// `token`, `secret`, `password` and `authorization` in headers, query strings and JSON, and
+/// the user and password of URLs.
+///
+/// It runs in time linear in the length of `text` and never panics. Text without a
+/// credential is returned borrowed.
 ///
 /// ```
 /// use seawall_core::redact;
 /// let s = redact("Incorrect API key provided: sk-proj-abcdef123456. See https://x/?api-key=s3cr3t&v=1");
 /// assert!(!s.contains("abcdef123456") && !s.contains("s3cr3t"));
 /// assert!(s.contains("v=1"));
+/// let s = redact(r#"{"headers": {"Authorization": "Bearer eyJhbGciOi.eyJzdWIiOi.c2ln"}}"#);
+/// assert_eq!(s, r#"{"headers": {"Authorization": "Bearer [REDACTED]"}}"#);
 /// ```
 pub fn redact(text: &str) -> Cow<'_, str> {
-    let bytes = text.as_bytes();
-    let lower = text.to_ascii_lowercase();
-    let lb = lower.as_bytes();
-    // (start, end) byte ranges to replace, in order, non-overlapping.
-    let mut cuts: Vec<(usize, usize)> = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let mut matched = None;
-        if lb[i..].starts_with(b"sk-") && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
-            let end = i
-                + 3
-                + bytes[i + 3..]
-                    .iter()
-                    .take_while(|b| is_token_byte(**b))
-                    .count();
-            if end - i >= 3 + 6 {
-                matched = Some((i + 3, end));
-            }
-        } else if let Some(m) = SECRET_MARKERS
-            .iter()
-            .find(|m| lb[i..].starts_with(m.as_bytes()))
-        {
-            let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
-            if word_start || !m.starts_with("key") {
-                let mut start = i + m.len();
-                while start < bytes.len() && bytes[start] == b' ' {
-                    start += 1;
-                }
-                let end = start
-                    + bytes[start..]
-                        .iter()
-                        .take_while(|b| is_token_byte(**b))
-                        .count();
-                if end > start {
-                    matched = Some((start, end));
-                }
-            }
-        }
-        match matched {
-            Some((s, e)) => {
-                cuts.push((s, e));
-                i = e;
-            }
-            None => i += 1,
-        }
-    }
-    if cuts.is_empty() {
+    let secrets = secrets();
+    // The common case, no credential, takes the fast matcher and allocates nothing.
+    if !secrets.is_match(text) {
         return Cow::Borrowed(text);
     }
-    let mut out = String::with_capacity(text.len());
+    let mut out = String::new();
     let mut last = 0;
-    for (s, e) in cuts {
-        // Markers are ASCII, and token ends stop at ASCII bytes or the end: both are char
-        // boundaries.
-        out.push_str(&text[last..s]);
-        out.push_str("[REDACTED]");
-        last = e;
+    for caps in secrets.captures_iter(text) {
+        // Every alternative has one group; the one that took part is the secret.
+        let Some(secret) = caps.iter().skip(1).flatten().next() else {
+            continue;
+        };
+        out.push_str(&text[last..secret.start()]);
+        out.push_str(REDACTED);
+        last = secret.end();
+    }
+    if last == 0 {
+        return Cow::Borrowed(text);
     }
     out.push_str(&text[last..]);
     Cow::Owned(out)
@@ -539,6 +600,11 @@ mod tests {
             "Rate limit reached. Please try again in 1.2s",
             "monkey=banana; task-list",
             "ask-me anything",
+            r#"{"max_tokens": 4096, "model": "gpt-4o"}"#,
+            "authentication (HTTP 401, invalid_api_key)",
+            "This model's maximum context length is 8192 tokens",
+            "Read more at https://platform.openai.com/docs/guides/error-codes",
+            "The Basic plan does not include this model",
         ] {
             assert!(matches!(redact(s), Cow::Borrowed(_)), "{s}");
         }
@@ -579,6 +645,92 @@ mod tests {
         );
     }
 
+    #[test]
+    fn secret_patterns_compile() {
+        assert!(Regex::new(&secret_shapes()).is_ok());
+    }
+
+    #[test]
+    fn redact_keeps_the_words_around_a_secret() {
+        assert_eq!(
+            redact("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig"),
+            "Authorization: Bearer [REDACTED]"
+        );
+        assert_eq!(
+            redact("authorization: Basic dXNlcjpwYXNzd29yZA=="),
+            "authorization: Basic [REDACTED]"
+        );
+        assert_eq!(
+            redact(r#"{"x-api-key": "abc123def456", "model": "claude"}"#),
+            r#"{"x-api-key": "[REDACTED]", "model": "claude"}"#
+        );
+        assert_eq!(
+            redact(
+                "GET https://bob:hunter22@proxy.example/v1?key=AIzaSyA-0123456789abcdefghijklmnopqrs&alt=sse"
+            ),
+            "GET https://[REDACTED]@proxy.example/v1?key=[REDACTED]&alt=sse"
+        );
+    }
+
+    #[derive(Debug)]
+    struct Leaky(&'static str, Option<Box<Leaky>>);
+
+    impl fmt::Display for Leaky {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl StdError for Leaky {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            self.1.as_deref().map(|s| s as &(dyn StdError + 'static))
+        }
+    }
+
+    #[test]
+    fn source_chain_is_redacted_at_every_link() {
+        let inner = Leaky("proxy said: x-api-key: sk-ant-api03-innersecret", None);
+        let outer = Leaky(
+            "connect to https://u:outersecret@h failed",
+            Some(Box::new(inner)),
+        );
+        let e = LlmError::new(FailureClass::Connect, "could not connect").with_source(outer);
+        let mut shown = Vec::new();
+        let mut next = e.source();
+        while let Some(s) = next {
+            shown.push(format!("{s} {s:?}"));
+            next = s.source();
+        }
+        assert_eq!(shown.len(), 2, "{shown:?}");
+        let all = shown.join("\n");
+        assert!(
+            !all.contains("innersecret") && !all.contains("outersecret"),
+            "{all}"
+        );
+        assert!(all.contains("proxy said: x-api-key: [REDACTED]"), "{all}");
+    }
+
+    #[test]
+    fn source_ref_still_downcasts_to_the_original() {
+        let e = LlmError::new(FailureClass::Connect, "x").with_source(Leaky("key=abcdefgh", None));
+        let original = e.source_ref().and_then(|s| s.downcast_ref::<Leaky>());
+        assert_eq!(original.map(|l| l.0), Some("key=abcdefgh"));
+        // Replacing the source replaces what `source()` shows.
+        let e = e.with_source(Leaky("second", None));
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("second"));
+    }
+
+    #[test]
+    fn a_long_source_chain_is_cut() {
+        let mut chain = Leaky("0", None);
+        for _ in 0..40 {
+            chain = Leaky("link", Some(Box::new(chain)));
+        }
+        let e = LlmError::new(FailureClass::Connect, "x").with_source(chain);
+        let links = std::iter::successors(e.source(), |&s| s.source()).count();
+        assert_eq!(links, MAX_CHAIN);
+    }
+
     proptest::proptest! {
         #[test]
         fn redact_never_panics_and_removes_keys(prefix in ".{0,40}", key in "[A-Za-z0-9]{8,40}") {
@@ -586,6 +738,24 @@ mod tests {
             let out = redact(&text);
             proptest::prop_assert!(!out.contains(&key));
             let _ = bounded(&text);
+        }
+
+        #[test]
+        fn redact_never_panics_on_any_text(text in "\\PC{0,300}") {
+            let out = redact(&text);
+            proptest::prop_assert!(out.len() <= text.len() + REDACTED.len() * (text.len() / 2 + 1));
+        }
+
+        #[test]
+        fn redact_removes_header_values_in_any_surroundings(
+            prefix in "[ -~]{0,30}",
+            name in "(Authorization: (Bearer|Basic) |x-api-key: |\"api_key\": \"|api-key=|\\?key=)",
+            secret in "[A-Za-z0-9]{12,40}",
+            suffix in "([\"&,; \n][ -~]{0,30})?",
+        ) {
+            let text = format!("{prefix} {name}{secret}{suffix}");
+            let out = redact(&text);
+            proptest::prop_assert!(!out.contains(&secret), "{} -> {}", text, out);
         }
     }
 }
