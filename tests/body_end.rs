@@ -26,6 +26,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use seawall::breaker::{CircuitBreakerLayer, State};
 use seawall::budget::{Budget, CostBudgetLayer, Price, PriceTable, Settlement, Usd};
+use seawall::classify::ClassifyLayer;
 use seawall::core::BoxError;
 use seawall::gate::{Adaptive, ConcurrencyGateLayer};
 use seawall::observe::{CallOutcome, CallRecord, ObserveLayer};
@@ -48,8 +49,12 @@ struct Chunks(VecDeque<Bytes>);
 
 impl Chunks {
     fn new() -> Self {
+        Self::of(&CHUNKS)
+    }
+
+    fn of(chunks: &[&'static str]) -> Self {
         Chunks(
-            CHUNKS
+            chunks
                 .iter()
                 .map(|c| Bytes::from_static(c.as_bytes()))
                 .collect(),
@@ -163,6 +168,11 @@ where
 
 /// Sends [`ask`] with hyper's HTTP/1 client and reads the whole answer.
 async fn fetch(addr: SocketAddr) -> Bytes {
+    try_fetch(addr).await.unwrap()
+}
+
+/// Sends [`ask`] with hyper's HTTP/1 client and reads the answer, or the error that cut it.
+async fn try_fetch(addr: SocketAddr) -> Result<Bytes, hyper::Error> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -171,10 +181,9 @@ async fn fetch(addr: SocketAddr) -> Bytes {
     let (parts, body) = ask().into_parts();
     let resp = sender
         .send_request(http::Request::from_parts(parts, Full::new(body)))
-        .await
-        .unwrap();
+        .await?;
     assert_eq!(resp.status(), http::StatusCode::OK);
-    resp.into_body().collect().await.unwrap().to_bytes()
+    Ok(resp.into_body().collect().await?.to_bytes())
 }
 
 fn whole_stream() -> Bytes {
@@ -324,4 +333,56 @@ async fn a_call_dropped_before_its_head_is_recorded_with_the_cost_the_budget_cha
     let record = records.recv().await.unwrap();
     assert_eq!(record.outcome, CallOutcome::Cancelled, "{record:?}");
     assert_eq!(record.cost_usd, Some(charged.as_f64()), "{record:?}");
+}
+
+#[tokio::test]
+async fn a_json_answer_of_known_length_through_the_classifier_is_recorded_as_a_success() {
+    const ANSWER: &str = r#"{"id":"c1","model":"gpt-4o-mini","choices":[{"message":{"content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#;
+    let (tx, mut records) = mpsc::unbounded_channel();
+    // `Full` has an exact size hint, so hyper sends a content-length and stops after the
+    // last byte, whether or not the body said it had ended.
+    let svc = ServiceBuilder::new()
+        .layer(observe(tx))
+        .layer(ClassifyLayer::default())
+        .service_fn(|_: http::Request<Bytes>| async {
+            let resp = http::Response::builder()
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from_static(ANSWER.as_bytes())))
+                .unwrap();
+            Ok::<_, LlmError>(resp)
+        });
+    let addr = serve(svc).await;
+
+    assert_eq!(fetch(addr).await, ANSWER);
+
+    let record = records.recv().await.unwrap();
+    assert_eq!(record.outcome, CallOutcome::Success, "{record:?}");
+    assert_eq!(record.usage.map(|u| u.total()), Some(7), "{record:?}");
+}
+
+#[tokio::test]
+async fn a_stream_without_its_finish_marker_still_fails_when_its_body_reports_the_end() {
+    let (tx, mut records) = mpsc::unbounded_channel();
+    let svc = ServiceBuilder::new()
+        .layer(observe(tx))
+        .layer(ClassifyLayer::default())
+        .service_fn(|_: http::Request<Bytes>| async {
+            let resp = http::Response::builder()
+                .header(http::header::CONTENT_TYPE, "text/event-stream")
+                .body(Chunks::of(&CHUNKS[..2]))
+                .unwrap();
+            Ok::<_, LlmError>(resp)
+        });
+    let addr = serve(svc).await;
+
+    // hyper polls once more for the classifier's error, and cuts the answer short.
+    assert!(try_fetch(addr).await.is_err());
+
+    let record = records.recv().await.unwrap();
+    assert_eq!(record.outcome, CallOutcome::Interrupted, "{record:?}");
+    assert_eq!(
+        record.class,
+        Some(FailureClass::StreamInterrupted),
+        "{record:?}"
+    );
 }
