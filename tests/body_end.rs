@@ -6,9 +6,11 @@
 //! hyper client; the upstream body reports its end right after its last frame, as hyper's own
 //! bodies and `Full` do. The layer must then treat the call as complete, not as cancelled.
 //!
-//! The last tests check the order in which nested hooks fire when a call is cancelled: the
-//! budget layer settles (and writes the cost into the call context) before the observe layer
-//! makes its record.
+//! Two tests check the order in which nested hooks fire when a call is cancelled: the budget
+//! layer settles (and writes the cost into the call context) before the observe layer makes
+//! its record. Two more put the classifier under the hooks: a JSON answer of known length,
+//! which hyper stops reading at its last byte, still completes, and a stream without its
+//! finish marker still fails.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -20,7 +22,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -75,10 +77,6 @@ impl Body for Chunks {
 
     fn is_end_stream(&self) -> bool {
         self.0.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
 

@@ -11,8 +11,8 @@
 //! - [`Outcome::Complete`] as soon as the inner body has nothing more to give: an empty body
 //!   when the hook is attached; after a frame, if the inner body then reports
 //!   [`is_end_stream`](Body::is_end_stream); after a trailers frame, which finalizes the
-//!   exchange; or when `poll_frame` returns `None`. The early checks matter because hyper,
-//!   like most consumers, stops polling (and drops the body) once `is_end_stream` is true or
+//!   exchange; or when `poll_frame` returns `None`. The early checks matter because hyper
+//!   stops polling (and drops the body) once `is_end_stream` is true after a frame or
 //!   trailers were sent, so a hook that waited for `None` would see a finished call as a
 //!   dropped one: a healthy half-open probe would count as a cancellation, an adaptive limit
 //!   would never grow, and a completed call would be released as abandoned.
@@ -22,7 +22,10 @@
 //! The remaining length of [`size_hint`](Body::size_hint) is not taken as the end: a body
 //! that has delivered all its bytes may still fail at its end (a stream without its finish
 //! marker), so only `is_end_stream`, trailers and `None` count. A body that knows it is done
-//! should say so through `is_end_stream`; this one passes both hints through unchanged.
+//! should say so through `is_end_stream` (the classifying body does as soon as its own inner
+//! body does and the end checks out); otherwise hyper, which sends a `content-length` from an
+//! exact size hint, stops after the last byte and the hook sees a drop. This body passes both
+//! hints through unchanged.
 //!
 //! Hooks nest: each layer wraps the body the layer below returned, so the innermost hook
 //! belongs to the layer nearest the transport. They fire inner first, also when the body is
@@ -567,6 +570,91 @@ mod tests {
             inner.on_complete(move |_: Completion<'_>| outer_order.lock().unwrap().push("outer"));
         drop(outer);
         assert_eq!(*order.lock().unwrap(), ["inner", "outer"]);
+    }
+
+    /// Scripted frames that, like hyper's own bodies, may report their end as soon as the last
+    /// one is out.
+    struct Script {
+        frames: std::collections::VecDeque<Result<Frame<Bytes>, LlmError>>,
+        reports_end: bool,
+    }
+
+    impl Body for Script {
+        type Data = Bytes;
+        type Error = LlmError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
+            Poll::Ready(self.frames.pop_front())
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.reports_end && self.frames.is_empty()
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Data,
+        Trailers,
+        Error,
+    }
+
+    proptest::proptest! {
+        /// However far a consumer reads before it drops the body, the hook fires exactly once,
+        /// with the first end it could have seen: an error, trailers, a frame after which the
+        /// body reported its end, `None`, or else the drop.
+        #[test]
+        fn the_hook_fires_once_with_the_first_end_the_consumer_could_see(
+            steps in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(Step::Data),
+                    proptest::strategy::Just(Step::Trailers),
+                    proptest::strategy::Just(Step::Error),
+                ],
+                0..6,
+            ),
+            reports_end in proptest::bool::ANY,
+            polls in 0usize..8,
+        ) {
+            let log = Log::default();
+            let frames = steps
+                .iter()
+                .map(|s| match s {
+                    Step::Data => Ok(Frame::data(Bytes::from_static(b"x"))),
+                    Step::Trailers => Ok(Frame::trailers(http::HeaderMap::new())),
+                    Step::Error => Err(LlmError::new(crate::FailureClass::StreamInterrupted, "cut")),
+                })
+                .collect();
+            let body = Response::new(Script { frames, reports_end })
+                .on_complete(hook(&log))
+                .into_body();
+            let mut body = Box::pin(body);
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let mut expected = if reports_end && steps.is_empty() { "complete" } else { "dropped" };
+            for i in 0..polls {
+                let Poll::Ready(frame) = body.as_mut().poll_frame(&mut cx) else {
+                    proptest::prop_assert!(false, "a scripted body is always ready");
+                    return Ok(());
+                };
+                if expected == "dropped" {
+                    expected = match frame {
+                        None => "complete",
+                        Some(Err(_)) => "failed",
+                        Some(Ok(f)) if f.is_trailers() => "complete",
+                        Some(Ok(_)) if reports_end && i + 1 == steps.len() => "complete",
+                        Some(Ok(_)) => "dropped",
+                    };
+                }
+            }
+            proptest::prop_assert!(log.lock().unwrap().len() <= 1);
+            drop(body);
+            let log = log.lock().unwrap();
+            proptest::prop_assert_eq!(log.len(), 1, "{:?}", *log);
+            proptest::prop_assert!(log[0].starts_with(expected), "{:?} != {}", *log, expected);
+        }
     }
 
     fn futures_like(
