@@ -83,7 +83,7 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
-        let this = self.project();
+        let mut this = self.project();
         if let Some(err) = this.pending.take() {
             *this.done = true;
             return Poll::Ready(Some(Err(err)));
@@ -91,10 +91,16 @@ where
         if *this.done {
             return Poll::Ready(None);
         }
-        match ready!(this.inner.poll_frame(cx)) {
+        match ready!(this.inner.as_mut().poll_frame(cx)) {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
                     *this.pending = this.parser.feed(data, this.report);
+                }
+                // The inner body says it has ended: check the end now, since a consumer
+                // such as hyper stops polling once `is_end_stream` is true.
+                if this.pending.is_none() && this.inner.is_end_stream() {
+                    *this.done = true;
+                    *this.pending = this.parser.eof(this.report);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -110,7 +116,8 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        // Only once the end was observed: the parser must see it to check the finish marker.
+        // Only once the end was observed (a `None`, or the inner body's own end after a frame):
+        // the parser must see it to check the finish marker.
         self.done && self.pending.is_none()
     }
 

@@ -2,11 +2,36 @@
 //!
 //! For an LLM the response head is not the end of the call: a stream runs for seconds or
 //! minutes after it, and its usage arrives in the last chunk. Permits, budget reservations and
-//! half-open probe slots must be held until the body ends or is dropped (DESIGN.md, streaming).
-//! So every layer that holds something attaches an [`OnComplete`] hook with
-//! [`LlmResponse::on_complete`]; for HTTP responses this wraps the body in a [`HookedBody`] that
-//! fires the hook exactly once: at the end of the body, at its first error, or when it is
-//! dropped.
+//! half-open probe slots must be held until the body ends or is dropped. So every layer that
+//! holds something attaches an [`OnComplete`] hook with [`LlmResponse::on_complete`]; for HTTP
+//! responses this wraps the body in a [`HookedBody`] that fires the hook exactly once.
+//!
+//! # When the hook fires, and with which [`Outcome`]
+//!
+//! - [`Outcome::Complete`] as soon as the inner body has nothing more to give: an empty body
+//!   when the hook is attached; after a frame, if the inner body then reports
+//!   [`is_end_stream`](Body::is_end_stream); after a trailers frame, which finalizes the
+//!   exchange; or when `poll_frame` returns `None`. The early checks matter because hyper
+//!   stops polling (and drops the body) once `is_end_stream` is true after a frame or
+//!   trailers were sent, so a hook that waited for `None` would see a finished call as a
+//!   dropped one: a healthy half-open probe would count as a cancellation, an adaptive limit
+//!   would never grow, and a completed call would be released as abandoned.
+//! - [`Outcome::Failed`] at the first error the body yields.
+//! - [`Outcome::Dropped`] when the body is dropped before any of these.
+//!
+//! The remaining length of [`size_hint`](Body::size_hint) is not taken as the end: a body
+//! that has delivered all its bytes may still fail at its end (a stream without its finish
+//! marker), so only `is_end_stream`, trailers and `None` count. A body that knows it is done
+//! should say so through `is_end_stream` (the classifying body does as soon as its own inner
+//! body does and the end checks out); otherwise hyper, which sends a `content-length` from an
+//! exact size hint, stops after the last byte and the hook sees a drop. This body passes both
+//! hints through unchanged.
+//!
+//! Hooks nest: each layer wraps the body the layer below returned, so the innermost hook
+//! belongs to the layer nearest the transport. They fire inner first, also when the body is
+//! dropped: the inner body is dropped before the outer hook runs, so an outer hook (the
+//! observe layer's record) sees what the inner ones wrote into the shared call context (the
+//! cost the budget layer charged).
 //!
 //! Usage and stream facts are parsed once, by the classifying body next to the transport, into
 //! a shared [`BodyReport`] in the response extensions; the hooks of the outer layers read it.
@@ -319,19 +344,16 @@ where
     fn on_complete<G: OnComplete>(self, hook: G) -> Self::Hooked<G> {
         let report = self.body_report().cloned();
         let usage = self.extensions().get::<Usage>().copied();
-        // An empty body may never be polled (hyper checks `is_end_stream` first): it is done.
-        let hook = if self.body().is_end_stream() {
-            fire(hook, Outcome::Complete, report.as_deref(), usage);
-            None
-        } else {
-            Some(hook)
-        };
-        self.map(|inner| HookedBody {
-            inner,
-            hook,
+        let mut hook = Hook {
+            hook: Some(hook),
             report,
             usage,
-        })
+        };
+        // An empty body may never be polled (hyper checks `is_end_stream` first): it is done.
+        if self.body().is_end_stream() {
+            hook.fire(Outcome::Complete);
+        }
+        self.map(|inner| HookedBody { inner, hook })
     }
 }
 
@@ -346,22 +368,35 @@ pub fn as_llm_error<'a>(err: &'a (dyn Any + 'static)) -> Option<&'a LlmError> {
 pin_project_lite::pin_project! {
     /// A body that runs its hook once, when the inner body ends, fails, or is dropped.
     ///
-    /// The hook bound sits on the struct because the hook runs from `Drop`.
+    /// See the [module docs](self) for when each [`Outcome`] fires. The hook bound sits on the
+    /// struct because the hook runs from `Drop`.
     pub struct HookedBody<B, G: OnComplete> {
+        // Fields drop in declaration order: the inner body (and the hooks inside it) goes
+        // first, then `hook` fires `Dropped` if nothing else fired it.
         #[pin]
         inner: B,
-        hook: Option<G>,
-        report: Option<Arc<BodyReport>>,
-        usage: Option<crate::response::Usage>,
+        hook: Hook<G>,
     }
+}
 
-    impl<B, G: OnComplete> PinnedDrop for HookedBody<B, G> {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            if let Some(hook) = this.hook.take() {
-                fire(hook, Outcome::Dropped, this.report.as_deref(), *this.usage);
-            }
+/// The pending hook and what it will be told; fires `Dropped` if dropped unfired.
+struct Hook<G: OnComplete> {
+    hook: Option<G>,
+    report: Option<Arc<BodyReport>>,
+    usage: Option<Usage>,
+}
+
+impl<G: OnComplete> Hook<G> {
+    fn fire(&mut self, outcome: Outcome<'_>) {
+        if let Some(hook) = self.hook.take() {
+            fire(hook, outcome, self.report.as_deref(), self.usage);
         }
+    }
+}
+
+impl<G: OnComplete> Drop for Hook<G> {
+    fn drop(&mut self) {
+        self.fire(Outcome::Dropped);
     }
 }
 
@@ -389,7 +424,7 @@ impl<B, G: OnComplete> HookedBody<B, G> {
 impl<B, G: OnComplete> std::fmt::Debug for HookedBody<B, G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HookedBody")
-            .field("pending", &self.hook.is_some())
+            .field("pending", &self.hook.hook.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -407,26 +442,19 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let polled = ready!(this.inner.poll_frame(cx));
+        let mut this = self.project();
+        let polled = ready!(this.inner.as_mut().poll_frame(cx));
         match &polled {
-            None => {
-                if let Some(hook) = this.hook.take() {
-                    fire(hook, Outcome::Complete, this.report.as_deref(), *this.usage);
+            Some(Ok(frame)) => {
+                if frame.is_trailers() || this.inner.is_end_stream() {
+                    this.hook.fire(Outcome::Complete);
                 }
             }
             Some(Err(e)) => {
-                if let Some(hook) = this.hook.take() {
-                    let e: &(dyn Any + 'static) = e;
-                    fire(
-                        hook,
-                        Outcome::Failed(as_llm_error(e)),
-                        this.report.as_deref(),
-                        *this.usage,
-                    );
-                }
+                let e: &(dyn Any + 'static) = e;
+                this.hook.fire(Outcome::Failed(as_llm_error(e)));
             }
-            Some(Ok(_)) => {}
+            None => this.hook.fire(Outcome::Complete),
         }
         Poll::Ready(polled)
     }
@@ -501,6 +529,132 @@ mod tests {
         assert!(body.frame().await.unwrap().is_err());
         drop(body);
         assert_eq!(*log.lock().unwrap(), ["failed:stream_interrupted:None"]);
+    }
+
+    #[tokio::test]
+    async fn fires_complete_when_inner_reports_end_after_its_last_frame() {
+        let log = Log::default();
+        // `Full` reports `is_end_stream` as soon as its one frame is out; hyper then stops.
+        let resp = Response::new(Full::new(Bytes::from_static(b"hello"))).on_complete(hook(&log));
+        let mut body = resp.into_body();
+        assert!(body.frame().await.unwrap().unwrap().is_data());
+        assert!(body.is_end_stream());
+        assert_eq!(*log.lock().unwrap(), ["complete:None"]);
+        drop(body);
+        assert_eq!(*log.lock().unwrap(), ["complete:None"]);
+    }
+
+    #[tokio::test]
+    async fn fires_complete_after_trailers_and_not_after_a_middle_frame() {
+        let log = Log::default();
+        let body = futures_like(vec![
+            Ok(Frame::data(Bytes::from_static(b"a"))),
+            Ok(Frame::trailers(http::HeaderMap::new())),
+        ]);
+        let mut body = Response::new(body).on_complete(hook(&log)).into_body();
+        assert!(body.frame().await.unwrap().is_ok());
+        assert!(log.lock().unwrap().is_empty());
+        assert!(body.frame().await.unwrap().unwrap().is_trailers());
+        drop(body);
+        assert_eq!(*log.lock().unwrap(), ["complete:None"]);
+    }
+
+    #[tokio::test]
+    async fn dropping_drops_the_inner_body_before_firing_the_hook() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (inner_order, outer_order) = (order.clone(), order.clone());
+        let body = futures_like(vec![Ok(Frame::data(Bytes::from_static(b"a")))]);
+        let inner = Response::new(body)
+            .on_complete(move |_: Completion<'_>| inner_order.lock().unwrap().push("inner"));
+        let outer =
+            inner.on_complete(move |_: Completion<'_>| outer_order.lock().unwrap().push("outer"));
+        drop(outer);
+        assert_eq!(*order.lock().unwrap(), ["inner", "outer"]);
+    }
+
+    /// Scripted frames that, like hyper's own bodies, may report their end as soon as the last
+    /// one is out.
+    struct Script {
+        frames: std::collections::VecDeque<Result<Frame<Bytes>, LlmError>>,
+        reports_end: bool,
+    }
+
+    impl Body for Script {
+        type Data = Bytes;
+        type Error = LlmError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
+            Poll::Ready(self.frames.pop_front())
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.reports_end && self.frames.is_empty()
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Data,
+        Trailers,
+        Error,
+    }
+
+    proptest::proptest! {
+        /// However far a consumer reads before it drops the body, the hook fires exactly once,
+        /// with the first end it could have seen: an error, trailers, a frame after which the
+        /// body reported its end, `None`, or else the drop.
+        #[test]
+        fn the_hook_fires_once_with_the_first_end_the_consumer_could_see(
+            steps in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(Step::Data),
+                    proptest::strategy::Just(Step::Trailers),
+                    proptest::strategy::Just(Step::Error),
+                ],
+                0..6,
+            ),
+            reports_end in proptest::bool::ANY,
+            polls in 0usize..8,
+        ) {
+            let log = Log::default();
+            let frames = steps
+                .iter()
+                .map(|s| match s {
+                    Step::Data => Ok(Frame::data(Bytes::from_static(b"x"))),
+                    Step::Trailers => Ok(Frame::trailers(http::HeaderMap::new())),
+                    Step::Error => Err(LlmError::new(crate::FailureClass::StreamInterrupted, "cut")),
+                })
+                .collect();
+            let body = Response::new(Script { frames, reports_end })
+                .on_complete(hook(&log))
+                .into_body();
+            let mut body = Box::pin(body);
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let mut expected = if reports_end && steps.is_empty() { "complete" } else { "dropped" };
+            for i in 0..polls {
+                let Poll::Ready(frame) = body.as_mut().poll_frame(&mut cx) else {
+                    proptest::prop_assert!(false, "a scripted body is always ready");
+                    return Ok(());
+                };
+                if expected == "dropped" {
+                    expected = match frame {
+                        None => "complete",
+                        Some(Err(_)) => "failed",
+                        Some(Ok(f)) if f.is_trailers() => "complete",
+                        Some(Ok(_)) if reports_end && i + 1 == steps.len() => "complete",
+                        Some(Ok(_)) => "dropped",
+                    };
+                }
+            }
+            proptest::prop_assert!(log.lock().unwrap().len() <= 1);
+            drop(body);
+            let log = log.lock().unwrap();
+            proptest::prop_assert_eq!(log.len(), 1, "{:?}", *log);
+            proptest::prop_assert!(log[0].starts_with(expected), "{:?} != {}", *log, expected);
+        }
     }
 
     fn futures_like(

@@ -166,17 +166,22 @@ fn request_id(headers: Option<&http::HeaderMap>) -> Option<String> {
 pin_project_lite::pin_project! {
     /// Response future of [`Observe`](crate::Observe).
     pub struct ResponseFuture<F> {
+        // Fields drop in declaration order: the inner future (and the guards of the layers
+        // inside it, which write their part of the call facts) goes before the record is made.
         #[pin]
         inner: F,
-        pending: Option<Pending>,
+        pending: Unfinished,
     }
+}
 
-    impl<F> PinnedDrop for ResponseFuture<F> {
-        fn drop(this: Pin<&mut Self>) {
-            // The caller went away before the response head: still one record.
-            if let Some(p) = this.project().pending.take() {
-                p.finish(Head::default(), CallOutcome::Cancelled, None);
-            }
+/// The call's record until the response head arrives. Dropped before that, the caller went
+/// away: still one record, a cancellation.
+struct Unfinished(Option<Pending>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.finish(Head::default(), CallOutcome::Cancelled, None);
         }
     }
 }
@@ -185,7 +190,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, pending: Pending) -> Self {
         ResponseFuture {
             inner,
-            pending: Some(pending),
+            pending: Unfinished(Some(pending)),
         }
     }
 }
@@ -207,10 +212,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = {
-            let _enter = this.pending.as_ref().map(|p| p.span.enter());
+            let _enter = this.pending.0.as_ref().map(|p| p.span.enter());
             ready!(this.inner.poll(cx))
         };
-        let Some(pending) = this.pending.take() else {
+        let Some(pending) = this.pending.0.take() else {
             return Poll::Ready(Err(LlmError::new(
                 FailureClass::InvalidRequest,
                 "response future polled after completion",
