@@ -2,7 +2,7 @@
 //!
 //! For an LLM the response head is not the end of the call: a stream runs for seconds or
 //! minutes after it, and its usage arrives in the last chunk. Permits, budget reservations and
-//! half-open probe slots must be held until the body ends or is dropped (DESIGN.md, streaming).
+//! half-open probe slots must be held until the body ends or is dropped (see the README on streaming).
 //! So every layer that holds something attaches an [`OnComplete`] hook with
 //! [`LlmResponse::on_complete`]; for HTTP responses this wraps the body in a [`HookedBody`] that
 //! fires the hook exactly once: at the end of the body, at its first error, or when it is
