@@ -590,3 +590,46 @@ async fn a_provider_down_falls_back_to_another_provider() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_200_holding_an_error_or_nothing_is_retried_before_the_commit_point() {
+    bounded(async {
+        for (kind, class) in [
+            (MalformedKind::Error200, FailureClass::Overloaded),
+            (MalformedKind::Empty, FailureClass::EmptyResponse),
+        ] {
+            let mock = start(Profile::default().malformed(1.0, &[kind])).await;
+            let openai = ServiceBuilder::new()
+                .layer(retry(3))
+                .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+                .layer(ClassifyLayer::default())
+                .service(mock.openai());
+            let anthropic = ServiceBuilder::new()
+                .layer(retry(3))
+                .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+                .layer(ClassifyLayer::default())
+                .service(mock.anthropic());
+            for stream in [false, true] {
+                // Nothing reached the caller: an `Err` that the retry layer retried.
+                let err = openai
+                    .clone()
+                    .oneshot(chat("gpt-4o-mini", stream, 64))
+                    .await
+                    .unwrap_err();
+                assert_eq!(err.class(), class, "{kind:?} stream={stream}");
+                assert_eq!(err.status().map(|s| s.as_u16()), Some(200));
+                assert_eq!(err.attempts().len(), 2, "{kind:?} stream={stream}");
+                let err = anthropic
+                    .clone()
+                    .oneshot(messages("claude-haiku-4-5", stream))
+                    .await
+                    .unwrap_err();
+                assert_eq!(err.class(), class, "{kind:?} stream={stream}");
+                assert_eq!(err.attempts().len(), 2, "{kind:?} stream={stream}");
+            }
+            let s = mock.upstream.stats();
+            assert_eq!((s.requests, s.malformed), (12, 12), "{kind:?}: {s:?}");
+        }
+    })
+    .await;
+}

@@ -1,6 +1,7 @@
 //! [`ClassifiedBody`]: passes a successful body through untouched while filling its
 //! [`BodyReport`].
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -17,9 +18,12 @@ pin_project_lite::pin_project! {
     /// Every frame passes through unchanged. On the way, the body fills the response's shared
     /// [`BodyReport`] (in the response extensions as `Arc<BodyReport>`): each event of real
     /// output (`record_content`), the model, the usage, the finish reason, and the finish
-    /// marker. SSE is parsed line by line across chunk boundaries, keeping only an incomplete
-    /// trailing line (at most 1 MiB); a JSON body is read through a 4 KiB head window and a
-    /// 16 KiB rolling tail window. Nothing else is buffered.
+    /// marker. SSE is parsed event by event as the spec reads it (LF, CR and CRLF line
+    /// endings, `data:` lines joined with `\n`, a leading byte order mark skipped), keeping
+    /// only an incomplete trailing line (at most 1 MiB). A JSON answer within the error-body
+    /// limit was read whole and parsed once before the response was handed on, and its frames
+    /// are replayed; a larger one is read through a 4 KiB head window and a 16 KiB rolling tail
+    /// window. Nothing else is buffered.
     ///
     /// Its errors are [`LlmError`]s:
     /// - an error event inside the stream (Anthropic `event: error`, an OpenAI chunk holding
@@ -29,6 +33,8 @@ pin_project_lite::pin_project! {
     /// - an SSE stream of a known format that ends (EOF or a transport error) without its
     ///   finish marker (`data: [DONE]`, `message_stop`, `response.completed`) yields
     ///   `StreamInterrupted` after content, or `Disconnected` before any;
+    /// - such a stream that reaches its finish marker without any content (and not at the
+    ///   token limit) yields `EmptyResponse` when it ends;
     /// - a transport error in a JSON body is classified the same way.
     pub struct ClassifiedBody<B> {
         #[pin]
@@ -37,6 +43,10 @@ pin_project_lite::pin_project! {
         parser: Parser,
         pending: Option<LlmError>,
         done: bool,
+        // Frames read (and parsed) before the response was handed on, passed on first.
+        replay: VecDeque<Frame<Bytes>>,
+        // The inner body ended while it was read ahead: it is not polled again.
+        inner_ended: bool,
     }
 }
 
@@ -48,7 +58,30 @@ impl<B> ClassifiedBody<B> {
             parser,
             pending: None,
             done: false,
+            replay: VecDeque::new(),
+            inner_ended: false,
         }
+    }
+
+    /// A body whose first frames were read ahead (and fed to `parser`): they are passed on
+    /// first, then the rest of `inner` unless it had already ended.
+    pub(crate) fn read_ahead(
+        inner: B,
+        report: Arc<BodyReport>,
+        parser: Parser,
+        replay: VecDeque<Frame<Bytes>>,
+        inner_ended: bool,
+    ) -> Self {
+        ClassifiedBody {
+            replay,
+            inner_ended,
+            ..ClassifiedBody::new(inner, report, parser)
+        }
+    }
+
+    /// Ends the body, after its replayed frames, with the error of a transport failure.
+    pub(crate) fn fail(&mut self, error: BoxError) {
+        self.pending = Some(self.parser.failed(error, &self.report));
     }
 
     /// The report this body fills (also in the response extensions).
@@ -84,12 +117,25 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
         let mut this = self.project();
+        if let Some(frame) = this.replay.pop_front() {
+            // The last replayed frame of a body that already ended: check the end now, so
+            // `is_end_stream` is true for a consumer that stops polling after this frame.
+            if this.replay.is_empty() && *this.inner_ended && this.pending.is_none() {
+                *this.done = true;
+                *this.pending = this.parser.eof(this.report);
+            }
+            return Poll::Ready(Some(Ok(frame)));
+        }
         if let Some(err) = this.pending.take() {
             *this.done = true;
             return Poll::Ready(Some(Err(err)));
         }
         if *this.done {
             return Poll::Ready(None);
+        }
+        if *this.inner_ended {
+            *this.done = true;
+            return Poll::Ready(this.parser.eof(this.report).map(Err));
         }
         match ready!(this.inner.as_mut().poll_frame(cx)) {
             Some(Ok(frame)) => {
@@ -116,12 +162,28 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        // Only once the end was observed (a `None`, or the inner body's own end after a frame):
-        // the parser must see it to check the finish marker.
-        self.done && self.pending.is_none()
+        // Only once the end was observed (a `None`, or the inner body's own end after a frame)
+        // and every read-ahead frame was passed on: the parser must see the end to check the
+        // finish marker.
+        self.done && self.pending.is_none() && self.replay.is_empty()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let held: u64 = self
+            .replay
+            .iter()
+            .filter_map(Frame::data_ref)
+            .map(|d| d.len() as u64)
+            .sum();
+        if self.inner_ended {
+            return SizeHint::with_exact(held);
+        }
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(held));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(held));
+        }
+        hint
     }
 }

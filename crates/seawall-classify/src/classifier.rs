@@ -432,12 +432,22 @@ impl Signals {
     }
 }
 
-/// The class of a failed response from its status and parsed body (DESIGN.md's table).
+/// The class of a failed response from its status and parsed body (the README's table).
 ///
-/// A 2xx status means an error event inside a successful stream: the class then comes from the
-/// body alone (unknown: `ServerError`).
+/// A 2xx status means an error object inside a successful answer (an error event in a stream,
+/// or a `200` whose JSON body is `{"error": ...}`): the class is that of the HTTP status the
+/// object names (a numeric `status` or `code` from 400 to 599), else it comes from the body's
+/// words alone (unknown: `ServerError`).
 pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
     use FailureClass::*;
+    if (200..=299).contains(&status) {
+        let named = e
+            .status()
+            .or_else(|| e.code().and_then(|c| c.parse::<u16>().ok()));
+        if let Some(named @ 400..=599) = named {
+            return class_of(named, e);
+        }
+    }
     let s = Signals::of(e);
     match status {
         // A per-window quota ("You exceeded your current quota ... Please retry in 33s") says

@@ -35,6 +35,7 @@ pub struct ProviderError {
     param: Option<String>,
     inner_code: Option<String>,
     request_id: Option<String>,
+    status: Option<u16>,
     provider: Provider,
     json: bool,
 }
@@ -52,6 +53,7 @@ impl std::fmt::Debug for ProviderError {
             .field("param", &self.param)
             .field("inner_code", &self.inner_code)
             .field("request_id", &self.request_id)
+            .field("status", &self.status)
             .field("provider", &self.provider)
             .finish()
     }
@@ -114,6 +116,10 @@ impl ProviderError {
                 e.code = err.get("code").and_then(text);
                 e.message = err.get("message").and_then(text);
                 e.param = err.get("param").and_then(text);
+                e.status = err
+                    .get("status")
+                    .and_then(Value::as_u64)
+                    .and_then(|s| u16::try_from(s).ok());
                 e.inner_code = err
                     .get("innererror")
                     .and_then(|i| i.get("code"))
@@ -178,6 +184,12 @@ impl ProviderError {
     /// Anthropic's body `request_id`.
     pub fn request_id(&self) -> Option<&str> {
         self.request_id.as_deref()
+    }
+
+    /// The HTTP status the error object names in a numeric `status` field (Azure OpenAI and
+    /// some routers put one there), which may differ from the response's own status.
+    pub fn status(&self) -> Option<u16> {
+        self.status
     }
 
     /// Which wire format the body looked like.

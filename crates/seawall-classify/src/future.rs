@@ -1,5 +1,6 @@
 //! The response future of [`Classify`](crate::Classify).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -8,19 +9,24 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{HeaderMap, Response};
-use http_body::Body;
+use http_body::{Body, Frame};
 use seawall_core::{BodyReport, BoxError, LlmError};
 use tokio::time::Instant;
 
 use crate::body::ClassifiedBody;
 use crate::classifier::{Classifier, ErrorResponse};
 use crate::hints;
-use crate::parse::Parser;
+use crate::parse::{self, Parser, Verdict};
 
 pin_project_lite::pin_project! {
     /// The future of [`Classify`](crate::Classify): waits for the response head; on success
     /// wraps the body in a [`ClassifiedBody`], on failure reads at most the error-body limit of
     /// the body, drops the rest, and returns the classified [`LlmError`].
+    ///
+    /// A successful JSON answer (not a stream) is read ahead up to the same limit before the
+    /// future resolves, so that a `200` holding an error object, or an answer without any
+    /// content, is an `Err` while nothing has reached the caller; the frames read are replayed
+    /// by the body. A larger answer passes through without being held.
     pub struct ResponseFuture<F, B, C> {
         #[pin]
         state: State<F, B>,
@@ -45,6 +51,13 @@ pin_project_lite::pin_project! {
             body: B,
             buf: Vec<u8>,
             truncated: bool,
+        },
+        ReadingAnswer {
+            head: Option<http::response::Parts>,
+            body: Option<B>,
+            report: Arc<BodyReport>,
+            frames: VecDeque<Frame<Bytes>>,
+            len: usize,
         },
         Done,
     }
@@ -75,6 +88,7 @@ impl<F, B, C> std::fmt::Debug for ResponseFuture<F, B, C> {
         let state = match self.state {
             State::Calling { .. } => "calling",
             State::Reading { .. } => "reading error body",
+            State::ReadingAnswer { .. } => "reading answer",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
@@ -99,11 +113,45 @@ fn is_sse(headers: &HeaderMap, streaming: bool) -> bool {
     }
 }
 
+/// Whether a successful body is a JSON answer worth reading ahead: a JSON content type (or
+/// none) that the body's size hint does not already put over the limit.
+fn is_small_json<B: Body>(headers: &HeaderMap, body: &B, limit: usize) -> bool {
+    let json = match headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(ct) => {
+            let essence = ct.split(';').next().unwrap_or("").trim();
+            essence.eq_ignore_ascii_case("application/json")
+                || essence.to_ascii_lowercase().ends_with("+json")
+        }
+        None => true,
+    };
+    json && body.size_hint().lower() <= limit as u64
+}
+
+/// Joins the data of frames read ahead (one frame, the usual case, is not copied).
+fn joined(frames: &VecDeque<Frame<Bytes>>) -> Bytes {
+    let mut data = frames.iter().filter_map(Frame::data_ref);
+    match (data.next(), data.next()) {
+        (None, _) => Bytes::new(),
+        (Some(one), None) => one.clone(),
+        _ => {
+            let mut all = Vec::new();
+            for d in frames.iter().filter_map(Frame::data_ref) {
+                all.extend_from_slice(d);
+            }
+            all.into()
+        }
+    }
+}
+
 impl<F, B, E, C> Future for ResponseFuture<F, B, C>
 where
     F: Future<Output = Result<Response<B>, E>>,
     E: Into<BoxError>,
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
     C: Classifier,
 {
     type Output = Result<Response<ClassifiedBody<B>>, LlmError>;
@@ -137,7 +185,18 @@ where
                         parts.extensions.insert(snap);
                     }
                     parts.extensions.insert(report.clone());
-                    let parser = if is_sse(&parts.headers, *this.streaming) {
+                    let sse = is_sse(&parts.headers, *this.streaming);
+                    if !sse && is_small_json(&parts.headers, &body, *this.limit) {
+                        this.state.set(State::ReadingAnswer {
+                            head: Some(parts),
+                            body: Some(body),
+                            report,
+                            frames: VecDeque::new(),
+                            len: 0,
+                        });
+                        continue;
+                    }
+                    let parser = if sse {
                         Parser::sse(hints::request_id(&parts.headers), *this.known_api)
                     } else {
                         Parser::json()
@@ -179,8 +238,100 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Err(err));
                 }
+                StateProj::ReadingAnswer {
+                    head,
+                    body,
+                    report,
+                    frames,
+                    len,
+                } => {
+                    let Some(inner) = body.as_mut() else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    // `Some(ended)` once read: whole (`true`) or past the limit (`false`).
+                    let mut failed = None;
+                    let mut ended = None;
+                    while ended.is_none() {
+                        if *len > *this.limit {
+                            ended = Some(false);
+                            break;
+                        }
+                        match ready!(Pin::new(&mut *inner).poll_frame(cx)) {
+                            Some(Ok(frame)) => {
+                                *len += frame.data_ref().map_or(0, Bytes::len);
+                                frames.push_back(frame);
+                            }
+                            Some(Err(e)) => {
+                                failed = Some(e.into());
+                                ended = Some(false);
+                            }
+                            None => ended = Some(true),
+                        }
+                    }
+                    let (Some(parts), Some(inner)) = (head.take(), body.take()) else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    let report = Arc::clone(report);
+                    let frames = std::mem::take(frames);
+                    this.state.set(State::Done);
+                    return Poll::Ready(answer(
+                        parts,
+                        inner,
+                        report,
+                        frames,
+                        ended == Some(true),
+                        failed,
+                    ));
+                }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
         }
     }
+}
+
+/// The outcome of a JSON answer read ahead: `whole` when the body ended within the limit,
+/// `failed` when it broke while being read.
+fn answer<B>(
+    parts: http::response::Parts,
+    inner: B,
+    report: Arc<BodyReport>,
+    mut frames: VecDeque<Frame<Bytes>>,
+    whole: bool,
+    failed: Option<BoxError>,
+) -> Result<Response<ClassifiedBody<B>>, LlmError> {
+    if whole {
+        let data = joined(&frames);
+        let verdict = parse::read_whole(&data, &report);
+        let err = match verdict {
+            Some(Verdict::Answer) => {
+                // Read and reported: replay it as one frame, with any trailers after it.
+                frames.retain(|f| !f.is_data());
+                if !data.is_empty() {
+                    frames.push_front(Frame::data(data));
+                }
+                let body = ClassifiedBody::read_ahead(inner, report, Parser::read(), frames, true);
+                return Ok(Response::from_parts(parts, body));
+            }
+            Some(Verdict::Error(e)) => parse::embedded_error(&e, "error object in a 200 answer"),
+            Some(Verdict::Empty) => parse::empty_answer(),
+            None => {
+                // Not JSON, or JSON cut short: the scanner reports it as it always has.
+                let mut parser = Parser::json();
+                parser.feed(&data, &report);
+                let body = ClassifiedBody::read_ahead(inner, report, parser, frames, true);
+                return Ok(Response::from_parts(parts, body));
+            }
+        };
+        let response = ErrorResponse::new(parts.status, &parts.headers, &data);
+        return Err(response.decorate(err));
+    }
+    let mut parser = Parser::json();
+    for data in frames.iter().filter_map(Frame::data_ref) {
+        parser.feed(data, &report);
+    }
+    let mut body = ClassifiedBody::read_ahead(inner, report, parser, frames, false);
+    if let Some(e) = failed {
+        body.fail(e);
+    }
+    Ok(Response::from_parts(parts, body))
 }

@@ -15,11 +15,19 @@
 //!   `x-ms-retry-after-ms`, `retry-after` as seconds or HTTP-date, "Please try again in
 //!   1.4s"), `x-should-retry`, and the rate-limit snapshot. Error bodies are read up to a limit
 //!   (64 KiB by default) and the rest is dropped unread.
-//! - **Successful responses** pass through with a [`ClassifiedBody`] that never buffers the
-//!   body: it fills the shared [`BodyReport`](seawall_core::BodyReport) (first content,
+//! - **Successful responses** pass through with a [`ClassifiedBody`] that never buffers a
+//!   stream: it fills the shared [`BodyReport`](seawall_core::BodyReport) (first content,
 //!   usage, model, finish reason, finish marker) and turns an error event inside the stream,
-//!   or a stream cut before its finish marker, into a classified body error. The rate-limit
-//!   snapshot is in the extensions, so a gate can act on `remaining = 0` before a 429.
+//!   a stream cut before its finish marker, or one that finished without any content, into a
+//!   classified body error. The rate-limit snapshot is in the extensions, so a gate can act on
+//!   `remaining = 0` before a 429.
+//! - **Successful JSON answers** (not streamed) are small, so they are read ahead up to the
+//!   error-body limit and parsed once *before* the future resolves: some OpenAI-compatible
+//!   routers answer `200` with `{"error": {...}}`, and providers now and then return an
+//!   answer with nothing in it. The first is the failure the object names (its numeric
+//!   `status` or `code`, else its words, else `ServerError`); the second is
+//!   `EmptyResponse`. Both are then ordinary `Err`s that retry and fallback act on, since
+//!   nothing reached the caller. A larger answer passes through unread.
 //! - **Transport errors** are classified from their source chain
 //!   ([`classify_transport_error`]).
 //!
@@ -39,9 +47,12 @@
 //!   so its EOF is a normal end;
 //! - a 429 whose only quota signal is its wording ("exceeded your current quota") but which
 //!   says when to come back ("Please retry in 33s") is a per-window quota: `RateLimited`;
-//! - error events inside a stream are classified by the built-in rules for both wire
-//!   formats, whatever the [`Classifier`]; a 200 *non-streaming* body holding an error object
-//!   is passed through as a success (finding it would mean buffering the body).
+//! - error events inside a stream, and error objects in a `200` JSON answer, are classified
+//!   by the built-in rules for both wire formats, whatever the [`Classifier`];
+//! - an answer that stopped at the token limit with no content is not `EmptyResponse`: the
+//!   same request would stop there again;
+//! - the body of the inner service must be `Unpin` (hyper's is), so that a JSON answer read
+//!   ahead can be handed on.
 //!
 //! ```
 //! use bytes::Bytes;

@@ -95,8 +95,8 @@ impl RawUsage {
     }
 }
 
-/// The fields of a whole (non-streamed) JSON answer that the report needs; serde skips the
-/// rest without building it.
+/// The fields of a whole (non-streamed) JSON answer that the report and the verdict need; serde
+/// skips the rest without building it.
 #[derive(serde::Deserialize)]
 struct WholeBody<'a> {
     #[serde(borrow, default)]
@@ -109,9 +109,23 @@ struct WholeBody<'a> {
     choices: Option<Vec<ChoiceWire<'a>>>,
     #[serde(borrow, default)]
     stop_reason: Option<Cow<'a, str>>,
+    /// OpenAI `chat.completion` / `text_completion`.
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
+    /// Anthropic `message` (or `error`).
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    /// Anthropic's content blocks.
+    #[serde(default)]
+    content: Option<Output>,
+    /// An error object in a `200` (`null` reads as `None`).
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(borrow, default)]
+    request_id: Option<Cow<'a, str>>,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, Clone, Copy)]
 struct ResponseWire {
     #[serde(default)]
     usage: Option<UsageWire>,
@@ -121,9 +135,209 @@ struct ResponseWire {
 struct ChoiceWire<'a> {
     #[serde(borrow, default)]
     finish_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    message: Option<MessageWire>,
+    /// Legacy completions.
+    #[serde(default)]
+    text: Option<Output>,
 }
 
-#[derive(serde::Deserialize, Default)]
+#[derive(serde::Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct MessageWire {
+    content: Option<Output>,
+    tool_calls: Option<Output>,
+    function_call: Option<Output>,
+    refusal: Option<Output>,
+    audio: Option<Output>,
+}
+
+impl ChoiceWire<'_> {
+    fn has_output(&self) -> bool {
+        let m = self.message.as_ref();
+        [
+            m.and_then(|m| m.content),
+            m.and_then(|m| m.tool_calls),
+            m.and_then(|m| m.function_call),
+            m.and_then(|m| m.refusal),
+            m.and_then(|m| m.audio),
+            self.text,
+        ]
+        .iter()
+        .any(|o| o.is_some_and(|o| o.0))
+    }
+}
+
+/// Whether a JSON value carries output, read without building it: a non-empty string, a
+/// number, `true`, an array with an element that carries output, an object whose `text` carries
+/// output (a text block or part), or any other object (a tool call, an image).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Output(bool);
+
+impl<'de> serde::Deserialize<'de> for Output {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(OutputVisitor)
+    }
+}
+
+struct OutputVisitor;
+
+impl<'de> serde::de::Visitor<'de> for OutputVisitor {
+    type Value = Output;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Output, E> {
+        Ok(Output(v))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Output, E> {
+        Ok(Output(true))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Output, E> {
+        Ok(Output(true))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Output, E> {
+        Ok(Output(true))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Output, E> {
+        Ok(Output(!v.is_empty()))
+    }
+    fn visit_unit<E>(self) -> Result<Output, E> {
+        Ok(Output(false))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Output, A::Error> {
+        let mut out = false;
+        while let Some(Output(o)) = seq.next_element()? {
+            out |= o;
+        }
+        Ok(Output(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Output, A::Error> {
+        let mut text = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == "text" {
+                text = Some(map.next_value::<Output>()?.0);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(Output(text.unwrap_or(true)))
+    }
+}
+
+/// What a whole JSON answer turned out to be.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// An answer (its fields are in the report).
+    Answer,
+    /// A `200` holding an error object.
+    Error(ProviderError),
+    /// A finished answer without any content.
+    Empty,
+}
+
+impl WholeBody<'_> {
+    /// Fills the report's model, usage and finish reason.
+    fn report(&self, report: &BodyReport) {
+        if let Some(m) = &self.model {
+            report.set_model(m);
+        }
+        let usage = self.usage.or(self.response.and_then(|r| r.usage));
+        if let Some(u) = usage.and_then(UsageWire::raw) {
+            report.set_usage(u.to_usage());
+        }
+        let reason = self
+            .choices
+            .as_ref()
+            .and_then(|c| c.first())
+            .and_then(|c| c.finish_reason.as_deref())
+            .or(self.stop_reason.as_deref());
+        if let Some(r) = reason {
+            report.set_finish_reason(finish_reason(r));
+        }
+    }
+
+    fn verdict(self, report: &BodyReport) -> Verdict {
+        if let Some(error) = self.error {
+            // The shape [`ProviderError::from_value`] reads, with Anthropic's outer fields.
+            let mut top = serde_json::Map::new();
+            if let Some(kind) = self.kind {
+                top.insert("type".into(), Value::String(kind.into_owned()));
+            }
+            if let Some(id) = self.request_id {
+                top.insert("request_id".into(), Value::String(id.into_owned()));
+            }
+            top.insert("error".into(), error);
+            return Verdict::Error(ProviderError::from_value(&Value::Object(top)));
+        }
+        // Stopped at the token limit: nothing to retry, the caller may ask for more.
+        if report.finish_reason() == Some(&FinishReason::Length) {
+            return Verdict::Answer;
+        }
+        let empty = match (&self.choices, self.object.as_deref(), self.kind.as_deref()) {
+            (Some(choices), _, _) => !choices.iter().any(ChoiceWire::has_output),
+            (None, Some("chat.completion" | "text_completion"), _) => true,
+            (None, _, Some("message")) => !self.content.is_some_and(|c| c.0),
+            _ => false,
+        };
+        if empty {
+            Verdict::Empty
+        } else {
+            Verdict::Answer
+        }
+    }
+}
+
+/// Reads a whole JSON answer once: fills the report (model, usage, finish reason, finished) and
+/// says whether it is an answer, an error object or empty. `None`: not a JSON document (the
+/// report is left alone).
+pub(crate) fn read_whole(body: &[u8], report: &BodyReport) -> Option<Verdict> {
+    let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
+    whole.report(report);
+    let verdict = whole.verdict(report);
+    if matches!(verdict, Verdict::Answer) {
+        if body.iter().any(|b| !b.is_ascii_whitespace()) {
+            report.record_content();
+        }
+        report.set_finished();
+    }
+    Some(verdict)
+}
+
+/// The error of an error object inside a successful answer (an SSE error event, or a `200`
+/// whose JSON body is an error): built by the built-in rules for both wire formats.
+pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
+    let class = class_of(200, e);
+    let mut err = error_from(class, None, e, true).with_status(StatusCode::OK);
+    if e.message().is_none() {
+        err = LlmError::new(class, what).with_status(StatusCode::OK);
+        if let Some(c) = e.code() {
+            err = err.with_code(c);
+        }
+        if let Some(t) = e.error_type() {
+            err = err.with_error_type(t);
+        }
+        if let Some(id) = e.request_id() {
+            err = err.with_request_id(id);
+        }
+    }
+    err
+}
+
+/// The error of an answer that finished without any content.
+pub(crate) fn empty_answer() -> LlmError {
+    LlmError::new(
+        FailureClass::EmptyResponse,
+        "the answer finished without any content",
+    )
+    .with_status(StatusCode::OK)
+}
+
+#[derive(serde::Deserialize, Default, Clone, Copy)]
 #[serde(default)]
 struct UsageWire {
     prompt_tokens: Option<u64>,
@@ -137,7 +351,7 @@ struct UsageWire {
     prompt_cache_hit_tokens: Option<u64>,
 }
 
-#[derive(serde::Deserialize, Default)]
+#[derive(serde::Deserialize, Default, Clone, Copy)]
 #[serde(default)]
 struct DetailsWire {
     cached_tokens: Option<u64>,
@@ -200,6 +414,8 @@ fn broken(report: &BodyReport, what: &str) -> LlmError {
 pub(crate) enum Parser {
     Sse(SseParser),
     Json(JsonScanner),
+    /// The body was read whole and reported before the response was handed on.
+    Read,
 }
 
 impl Parser {
@@ -217,6 +433,11 @@ impl Parser {
         Parser::Json(JsonScanner::default())
     }
 
+    /// For a body already read whole and reported ([`read_whole`]).
+    pub(crate) fn read() -> Parser {
+        Parser::Read
+    }
+
     /// Feeds a chunk; returns an error the stream carried, if any.
     pub(crate) fn feed(&mut self, chunk: &[u8], report: &BodyReport) -> Option<LlmError> {
         match self {
@@ -225,6 +446,7 @@ impl Parser {
                 p.feed(chunk, report);
                 None
             }
+            Parser::Read => None,
         }
     }
 
@@ -233,6 +455,7 @@ impl Parser {
         match self {
             Parser::Sse(p) => p.eof(report),
             Parser::Json(p) => p.eof(report),
+            Parser::Read => None,
         }
     }
 
@@ -289,6 +512,10 @@ pub(crate) struct SseParser {
     /// whatever its dialect.
     malformed: bool,
     finished: bool,
+    /// The last chunk ended with a CR: an LF starting the next one belongs to it.
+    after_cr: bool,
+    /// The first line was read (a UTF-8 byte order mark before it is skipped).
+    started: bool,
     usage: Option<RawUsage>,
     request_id: Option<Box<str>>,
 }
@@ -296,9 +523,15 @@ pub(crate) struct SseParser {
 impl SseParser {
     fn feed(&mut self, chunk: &[u8], report: &BodyReport) -> Option<LlmError> {
         let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|b| *b == b'\n') {
+        // A CR that ended the previous chunk and this LF are one line ending.
+        if std::mem::take(&mut self.after_cr) && rest.first() == Some(&b'\n') {
+            rest = &rest[1..];
+        }
+        while let Some(pos) = rest.iter().position(|b| matches!(b, b'\n' | b'\r')) {
             let piece = &rest[..pos];
-            rest = &rest[pos + 1..];
+            let crlf = rest[pos] == b'\r' && rest.get(pos + 1) == Some(&b'\n');
+            self.after_cr = rest[pos] == b'\r' && pos + 1 == rest.len();
+            rest = &rest[pos + 1 + usize::from(crlf)..];
             if self.skipping {
                 self.skipping = false;
                 continue;
@@ -334,7 +567,11 @@ impl SseParser {
     }
 
     fn on_line(&mut self, line: &[u8], report: &BodyReport) -> Option<LlmError> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = if std::mem::replace(&mut self.started, true) {
+            line
+        } else {
+            line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
+        };
         if line.is_empty() {
             return self.dispatch(report);
         }
@@ -479,7 +716,18 @@ impl SseParser {
                 self.known = true;
                 self.finish(report);
             }
-            "content_block_start" | "content_block_stop" | "ping" => self.known = true,
+            "content_block_start" => {
+                self.known = true;
+                // A tool use (its input may stream as empty deltas) or a block with text.
+                let block = v.get("content_block");
+                let kind = block.and_then(|b| b.get("type")).and_then(Value::as_str);
+                if !matches!(kind, None | Some("text" | "thinking"))
+                    || has_output(block.and_then(|b| b.get("text")))
+                {
+                    report.record_content();
+                }
+            }
+            "content_block_stop" | "ping" => self.known = true,
             t if t.starts_with("response.") => {
                 self.known = true;
                 if t.ends_with(".delta") && has_output(v.get("delta")) {
@@ -563,18 +811,7 @@ impl SseParser {
     }
 
     fn stream_error(&self, e: &ProviderError, report: &BodyReport) -> LlmError {
-        let class = class_of(200, e);
-        let mut err = error_from(class, None, e, true).with_status(StatusCode::OK);
-        if e.message().is_none() {
-            err =
-                LlmError::new(class, "error event inside a 200 stream").with_status(StatusCode::OK);
-            if let Some(c) = e.code() {
-                err = err.with_code(c);
-            }
-            if let Some(t) = e.error_type() {
-                err = err.with_error_type(t);
-            }
-        }
+        let mut err = embedded_error(e, "error event inside a 200 stream");
         if err.request_id().is_none() {
             if let Some(id) = &self.request_id {
                 err = err.with_request_id(&**id);
@@ -590,6 +827,19 @@ impl SseParser {
         err
     }
 
+    /// A stream that reached its finish marker without any content is an empty answer (unless
+    /// it stopped at the token limit: the caller may ask for more, a retry would not help).
+    fn empty(&self, report: &BodyReport) -> Option<LlmError> {
+        if report.has_content() || report.finish_reason() == Some(&FinishReason::Length) {
+            return None;
+        }
+        let mut err = empty_answer();
+        if let Some(id) = &self.request_id {
+            err = err.with_request_id(&**id);
+        }
+        Some(err)
+    }
+
     fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
         if !self.skipping && !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
@@ -601,7 +851,7 @@ impl SseParser {
             return Some(e);
         }
         if self.finished {
-            return None;
+            return self.empty(report);
         }
         self.flush_usage(report);
         if (self.events || self.foreign) && !self.known && !self.malformed {
@@ -700,21 +950,7 @@ impl JsonScanner {
             // The whole body is in the tail window: parse it properly, reading only the few
             // fields the report needs (the rest is skipped, not built).
             if let Ok(body) = serde_json::from_slice::<WholeBody<'_>>(&self.tail) {
-                if let Some(m) = &body.model {
-                    report.set_model(m);
-                }
-                let usage = body.usage.or(body.response.and_then(|r| r.usage));
-                if let Some(u) = usage.and_then(UsageWire::raw) {
-                    report.set_usage(u.to_usage());
-                }
-                let reason = body
-                    .choices
-                    .and_then(|c| c.into_iter().next())
-                    .and_then(|c| c.finish_reason)
-                    .or(body.stop_reason);
-                if let Some(r) = reason {
-                    report.set_finish_reason(finish_reason(&r));
-                }
+                body.report(report);
             }
         } else {
             if let Some(m) = error_body::string_field(&self.head, "model") {

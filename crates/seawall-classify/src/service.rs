@@ -70,7 +70,7 @@ impl<S, C, B> Service<Request<Bytes>> for Classify<S, C>
 where
     S: Service<Request<Bytes>, Response = Response<B>>,
     S::Error: Into<BoxError>,
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
     C: Classifier + Clone,
 {

@@ -1,4 +1,4 @@
-//! Every row of DESIGN.md's class table, in both wire formats, through the layer.
+//! Every row of the README's failure-class table, in both wire formats, through the layer.
 
 mod common;
 

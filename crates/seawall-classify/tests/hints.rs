@@ -208,7 +208,7 @@ async fn rate_limits_on_successes_as_an_extension() {
     let resp = run(response(
         200,
         OPENAI_LIMITS,
-        Chunks::one(r#"{"choices":[]}"#),
+        Chunks::one(r#"{"choices":[{"message":{"content":"Hi"}}]}"#),
     ))
     .await
     .unwrap();

@@ -649,3 +649,190 @@ async fn a_json_body_cut_short_is_an_error_not_a_success() {
     assert_eq!(s.error, None);
     assert!(s.finished);
 }
+
+/// `OPENAI_STREAM` with its line endings rewritten: `\r`, `\r\n`, or a mix of all three.
+fn with_line_endings(body: &str, which: usize) -> String {
+    match which {
+        0 => body.to_owned(),
+        1 => body.replace('\n', "\r"),
+        2 => body.replace('\n', "\r\n"),
+        _ => {
+            body.split('\n')
+                .enumerate()
+                .map(|(i, line)| format!("{line}{}", ["\n", "\r", "\r\n"][i % 3]))
+                .collect::<String>()
+                .trim_end_matches(['\r', '\n'])
+                .to_owned()
+                + "\n\n"
+        }
+    }
+}
+
+#[tokio::test]
+async fn cr_lf_and_crlf_all_end_lines() {
+    let lf = stream_of(vec![OPENAI_STREAM.into()]).await;
+    for which in 1..4 {
+        let body = with_line_endings(OPENAI_STREAM, which);
+        let s = stream_of(vec![body.clone().into()]).await;
+        assert_eq!(s.error, None, "endings {which}");
+        assert_eq!(s.content_events, 2, "endings {which}");
+        assert!(s.finished, "endings {which}");
+        assert_eq!((s.usage, s.model), (lf.usage, lf.model.clone()));
+    }
+    // A CR ending one chunk and the LF starting the next are one line ending, not two: the
+    // event is not dispatched early with half its data lines.
+    let split = stream_of(vec![
+        b"event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\",\r".to_vec(),
+        b"\ndata: \"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\r\n\r\n".to_vec(),
+        b"event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n".to_vec(),
+    ])
+    .await;
+    assert_eq!(split.error, None);
+    assert_eq!(split.content_events, 1);
+    assert!(split.finished);
+}
+
+#[tokio::test]
+async fn a_leading_byte_order_mark_and_data_without_a_space_are_read() {
+    let body = format!(
+        "\u{FEFF}{}",
+        OPENAI_STREAM
+            .replace("data: ", "data:")
+            .replace(": keep", ":keep")
+    );
+    let s = stream_of(vec![body.into()]).await;
+    assert_eq!(s.error, None);
+    assert_eq!(s.content_events, 2);
+    assert!(s.finished);
+    assert_eq!(s.usage, usage(20, 2, 8));
+    // A first event with content behind the mark (and the mark split over two chunks).
+    let bytes = "\u{FEFF}data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".as_bytes();
+    let s = stream_of(vec![bytes[..1].to_vec(), bytes[1..].to_vec()]).await;
+    assert_eq!(s.error, None);
+    assert_eq!(s.content_events, 1);
+    assert!(s.finished);
+}
+
+#[tokio::test]
+async fn an_error_event_split_over_data_lines_is_an_error() {
+    let s = stream_of(vec![
+        b"data: {\"error\":\ndata: {\"message\":\"busy\",\ndata: \"type\":\"server_error\",\"status\":503}}\n\n"
+            .to_vec(),
+    ])
+    .await;
+    assert_eq!(s.content_events, 0);
+    assert_eq!(s.error.unwrap().0, FailureClass::Overloaded);
+}
+
+#[tokio::test]
+async fn an_error_event_before_content_is_the_failure_its_status_names() {
+    for (event, class) in [
+        (
+            r#"{"error":{"message":"Provider returned error","code":429}}"#,
+            FailureClass::RateLimited,
+        ),
+        (
+            r#"{"error":{"message":"upstream busy","status":503}}"#,
+            FailureClass::Overloaded,
+        ),
+        (
+            r#"{"error":{"message":"bad","code":400,"status":400}}"#,
+            FailureClass::InvalidRequest,
+        ),
+        (r#"{"error":{"message":"oops"}}"#, FailureClass::ServerError),
+    ] {
+        let s = stream_of(vec![format!("data: {event}\n\n").into_bytes()]).await;
+        assert_eq!(s.error.unwrap().0, class, "{event}");
+    }
+    // After content: the stream ends with it, interrupted.
+    let head = OPENAI_STREAM.split(": keep-alive").next().unwrap();
+    let hello = OPENAI_STREAM.lines().nth(4).unwrap();
+    let body =
+        format!("{head}{hello}\n\ndata: {{\"error\":{{\"message\":\"busy\",\"status\":503}}}}\n\n");
+    let s = stream_of(vec![body.into()]).await;
+    assert_eq!(s.content_events, 1);
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+}
+
+#[tokio::test]
+async fn a_stream_that_finishes_without_content_is_an_empty_response() {
+    let openai = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let anthropic = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    for body in [openai, anthropic] {
+        let resp = run_request(
+            chat_request(true),
+            sse_response(Chunks::one(body.to_owned())),
+        )
+        .await
+        .unwrap();
+        let s = summarize(resp).await;
+        assert_eq!(s.bytes, body.as_bytes(), "the frames still pass through");
+        assert!(s.finished);
+        let (class, _, _) = s.error.expect("an empty answer is a failure");
+        assert_eq!(class, FailureClass::EmptyResponse, "{body}");
+    }
+    let anthropic_usage = summarize(
+        run(sse_response(Chunks::one(anthropic.to_owned())))
+            .await
+            .unwrap(),
+    )
+    .await
+    .usage;
+    assert_eq!(
+        anthropic_usage,
+        usage(5, 1, 0),
+        "the usage is still reported"
+    );
+
+    // Not empty: stopped at the token limit, or a tool use whose input streamed as nothing.
+    let length = openai.replace("\"stop\"", "\"length\"");
+    let tool = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"content\":[]}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"now\",\"input\":{}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    for body in [length.as_str(), tool] {
+        let s = stream_of(vec![body.into()]).await;
+        assert_eq!(s.error, None, "{body}");
+        assert!(s.finished);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Whatever the line endings (LF, CR, CRLF or a mix), a leading byte order mark, and
+    /// however the bytes are cut into chunks (a CR and its LF in different chunks included),
+    /// the report is the one of the plain LF stream.
+    #[test]
+    fn any_split_of_any_line_endings_gives_the_same_events(
+        which in 0usize..4,
+        bom in any::<bool>(),
+        anthropic in any::<bool>(),
+        points in proptest::collection::vec(any::<usize>(), 0..40),
+    ) {
+        let base = if anthropic { ANTHROPIC_STREAM } else { OPENAI_STREAM };
+        let mut body = with_line_endings(base, which);
+        if bom {
+            body.insert(0, '\u{FEFF}');
+        }
+        let plain = block_on(stream_of(vec![base.into()]));
+        let split = block_on(stream_of(split_at(body.as_bytes(), points)));
+        prop_assert_eq!(split.bytes, body.into_bytes());
+        prop_assert_eq!(
+            (split.usage, split.model, split.finish, split.finished, split.content_events, split.error),
+            (plain.usage, plain.model, plain.finish, plain.finished, plain.content_events, plain.error)
+        );
+    }
+}

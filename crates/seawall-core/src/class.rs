@@ -41,6 +41,12 @@ pub enum FailureClass {
     Disconnected,
     /// An error or end of stream after the first body byte, without the finish marker.
     StreamInterrupted,
+    /// A completed answer that holds nothing: no choices, a choice without content, tool calls
+    /// or refusal, an empty Anthropic content array, or a stream that reached its finish marker
+    /// without any content. A known provider glitch that a second try usually fixes; it is
+    /// found before anything reaches the caller, so it can still be retried or sent to a
+    /// fallback.
+    EmptyResponse,
     /// 400 `context_length_exceeded`, "prompt is too long", 413 `request_too_large`.
     ContextLengthExceeded,
     /// 400 content policy / content filter.
@@ -67,7 +73,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in declaration order.
-    pub const ALL: [FailureClass; 22] = [
+    pub const ALL: [FailureClass; 23] = [
         FailureClass::RateLimited,
         FailureClass::QuotaExhausted,
         FailureClass::Overloaded,
@@ -79,6 +85,7 @@ impl FailureClass {
         FailureClass::Connect,
         FailureClass::Disconnected,
         FailureClass::StreamInterrupted,
+        FailureClass::EmptyResponse,
         FailureClass::ContextLengthExceeded,
         FailureClass::ContentFiltered,
         FailureClass::InvalidRequest,
@@ -106,6 +113,7 @@ impl FailureClass {
             FailureClass::Connect => "connect",
             FailureClass::Disconnected => "disconnected",
             FailureClass::StreamInterrupted => "stream_interrupted",
+            FailureClass::EmptyResponse => "empty_response",
             FailureClass::ContextLengthExceeded => "context_length_exceeded",
             FailureClass::ContentFiltered => "content_filtered",
             FailureClass::InvalidRequest => "invalid_request",
@@ -136,7 +144,7 @@ impl FailureClass {
         self as usize
     }
 
-    /// The default disposition of this class (DESIGN.md's table).
+    /// The default disposition of this class (the failure-class table of the README).
     pub const fn default_disposition(self) -> Disposition {
         use FailureClass::*;
         use Fallback as F;
@@ -144,7 +152,9 @@ impl FailureClass {
         let (retry, breaker, fallback) = match self {
             RateLimited => (R::Retry, false, F::Yes),
             QuotaExhausted => (R::Never, false, F::Yes),
-            Overloaded | ServerError | Timeout | Connect => (R::Retry, true, F::Yes),
+            Overloaded | ServerError | Timeout | Connect | EmptyResponse => {
+                (R::Retry, true, F::Yes)
+            }
             UpstreamTimeout | Disconnected => (R::IfIdempotent, true, F::Yes),
             RequestTimeout | Conflict => (R::Retry, false, F::No),
             StreamInterrupted => (R::Never, true, F::No),
@@ -235,7 +245,7 @@ pub struct Dispositions {
 }
 
 impl Dispositions {
-    /// The defaults of DESIGN.md's class table.
+    /// The defaults of the README's failure-class table.
     pub const fn new() -> Self {
         let mut table = [FailureClass::RateLimited.default_disposition(); FailureClass::ALL.len()];
         let mut i = 0;
@@ -298,6 +308,8 @@ mod tests {
         assert_eq!(retry(QuotaExhausted), RetryPolicy::Never);
         assert_eq!(retry(UpstreamTimeout), RetryPolicy::IfIdempotent);
         assert_eq!(retry(StreamInterrupted), RetryPolicy::Never);
+        assert_eq!(retry(EmptyResponse), RetryPolicy::Retry);
+        assert_eq!(t.get(EmptyResponse).fallback, Fallback::Yes);
         assert_eq!(retry(ContextLengthExceeded), RetryPolicy::Never);
         for c in FailureClass::ALL.into_iter().filter(|c| c.is_local()) {
             assert_eq!(retry(c), RetryPolicy::Never, "{c}");
@@ -316,7 +328,8 @@ mod tests {
                 Timeout,
                 Connect,
                 Disconnected,
-                StreamInterrupted
+                StreamInterrupted,
+                EmptyResponse
             ]
         );
         assert_eq!(

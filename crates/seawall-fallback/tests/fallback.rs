@@ -213,6 +213,7 @@ async fn regular_triggers_match_the_design_table() {
             Timeout,
             Connect,
             Disconnected,
+            EmptyResponse,
             Authentication,
             PermissionDenied,
             NotFound,

@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize, Serializer};
 ///
 /// [malformed]
 /// probability = 0.01
-/// kinds = ["html_502", "truncated_json"]
+/// kinds = ["html_502", "truncated_json"] # also "error_200" and "empty" (not in the default)
 ///
 /// [auth]
 /// invalid_keys = ["sk-revoked"]    # answered with 401
@@ -456,7 +456,7 @@ pub struct MidStreamError {
 pub struct Malformed {
     /// Share of admitted requests that get one.
     pub probability: f64,
-    /// The kinds, drawn uniformly. Default: both.
+    /// The kinds, drawn uniformly. Default: `html_502` and `truncated_json`.
     pub kinds: Vec<MalformedKind>,
 }
 
@@ -479,6 +479,14 @@ pub enum MalformedKind {
     /// A 200 whose JSON (or, streamed, whose first event) stops halfway.
     #[serde(rename = "truncated_json")]
     TruncatedJson,
+    /// A 200 whose JSON body is an error object, as some OpenAI-compatible routers send (or,
+    /// streamed, whose first event is one): an overload naming status 503.
+    #[serde(rename = "error_200")]
+    Error200,
+    /// A 200 answer with nothing in it: an empty message (OpenAI) or content array (Anthropic);
+    /// streamed, only the role, the finish reason and the finish marker.
+    #[serde(rename = "empty")]
+    Empty,
 }
 
 /// Keys answered with 401 (OpenAI `invalid_api_key`, Anthropic `authentication_error`).

@@ -510,6 +510,32 @@ impl Inner {
                     billed: None,
                 }
             }
+            MalformedKind::Error200 | MalformedKind::Empty => {
+                let content_type = if chat.stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                };
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+                let body = match (kind, chat.stream) {
+                    (MalformedKind::Empty, true) => answer.empty_stream(),
+                    (MalformedKind::Empty, false) => answer.empty_json(),
+                    (_, stream) => answer.error_200(stream),
+                };
+                if kind == MalformedKind::Empty {
+                    // The prompt was read (and billed); nothing came out.
+                    let billed = Billed::new(u64::from(answer.input_tokens), 0, billed_key);
+                    billed.charge(&self.counters);
+                    billed.waste(&self.counters);
+                }
+                Reply {
+                    status: StatusCode::OK,
+                    headers,
+                    body: MockBody::full(body),
+                    delay: first_token.max(head),
+                    billed: None,
+                }
+            }
         }
     }
 

@@ -398,6 +398,69 @@ impl Answer {
         Bytes::from(out)
     }
 
+    /// A complete answer with nothing in it (usage: the prompt, no output).
+    pub(crate) fn empty_json(&self) -> Bytes {
+        let i = self.input_tokens;
+        let model = Value::from(self.model.as_str());
+        Bytes::from(match self.wire {
+            Wire::OpenAi => format!(
+                "{{\"id\":\"{}\",\"object\":\"chat.completion\",\"created\":{},\"model\":{model},\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null}},\"logprobs\":null,\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":{i},\"completion_tokens\":0,\"total_tokens\":{i}}}}}",
+                self.id, self.created
+            ),
+            Wire::Anthropic => format!(
+                "{{\"id\":\"{}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":{model},\"content\":[],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{{\"input_tokens\":{i},\"output_tokens\":0}}}}",
+                self.id
+            ),
+        })
+    }
+
+    /// A stream with nothing in it: the opening event, the finish reason, the finish marker.
+    pub(crate) fn empty_stream(&self) -> Bytes {
+        let mut buf = BytesMut::new();
+        match self.wire {
+            Wire::OpenAi => {
+                let prefix = self.openai_chunk_prefix();
+                put_openai_choice(
+                    &mut buf,
+                    &prefix,
+                    "{\"role\":\"assistant\",\"content\":\"\"}",
+                    "null",
+                    false,
+                );
+                put_openai_choice(&mut buf, &prefix, "{}", "\"stop\"", false);
+                buf.put_slice(OPENAI_DONE);
+            }
+            Wire::Anthropic => {
+                buf.put_slice(&self.anthropic_message_start());
+                let _ = write!(
+                    ByteWriter(&mut buf),
+                    "event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":0}}}}\n\n"
+                );
+                buf.put_slice(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+            }
+        }
+        buf.freeze()
+    }
+
+    /// An error object in a 200: a whole JSON body, or the first event of a stream.
+    pub(crate) fn error_200(&self, stream: bool) -> Bytes {
+        let object: &[u8] = match self.wire {
+            Wire::OpenAi => OPENAI_ERROR_OBJECT,
+            Wire::Anthropic => ANTHROPIC_ERROR_OBJECT,
+        };
+        if !stream {
+            return Bytes::from_static(object);
+        }
+        let mut buf = BytesMut::new();
+        if self.wire == Wire::Anthropic {
+            buf.put_slice(b"event: error\n");
+        }
+        buf.put_slice(b"data: ");
+        buf.put_slice(object);
+        buf.put_slice(b"\n\n");
+        buf.freeze()
+    }
+
     /// The start of every OpenAI chunk, up to the `choices` key: `data: {"id":...,"model":...,`.
     pub(crate) fn openai_chunk_prefix(&self) -> Bytes {
         let mut s = String::with_capacity(96 + self.model.len());
@@ -470,6 +533,12 @@ pub(crate) fn put_openai_usage(buf: &mut BytesMut, prefix: &[u8], input: u32, ou
 }
 
 pub(crate) const OPENAI_DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// What an OpenAI-compatible router sends in a 200 when its provider failed.
+const OPENAI_ERROR_OBJECT: &[u8] = b"{\"error\":{\"message\":\"Upstream provider is overloaded\",\"code\":503,\"metadata\":{\"provider_name\":\"mock\"}}}";
+
+const ANTHROPIC_ERROR_OBJECT: &[u8] =
+    b"{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}";
 
 pub(crate) const OPENAI_STREAM_ERROR: &[u8] = b"data: {\"error\":{\"message\":\"The server had an error while processing your request. Sorry about that!\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n";
 

@@ -686,6 +686,56 @@ async fn malformed_bodies_html_502_and_truncated_json() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn error_objects_in_a_200_in_both_formats_whole_and_streamed() {
+    let up = upstream(Profile::default().malformed(1.0, &[MalformedKind::Error200]));
+    let resp = call(&up, openai_req(&openai_body(false), "k")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let body = json_body(resp).await;
+    assert_eq!(body["error"]["code"], 503);
+    let resp = call(&up, anthropic_req(&anthropic_body(false), "k")).await;
+    let body = json_body(resp).await;
+    assert_eq!(body["error"]["type"], "overloaded_error");
+
+    let resp = call(&up, openai_req(&openai_body(true), "k")).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let sse = text(resp).await;
+    let first = &events(&sse)[0];
+    assert_eq!(first.json()["error"]["code"], 503);
+    let resp = call(&up, anthropic_req(&anthropic_body(true), "k")).await;
+    let sse = text(resp).await;
+    assert!(sse.starts_with("event: error\ndata: {"));
+    let s = up.stats();
+    assert_eq!(s.malformed, 4);
+    assert_eq!(s.billed_tokens(), 0, "an error object is not billed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn empty_answers_in_both_formats_whole_and_streamed() {
+    let up = upstream(Profile::default().malformed(1.0, &[MalformedKind::Empty]));
+    let body = json_body(call(&up, openai_req(&openai_body(false), "k")).await).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    let body = json_body(call(&up, anthropic_req(&anthropic_body(false), "k")).await).await;
+    assert_eq!(body["content"], json!([]));
+    assert_eq!(body["stop_reason"], "end_turn");
+
+    for req in [
+        openai_req(&openai_body(true), "k"),
+        anthropic_req(&anthropic_body(true), "k"),
+    ] {
+        let sse = text(call(&up, req).await).await;
+        let evs = events(&sse);
+        assert!(evs.iter().all(|e| !e.is_content()), "{sse}");
+        assert!(sse.ends_with("data: [DONE]\n\n") || sse.ends_with("\"message_stop\"}\n\n"));
+    }
+    let s = up.stats();
+    assert_eq!(s.malformed, 4);
+    assert_eq!(s.wasted_output_tokens, 0);
+    assert!(s.wasted_input_tokens > 0, "the prompt is billed");
+}
+
+#[tokio::test(start_paused = true)]
 async fn bad_requests_get_the_providers_client_errors() {
     let up = upstream(Profile::default().invalid_key("sk-revoked"));
     let get = http::Request::get("http://mock/v1/chat/completions")

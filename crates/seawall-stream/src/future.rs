@@ -206,6 +206,12 @@ where
                 FailureClass::Disconnected,
                 "the stream ended before any content, without its finish marker",
             )),
+            // Finished with nothing in it (a known glitch, worth a retry): nothing has reached
+            // the caller, so it is still an `Err`.
+            Some(scan) if !scan.hit_length_limit() => Err(LlmError::new(
+                FailureClass::EmptyResponse,
+                "the stream finished without any content",
+            )),
             _ => Ok(Step::Ended),
         }
     }

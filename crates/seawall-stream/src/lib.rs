@@ -35,7 +35,9 @@
 //! A stream that ends without its finish marker (`data: [DONE]` or a `finish_reason`, Anthropic
 //! `message_stop`, Responses `response.completed`) ends with a `StreamInterrupted` error, never
 //! as a silently truncated answer. With a classifier stacked, its body does this check; without
-//! one, this crate does. The finish reason is in [`StreamStats`]: `hit_length_limit()` says the
+//! one, this crate does. A stream that reaches its finish marker without any content at all
+//! (and not at the token limit) is an `EmptyResponse` `Err`: nothing reached the caller, and a
+//! second try usually fixes this glitch. The finish reason is in [`StreamStats`]: `hit_length_limit()` says the
 //! answer stopped at `max_tokens` and the caller may ask for a continuation.
 //!
 //! # Measurements

@@ -4,14 +4,22 @@
 //! `: keep-alive` comment, a blank line, a ping or an OpenAI role-only delta)? did the stream
 //! reach its finish marker (`data: [DONE]`, a `finish_reason`, Anthropic `message_stop`,
 //! Responses `response.completed`)? did the upstream send an error event? Before the commit point
-//! every `data:` payload is parsed (a handful of small frames); after it only payloads that can
-//! hold a finish marker or an error are.
+//! every event's data is parsed (a handful of small frames); after it only data that can hold a
+//! finish marker or an error is.
+//!
+//! Lines and events are read as the HTML spec for server-sent events says, because upstreams
+//! and proxies differ in exactly these details: a line ends with LF, CR or CRLF (a CR at the
+//! end of one frame and an LF at the start of the next are one ending); a leading UTF-8 byte
+//! order mark is skipped; `data:value` and `data: value` are the same (one optional space);
+//! the `data:` lines of one event are joined with `\n` and the event is read when a blank line
+//! ends it, so an error object split over lines is still an error.
 
 use seawall_core::{FailureClass, FinishReason, LlmError};
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// The longest partial line kept across frames. A longer one is dropped and counted as content.
+/// The longest partial line, or event data, kept across frames. A longer one is dropped and
+/// counted as content.
 const MAX_LINE: usize = 256 * 1024;
 
 /// What one frame showed.
@@ -23,10 +31,34 @@ pub(crate) struct Seen {
     pub(crate) error: Option<LlmError>,
 }
 
+/// The `event:` names the reader tells apart.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    #[default]
+    Other,
+    Error,
+    Ping,
+}
+
 /// The reader's state across frames.
 #[derive(Debug, Default)]
 pub(crate) struct SseScan {
+    /// The incomplete last line.
     partial: Vec<u8>,
+    /// The current line was too long: its bytes are dropped until it ends.
+    skipping: bool,
+    /// The last frame ended with a CR: an LF starting the next one belongs to it.
+    after_cr: bool,
+    /// The first line was read (a byte order mark before it is skipped).
+    started: bool,
+    /// The data of the current event, its lines joined with `\n`.
+    data: Vec<u8>,
+    /// The current event has a `data:` line (its data may still be empty).
+    has_data: bool,
+    /// The current event's data was too long to keep.
+    oversized: bool,
+    /// The current event's name, as far as it matters here.
+    name: Name,
     finished: bool,
     finish_reason: Option<FinishReason>,
     content_events: u64,
@@ -35,9 +67,15 @@ pub(crate) struct SseScan {
 }
 
 impl SseScan {
-    /// Whether the finish marker was seen.
+    /// Whether the finish marker was seen. A `data: [DONE]` that the stream's end cut off from
+    /// its blank line counts: the upstream said it was done.
     pub(crate) fn is_finished(&self) -> bool {
-        self.finished
+        self.finished || (self.has_data && self.data.trim_ascii() == b"[DONE]")
+    }
+
+    /// Whether the stream said it stopped at the token limit.
+    pub(crate) fn hit_length_limit(&self) -> bool {
+        self.finish_reason == Some(FinishReason::Length)
     }
 
     /// The finish reason, once seen (taken, so it is handed on once).
@@ -59,38 +97,36 @@ impl SseScan {
     /// deltas are only counted, not parsed.
     pub(crate) fn feed(&mut self, mut data: &[u8], committed: bool) -> Seen {
         let mut seen = Seen::default();
-        if !self.partial.is_empty() {
-            match memchr_nl(data) {
-                Some(i) => {
-                    let mut line = std::mem::take(&mut self.partial);
-                    line.extend_from_slice(&data[..i]);
-                    self.line(&line, committed, &mut seen);
-                    data = &data[i + 1..];
-                }
-                None => {
-                    self.keep_partial(data, &mut seen);
-                    return seen;
-                }
+        if std::mem::take(&mut self.after_cr) && data.first() == Some(&b'\n') {
+            data = &data[1..];
+        }
+        while let Some(i) = data.iter().position(|b| matches!(b, b'\n' | b'\r')) {
+            let crlf = data[i] == b'\r' && data.get(i + 1) == Some(&b'\n');
+            self.after_cr = data[i] == b'\r' && i + 1 == data.len();
+            if std::mem::take(&mut self.skipping) {
+                // The end of an overlong line, already counted.
+            } else if self.partial.is_empty() {
+                self.line(&data[..i], committed, &mut seen);
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&data[..i]);
+                self.line(&line, committed, &mut seen);
+                line.clear();
+                self.partial = line;
+            }
+            data = &data[i + 1 + usize::from(crlf)..];
+        }
+        if !data.is_empty() && !self.skipping {
+            if self.partial.len() + data.len() > MAX_LINE {
+                // A line this long is not a keep-alive: count it and stop holding it.
+                self.partial = Vec::new();
+                self.skipping = true;
+                self.content(&mut seen);
+            } else {
+                self.partial.extend_from_slice(data);
             }
         }
-        while let Some(i) = memchr_nl(data) {
-            self.line(&data[..i], committed, &mut seen);
-            data = &data[i + 1..];
-        }
-        if !data.is_empty() {
-            self.keep_partial(data, &mut seen);
-        }
         seen
-    }
-
-    fn keep_partial(&mut self, data: &[u8], seen: &mut Seen) {
-        if self.partial.len() + data.len() > MAX_LINE {
-            // A line this long is not a keep-alive: count it and stop holding it.
-            self.partial = Vec::new();
-            self.content(seen);
-        } else {
-            self.partial.extend_from_slice(data);
-        }
     }
 
     fn content(&mut self, seen: &mut Seen) {
@@ -102,28 +138,94 @@ impl SseScan {
     }
 
     fn line(&mut self, line: &[u8], committed: bool, seen: &mut Seen) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(payload) = line.strip_prefix(b"data:") else {
-            // Comments (`: keep-alive`), blank lines, `event:`, `id:`, `retry:`.
-            return;
+        let line = if std::mem::replace(&mut self.started, true) {
+            line
+        } else {
+            line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
         };
-        let payload = payload.strip_prefix(b" ").unwrap_or(payload);
-        if payload.trim_ascii() == b"[DONE]" {
+        if line.is_empty() {
+            return self.dispatch(committed, seen);
+        }
+        let (field, value) = match line.iter().position(|b| *b == b':') {
+            // A comment (`: keep-alive`).
+            Some(0) => return,
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.oversized {
+                    return;
+                }
+                if self.data.len() + value.len() + 1 > MAX_LINE {
+                    // Too long to keep: not a keep-alive, whatever it is.
+                    self.data = Vec::new();
+                    self.oversized = true;
+                    self.content(seen);
+                    return;
+                }
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+            }
+            b"event" => {
+                self.name = match value {
+                    b"error" => Name::Error,
+                    b"ping" => Name::Ping,
+                    _ => Name::Other,
+                }
+            }
+            // `id:`, `retry:` and unknown fields say nothing about content.
+            _ => {}
+        }
+    }
+
+    /// A blank line ends an event: read its data.
+    fn dispatch(&mut self, committed: bool, seen: &mut Seen) {
+        let name = std::mem::take(&mut self.name);
+        let oversized = std::mem::take(&mut self.oversized);
+        if !std::mem::take(&mut self.has_data) || oversized {
+            self.data.clear();
+            return;
+        }
+        let data = std::mem::take(&mut self.data);
+        self.payload(data.trim_ascii(), name, committed, seen);
+        self.data = data;
+        self.data.clear();
+    }
+
+    fn payload(&mut self, payload: &[u8], name: Name, committed: bool, seen: &mut Seen) {
+        if payload == b"[DONE]" {
             self.finished = true;
             return;
         }
-        if payload.trim_ascii().is_empty() {
+        if payload.is_empty() || name == Name::Ping {
             return;
         }
-        if committed && !may_end_or_fail(payload) {
+        let error_event = name == Name::Error;
+        if committed && !error_event && !may_end_or_fail(payload) {
             self.content(seen);
             return;
         }
         let Ok(v) = serde_json::from_slice::<Value>(payload) else {
-            // Not JSON: whatever it is, it is not a keep-alive.
-            self.content(seen);
+            if error_event {
+                seen.error = Some(error_event_of(&Value::Null));
+            } else {
+                // Not JSON: whatever it is, it is not a keep-alive.
+                self.content(seen);
+            }
             return;
         };
+        if error_event {
+            let e = v.get("error").filter(|e| !e.is_null()).unwrap_or(&v);
+            seen.error = Some(error_event_of(e));
+            return;
+        }
         self.event(&v, seen);
     }
 
@@ -146,7 +248,7 @@ impl SseScan {
             return;
         }
         if let Some(e) = v.get("error") {
-            seen.error = Some(error_event(e));
+            seen.error = Some(error_event_of(e));
             return;
         }
         if v.get("usage").is_some() && v.as_object().is_some_and(|o| o.len() <= 4) {
@@ -176,7 +278,7 @@ impl SseScan {
                     .get("error")
                     .or_else(|| v.pointer("/response/error"))
                     .unwrap_or(v);
-                seen.error = Some(error_event(e));
+                seen.error = Some(error_event_of(e));
             }
             "response.completed" => self.finish("stop", true),
             "response.incomplete" => {
@@ -200,10 +302,6 @@ impl SseScan {
             self.finished = true;
         }
     }
-}
-
-fn memchr_nl(data: &[u8]) -> Option<usize> {
-    data.iter().position(|b| *b == b'\n')
 }
 
 /// Whether an OpenAI delta (or a legacy completion choice) carries something for the caller.
@@ -268,7 +366,7 @@ pub(crate) fn finish_reason(r: &str) -> FinishReason {
 
 /// An error event (`event: error` of Anthropic, `{"error":…}` of OpenAI-compatible servers) as
 /// an [`LlmError`]. A small mapping for stacks without a classifier; the classifier's is finer.
-fn error_event(e: &Value) -> LlmError {
+fn error_event_of(e: &Value) -> LlmError {
     let kind = e
         .get("type")
         .or_else(|| e.get("code"))
@@ -364,7 +462,7 @@ mod tests {
         assert_eq!(err.error_type(), Some("overloaded_error"));
         let mut s = SseScan::default();
         let seen = s.feed(
-            b"data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n",
+            b"data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
             true,
         );
         assert_eq!(seen.error.unwrap().class(), FailureClass::ServerError);
@@ -374,12 +472,12 @@ mod tests {
     fn committed_plain_deltas_are_counted_without_parsing_and_markers_still_found() {
         let mut s = SseScan::default();
         let seen = s.feed(
-            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n",
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\n",
             true,
         );
         assert!(seen.content);
         s.feed(
-            b"data: {\"choices\":[{\"delta\":{},\"finish_reason\" : \"stop\"}]}\n",
+            b"data: {\"choices\":[{\"delta\":{},\"finish_reason\" : \"stop\"}]}\n\n",
             true,
         );
         assert!(s.is_finished());
@@ -394,28 +492,121 @@ mod tests {
         assert!(s.partial.is_empty());
     }
 
-    const STREAM: &[u8] = b": keep-alive\n\ndata: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    #[test]
+    fn the_data_lines_of_one_event_are_read_together() {
+        // An error object split over two `data:` lines is one error, not two lines of content.
+        let (_, contents, err) = scan_all(&[
+            b"data: {\"error\":\ndata: {\"message\":\"busy\",\"type\":\"overloaded_error\"}}\n\n",
+        ]);
+        assert_eq!(contents, [false]);
+        assert_eq!(err.unwrap().class(), FailureClass::Overloaded);
+        // `event: error` names the event even when its data is not JSON.
+        let (_, _, err) = scan_all(&[b"event: error\ndata: upstream went away\n\n"]);
+        assert_eq!(err.unwrap().class(), FailureClass::ServerError);
+        // An event is read when the blank line ends it, not before.
+        let mut s = SseScan::default();
+        assert!(
+            !s.feed(
+                b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n",
+                false
+            )
+            .content
+        );
+        assert!(s.feed(b"\n", false).content);
+    }
+
+    #[test]
+    fn cr_lf_and_crlf_end_lines_and_a_split_crlf_is_one_ending() {
+        for sep in ["\r", "\r\n", "\n"] {
+            let body = String::from_utf8(STREAM.to_vec())
+                .unwrap()
+                .replace('\n', sep);
+            let (mut s, contents, err) = scan_all(&[body.as_bytes()]);
+            assert_eq!(contents, [true], "{sep:?}");
+            assert!(err.is_none());
+            assert!(s.is_finished(), "{sep:?}");
+            assert_eq!(s.content_events, 2, "{sep:?}");
+            assert_eq!(s.take_finish_reason(), Some(FinishReason::Stop));
+        }
+        // CR at the end of one frame, LF at the start of the next: not a blank line between
+        // the two `data:` lines of the event.
+        let (_, contents, err) = scan_all(&[
+            b"data: {\"choices\":\r",
+            b"\ndata: [{\"delta\":{\"content\":\"a\"}}]}\r\n\r\n",
+        ]);
+        assert_eq!(contents, [false, true]);
+        assert!(err.is_none());
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_and_the_space_after_the_colon_is_optional() {
+        let (mut s, contents, _) = scan_all(&[
+            b"\xEF\xBB",
+            b"\xBFdata:{\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
+            b"data:[DONE]\n\n",
+        ]);
+        assert_eq!(contents, [false, true, false]);
+        assert!(s.is_finished());
+        assert_eq!(s.take_finish_reason(), Some(FinishReason::Stop));
+    }
+
+    #[test]
+    fn a_done_cut_off_from_its_blank_line_still_finishes() {
+        let (s, _, _) =
+            scan_all(&[b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n"]);
+        assert!(s.is_finished());
+    }
+
+    const STREAM: &[u8] = b": keep-alive\n\ndata: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\ndata: {\"choices\":\ndata: [{\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\ndata: [DONE]\n\n";
+
+    /// The events one whole stream gives: content events, finish reason, finished.
+    fn events_of(chunks: &[&[u8]]) -> (u64, Option<FinishReason>, bool, bool) {
+        let mut s = SseScan::default();
+        let mut committed = false;
+        let mut error = false;
+        for c in chunks {
+            let seen = s.feed(c, committed);
+            committed |= seen.content;
+            error |= seen.error.is_some();
+        }
+        (
+            s.content_events,
+            s.take_finish_reason(),
+            s.is_finished(),
+            error,
+        )
+    }
 
     proptest! {
-        /// However the bytes are cut into frames, the reader sees the same stream.
+        /// However the bytes are cut into frames, whatever the line endings (LF, CR, CRLF, or
+        /// a mix) and with or without a byte order mark, the reader sees the same events.
         #[test]
-        fn frame_boundaries_do_not_matter(cuts in proptest::collection::vec(0..STREAM.len(), 0..8)) {
-            let mut cuts = cuts;
-            cuts.sort_unstable();
-            cuts.dedup();
-            let mut s = SseScan::default();
-            let mut first_content_at = None;
-            let mut last = 0;
-            for (i, &c) in cuts.iter().chain(std::iter::once(&STREAM.len())).enumerate() {
-                if s.feed(&STREAM[last..c], first_content_at.is_some()).content && first_content_at.is_none() {
-                    first_content_at = Some(i);
+        fn any_split_of_a_stream_gives_the_same_events(
+            endings in proptest::collection::vec(0usize..3, 1..16),
+            bom in any::<bool>(),
+            cuts in proptest::collection::vec(any::<usize>(), 0..12),
+        ) {
+            let mut body = if bom { b"\xEF\xBB\xBF".to_vec() } else { Vec::new() };
+            for (i, b) in STREAM.iter().enumerate() {
+                // A CR followed by an LF would be one ending (CRLF), not two.
+                let after_cr = body.last() == Some(&b'\r');
+                match (b, endings[i % endings.len()]) {
+                    (b'\n', 0) if !after_cr => body.push(b'\n'),
+                    (b'\n', 1) => body.push(b'\r'),
+                    (b'\n', _) => body.extend_from_slice(b"\r\n"),
+                    (b, _) => body.push(*b),
                 }
+            }
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut last = 0;
+            for c in cuts.into_iter().chain([body.len()]) {
+                chunks.push(&body[last..c]);
                 last = c;
             }
-            prop_assert!(first_content_at.is_some());
-            prop_assert!(s.is_finished());
-            prop_assert_eq!(s.content_events, 2);
-            prop_assert_eq!(s.take_finish_reason(), Some(FinishReason::Stop));
+            prop_assert_eq!(events_of(&chunks), events_of(&[STREAM]));
+            prop_assert_eq!(events_of(&[STREAM]), (2, Some(FinishReason::Stop), true, false));
         }
     }
 }

@@ -228,6 +228,32 @@ async fn an_error_event_before_content_is_an_err_without_a_classifier() {
     assert!(tx.is_closed());
 }
 
+/// A whole stream of `frames`, complete before the call (its sender is dropped first).
+async fn whole_stream(frames: &[&str]) -> Result<Response<TimedBody<ChanBody>>, LlmError> {
+    let Upstream { tx, svc } = upstream(Duration::ZERO, SSE, false);
+    for frame in frames {
+        tx.send(data(frame)).unwrap();
+    }
+    drop(tx);
+    StreamTimeoutLayer::new(StreamTimeouts::new())
+        .layer(svc)
+        .oneshot(chat_req(true))
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_finishes_without_content_is_an_empty_response_err() {
+    let err = whole_stream(&[ROLE, STOP, DONE]).await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::EmptyResponse);
+
+    // Stopped at the token limit before any content: an answer, not a glitch.
+    let length = STOP.replace("stop", "length");
+    let resp = whole_stream(&[ROLE, &length, DONE])
+        .await
+        .expect("a length stop is handed on");
+    assert!(StreamStats::of(&resp).unwrap().hit_length_limit());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_body_error_after_content_is_a_stream_interrupted_body_error() {
     let up = upstream(Duration::ZERO, SSE, true);

@@ -1,0 +1,154 @@
+//! Non-streamed JSON answers that are failures in a `200`: an error object, or nothing at all.
+//! Both are found before the classify future resolves, so they are ordinary `Err`s that the
+//! retry and fallback layers act on.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Chunks, drain, response, run};
+use seawall_classify::ClassifyLayer;
+use seawall_core::{BodyReport, FailureClass, FinishReason, LlmError};
+use tower::{Layer, ServiceExt};
+
+const JSON: &[(&str, &str)] = &[("content-type", "application/json")];
+
+async fn outcome(body: &str) -> Result<(Vec<u8>, Arc<BodyReport>), LlmError> {
+    let chunks: Vec<Vec<u8>> = body.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
+    let resp = run(response(200, JSON, Chunks::new(chunks))).await?;
+    let report = resp.extensions().get::<Arc<BodyReport>>().unwrap().clone();
+    let (bytes, err) = drain(resp.into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    Ok((bytes, report))
+}
+
+#[tokio::test]
+async fn a_200_with_an_error_object_is_the_failure_it_names() {
+    let cases = [
+        (
+            r#"{"error":{"message":"Rate limit reached. Please try again in 1.5s.","type":"tokens","code":"rate_limit_exceeded"}}"#,
+            FailureClass::RateLimited,
+        ),
+        (
+            r#"{"error":{"message":"Provider returned error","code":429,"metadata":{"provider_name":"x"}}}"#,
+            FailureClass::RateLimited,
+        ),
+        (
+            r#"{"error":{"message":"no capacity","status":503}}"#,
+            FailureClass::Overloaded,
+        ),
+        (
+            r#"{"error":{"message":"You exceeded your current quota","code":"insufficient_quota"}}"#,
+            FailureClass::QuotaExhausted,
+        ),
+        (
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":400}}"#,
+            FailureClass::ContextLengthExceeded,
+        ),
+        (
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}"#,
+            FailureClass::Overloaded,
+        ),
+        (
+            r#"{"id":"x","error":{"message":"boom"}}"#,
+            FailureClass::ServerError,
+        ),
+        (r#"{"error":"upstream failed"}"#, FailureClass::ServerError),
+    ];
+    for (body, class) in cases {
+        let err = outcome(body).await.expect_err(body);
+        assert_eq!(err.class(), class, "{body}");
+        assert_eq!(err.status(), Some(http::StatusCode::OK));
+    }
+    let err = outcome(cases[0].0).await.unwrap_err();
+    assert_eq!(err.code(), Some("rate_limit_exceeded"));
+    assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
+    let err = outcome(cases[5].0).await.unwrap_err();
+    assert_eq!(err.request_id(), Some("req_1"));
+    assert_eq!(err.error_type(), Some("overloaded_error"));
+
+    // `"error": null` beside a real answer is no error.
+    let (bytes, _) = outcome(
+        r#"{"object":"chat.completion","choices":[{"message":{"content":"Hi"}}],"error":null}"#,
+    )
+    .await
+    .unwrap();
+    assert!(bytes.ends_with(br#""error":null}"#));
+}
+
+#[tokio::test]
+async fn an_answer_longer_than_the_limit_passes_through_unread() {
+    let body = format!(
+        r#"{{"error":{{"message":"{}","status":503}}}}"#,
+        "x".repeat(200)
+    );
+    let transport = tower::service_fn({
+        let body = body.clone();
+        move |_req: http::Request<bytes::Bytes>| {
+            let chunks: Vec<Vec<u8>> = body.as_bytes().chunks(50).map(<[u8]>::to_vec).collect();
+            async move { Ok::<_, std::io::Error>(response(200, JSON, Chunks::new(chunks))) }
+        }
+    });
+    let resp = ClassifyLayer::default()
+        .with_error_body_limit(64)
+        .layer(transport)
+        .oneshot(common::chat_request(false))
+        .await
+        .expect("past the limit the answer is not held back");
+    let (bytes, err) = drain(resp.into_body()).await;
+    assert_eq!(bytes, body.as_bytes());
+    assert!(err.is_none());
+}
+
+#[tokio::test]
+async fn empty_answers_are_empty_response_failures() {
+    for body in [
+        r#"{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":0}}"#,
+        r#"{"object":"chat.completion","choices":null}"#,
+        r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"stop"}]}"#,
+        r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[],"refusal":null},"finish_reason":"stop"}]}"#,
+        r#"{"object":"text_completion","choices":[{"text":"","finish_reason":"stop"}]}"#,
+        r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":0}}"#,
+        r#"{"type":"message","content":[{"type":"text","text":""}],"stop_reason":"end_turn"}"#,
+    ] {
+        let err = outcome(body).await.expect_err(body);
+        assert_eq!(err.class(), FailureClass::EmptyResponse, "{body}");
+        assert!(err.class().default_disposition().allows_retry(false));
+    }
+}
+
+#[tokio::test]
+async fn answers_with_tool_calls_refusals_or_at_the_token_limit_are_not_empty() {
+    for body in [
+        r#"{"object":"chat.completion","choices":[{"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        r#"{"object":"chat.completion","choices":[{"message":{"content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}"#,
+        r#"{"object":"chat.completion","choices":[{"message":{"content":[{"type":"text","text":"Hi"}]},"finish_reason":"stop"}]}"#,
+        r#"{"object":"chat.completion","choices":[{"message":{"content":""},"finish_reason":"length"}]}"#,
+        r#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"now","input":{}}],"stop_reason":"tool_use"}"#,
+        r#"{"object":"list","data":[{"object":"embedding","embedding":[0.1],"index":0}],"model":"e"}"#,
+        r#"{}"#,
+    ] {
+        let (bytes, report) = outcome(body).await.expect(body);
+        assert_eq!(bytes, body.as_bytes());
+        assert!(report.is_finished());
+    }
+}
+
+#[tokio::test]
+async fn a_read_ahead_answer_is_parsed_once_and_replayed_whole() {
+    let body = r#"{"id":"c2","object":"chat.completion","model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"Hello \"there\"\n"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"prompt_tokens_details":{"cached_tokens":3}}}"#;
+    let (bytes, report) = outcome(body).await.unwrap();
+    assert_eq!(bytes, body.as_bytes());
+    assert_eq!(report.model(), Some("gpt-4o-2024-08-06"));
+    assert_eq!(
+        report
+            .usage()
+            .map(|u| (u.input_tokens, u.output_tokens, u.cached_input_tokens)),
+        Some((19, 10, 3))
+    );
+    assert_eq!(report.finish_reason(), Some(&FinishReason::Stop));
+    assert!(report.is_finished());
+    // Parsed once: the answer counts as one event of content, not one per read.
+    assert_eq!(report.content_events(), 1);
+}
