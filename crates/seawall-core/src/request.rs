@@ -92,9 +92,12 @@ impl RequestMeta {
             .map(|n| n.min(u64::from(u32::MAX)) as u32);
         let text = wire.text;
         let estimate = text.chars.div_ceil(4) + 4 * text.parts;
-        let key = model
-            .as_ref()
-            .map(|m| Arc::from(format!("{}/{m}", req.uri().host().unwrap_or("upstream"))));
+        let key = model.as_ref().map(|m| {
+            Arc::from(crate::bound_key(&format!(
+                "{}/{m}",
+                req.uri().host().unwrap_or("upstream")
+            )))
+        });
         RequestMeta {
             provider,
             model,
