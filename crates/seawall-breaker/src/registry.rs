@@ -282,6 +282,11 @@ impl BreakerHandle {
     pub fn set_mode(&self, key: &str, mode: Mode) {
         let b = match self.shared.get(key) {
             Some(b) => b,
+            None if key == OVERFLOW_KEY => {
+                let keys = self.shared.keys.read();
+                let mode = keys.unwrap_or_else(PoisonError::into_inner).default_mode;
+                self.shared.overflow(mode)
+            }
             None => match self.shared.insert(&bound_key(key), true) {
                 Ok(b) => b,
                 Err(_) => return,

@@ -839,6 +839,24 @@ async fn overflow_keys_share_one_breaker_that_trips() {
             .iter()
             .any(|s| &*s.key == OVERFLOW_KEY && s.state == State::Open)
     );
+    // The handle steers the overflow breaker by its name.
+    handle.set_mode(OVERFLOW_KEY, Mode::Disabled);
+    run(&mut svc, "c", Reply::Ok).await.unwrap();
+    assert_eq!(handle.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_overflow_breaker_can_be_forced_open_before_first_use() {
+    let layer = CircuitBreakerLayer::builder().max_keys(1).build().unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    handle.set_mode(OVERFLOW_KEY, Mode::ForcedOpen);
+    assert_eq!(handle.len(), 0);
+    open_key(&mut svc, "a").await;
+    assert_eq!(
+        class_of(run(&mut svc, "b", Reply::Ok).await),
+        Some(FailureClass::CircuitOpen)
+    );
 }
 
 async fn open_key(svc: &mut Svc, key: &str) {

@@ -332,8 +332,9 @@ impl Keys {
                 return self.unkeyed.clone();
             }
         }
-        let state = Arc::new(KeyState::new(Some(Arc::from(key))));
-        map.insert(Arc::from(key), state.clone());
+        let key: Arc<str> = Arc::from(key);
+        let state = Arc::new(KeyState::new(Some(key.clone())));
+        map.insert(key, state.clone());
         state
     }
 

@@ -146,3 +146,37 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
         RejectReason::RateLimited
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
+    let layer = ConcurrencyGateLayer::builder()
+        .max_keys(2)
+        .max_wait(Duration::from_secs(1))
+        .build();
+    let handle = layer.handle();
+    let svc = layer.layer(tower::service_fn(|_: Named| async {
+        Ok::<_, LlmError>(http::Response::new(String::from("ok")))
+    }));
+    handle.pause_key(Some("a"), Duration::from_secs(3600));
+    handle.pause_key(Some("b"), Duration::from_secs(3600));
+    // The table is full of paused keys: new keys go through, under the unkeyed state.
+    for i in 0..1_000 {
+        let model = format!("new-{i}");
+        drop(svc.clone().oneshot(Named::new(&model)).await.unwrap());
+    }
+    assert_eq!(handle.keys(), 2);
+    assert_eq!(
+        reason(svc.clone().oneshot(Named::new("a")).await),
+        RejectReason::KeyPaused
+    );
+    // A pause of the unkeyed state holds every key beyond the table.
+    handle.pause_key(None, Duration::from_secs(3600));
+    assert_eq!(
+        reason(svc.clone().oneshot(Named::new("new-0")).await),
+        RejectReason::KeyPaused
+    );
+    assert_eq!(
+        reason(svc.clone().oneshot(Named::new("yet another")).await),
+        RejectReason::KeyPaused
+    );
+}
