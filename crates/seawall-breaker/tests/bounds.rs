@@ -144,3 +144,54 @@ async fn a_flood_of_long_model_names_stays_bounded_and_open_keys_stay_open() {
         assert_eq!(err.class(), FailureClass::CircuitOpen);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_floods_never_pass_the_cap_nor_close_an_open_key() {
+    const MAX_KEYS: usize = 64;
+    let layer = CircuitBreakerLayer::builder()
+        .max_keys(MAX_KEYS)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let svc = layer.layer(tower::service_fn(|r: Named| async move {
+        if r.fail {
+            Err(LlmError::new(FailureClass::ServerError, "500"))
+        } else {
+            Ok(http::Response::new(String::from("ok")))
+        }
+    }));
+    let victim = || Named {
+        names: Arc::from("victim"),
+        at: 0..6,
+        fail: false,
+        ext: Extensions::new(),
+    };
+    let mut tripper = svc.clone();
+    for _ in 0..5 {
+        call(&mut tripper, victim(), true).await.unwrap_err();
+    }
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let mut svc = svc.clone();
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                for i in 0..5_000 {
+                    let model = format!("flood-{t}-{i}");
+                    let req = Named {
+                        at: 0..model.len(),
+                        names: Arc::from(model),
+                        fail: false,
+                        ext: Extensions::new(),
+                    };
+                    call(&mut svc, req, false).await.unwrap();
+                    assert!(handle.len() <= MAX_KEYS);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(handle.len() <= MAX_KEYS);
+    assert_eq!(handle.state("victim"), Some(State::Open));
+}

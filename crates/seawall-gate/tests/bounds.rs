@@ -2,8 +2,8 @@
 //! operator set, nor lift a key's pause or rate-limit debt.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::Extensions;
@@ -11,18 +11,29 @@ use seawall_core::{LlmError, LlmRequest};
 use seawall_gate::{ConcurrencyGateLayer, Limit, Rates, RejectReason, Rejection};
 use tower::{Layer, ServiceExt};
 
-/// The system allocator, counting the bytes live.
+/// The system allocator, counting the bytes live per thread: the flood test runs on one
+/// thread (a current-thread runtime), so other tests running beside it do not count.
 struct Counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    let _ = LIVE.try_with(|l| l.set(l.get() + delta));
+}
+
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        count(layout.size() as isize);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        count(-(layout.size() as isize));
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -122,14 +133,14 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
             .unwrap(),
     );
 
-    let live_before = LIVE.load(Ordering::Relaxed);
+    let live_before = live();
     for i in 0..FLOOD {
         drop(svc.clone().oneshot(name(&names, i)).await.unwrap());
         assert!(handle.keys() <= MAX_KEYS);
     }
     // The table holds at most MAX_KEYS states of at most MAX_KEY_LEN-byte keys: well under
     // 2 KiB each with the map's share. Unbounded, each of them alone would pin 64 KiB.
-    let grown = LIVE.load(Ordering::Relaxed).saturating_sub(live_before);
+    let grown = (live() - live_before).max(0) as usize;
     assert!(
         grown <= MAX_KEYS * 2048,
         "{grown} bytes more after the flood"
@@ -177,6 +188,40 @@ async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
     );
     assert_eq!(
         reason(svc.clone().oneshot(Named::new("yet another")).await),
+        RejectReason::KeyPaused
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_floods_never_pass_the_cap_nor_lift_a_pause() {
+    const MAX_KEYS: usize = 64;
+    let layer = ConcurrencyGateLayer::builder()
+        .max_keys(MAX_KEYS)
+        .max_wait(Duration::from_secs(1))
+        .build();
+    let handle = layer.handle();
+    let svc = layer.layer(tower::service_fn(|_: Named| async {
+        Ok::<_, LlmError>(http::Response::new(String::from("ok")))
+    }));
+    handle.pause_key(Some("victim"), Duration::from_secs(3600));
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let svc = svc.clone();
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                for i in 0..5_000 {
+                    let model = format!("flood-{t}-{i}");
+                    drop(svc.clone().oneshot(Named::new(&model)).await.unwrap());
+                    assert!(handle.keys() <= MAX_KEYS);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        reason(svc.clone().oneshot(Named::new("victim")).await),
         RejectReason::KeyPaused
     );
 }
