@@ -263,8 +263,12 @@ impl<K> Builder<K> {
         self
     }
 
-    /// The most keys with a breaker. At the cap, a new key evicts the idle ones, else the
-    /// least recently used closed one, else goes untracked. Default 1024.
+    /// The most keys with a breaker of their own (keys are first cut to
+    /// [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes). At the cap, a new key evicts the idle
+    /// closed keys, else the least recently used eighth of the closed keys with no failure or
+    /// slow call in their window; open, half-open and manual keys are never evicted. If nothing can be
+    /// evicted, the new key shares the [`OVERFLOW_KEY`](crate::OVERFLOW_KEY) breaker.
+    /// Default 1024.
     pub fn max_keys(mut self, n: usize) -> Self {
         self.cfg.max_keys = n;
         self

@@ -53,8 +53,10 @@
 //!
 //! In the closed state a call does one map lookup under an uncontended read lock, one atomic
 //! load of the state word, and on completion a ring-slot swap and a counter update: no lock
-//! taken for writing, no allocation. Transitions take a per-key mutex. Keys are capped
-//! ([`Builder::max_keys`], 1024); at the cap, idle keys are evicted.
+//! taken for writing, no allocation. Transitions take a per-key mutex. Keys are cut to
+//! [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes and capped in number
+//! ([`Builder::max_keys`], 1024); at the cap, idle closed keys are evicted, open ones never,
+//! and keys that find no room share the [`OVERFLOW_KEY`] breaker.
 //!
 //! # Example
 //!
@@ -108,7 +110,7 @@ mod window;
 pub use future::{BreakerGuard, ResponseFuture};
 pub use key::{KeyFn, StateKey};
 pub use layer::{Builder, CircuitBreakerLayer, ConfigError, MAX_PROBES};
-pub use registry::BreakerHandle;
+pub use registry::{BreakerHandle, OVERFLOW_KEY};
 pub use service::CircuitBreaker;
 pub use state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
 

@@ -115,33 +115,28 @@ where
             match &self.last {
                 Some(b) if b.is_current() && **b.key() == *key => {
                     b.touch();
-                    Some(b.clone())
+                    b.clone()
                 }
                 _ => {
                     let b = self.shared.breaker(&key);
-                    self.last.clone_from(&b);
+                    self.last = Some(b.clone());
                     b
                 }
             }
         };
-        let permit = match breaker {
-            None => Permit::untracked(),
-            Some(b) => {
-                let cfg = &self.shared.cfg;
-                let start = if cfg.slow_threshold.is_some() {
-                    cfg.now()
-                } else {
-                    0
-                };
-                match b.acquire(|| cfg.now()) {
-                    Ok(admission) => Permit::new(b, admission, start),
-                    Err(refusal) => {
-                        if let Some(cx) = req.call_context() {
-                            cx.update(|f| f.rejections.push(FailureClass::CircuitOpen));
-                        }
-                        return ResponseFuture::rejected(refusal_error(refusal));
-                    }
+        let cfg = &self.shared.cfg;
+        let start = if cfg.slow_threshold.is_some() {
+            cfg.now()
+        } else {
+            0
+        };
+        let permit = match breaker.acquire(|| cfg.now()) {
+            Ok(admission) => Permit::new(breaker, admission, start),
+            Err(refusal) => {
+                if let Some(cx) = req.call_context() {
+                    cx.update(|f| f.rejections.push(FailureClass::CircuitOpen));
                 }
+                return ResponseFuture::rejected(refusal_error(refusal));
             }
         };
         ResponseFuture::new(self.inner.call(req), permit)

@@ -11,7 +11,7 @@ use http::Extensions;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use seawall_breaker::{
-    BreakerGuard, CircuitBreakerLayer, Mode, Reason, State, StateChange, Verdict,
+    BreakerGuard, CircuitBreakerLayer, Mode, OVERFLOW_KEY, Reason, State, StateChange, Verdict,
 };
 use seawall_core::{
     CallContext, FailureClass, HookedBody, LlmError, LlmRequest, RateLimitSnapshot, SeededRandom,
@@ -792,11 +792,13 @@ async fn keys_are_capped_and_idle_ones_evicted() {
     run(&mut svc, "d", Reply::Ok).await.unwrap();
     assert_eq!(handle.state("b"), None);
     assert_eq!(handle.len(), 2);
-    // Open keys in use are never evicted: the new key goes untracked instead.
+    // Open keys are never evicted: the new key shares the overflow breaker instead.
     open_key(&mut svc, "c").await;
     open_key(&mut svc, "d").await;
     run(&mut svc, "e", Reply::Ok).await.unwrap();
     assert_eq!(handle.state("e"), None);
+    assert_eq!(handle.state(OVERFLOW_KEY), Some(State::Closed));
+    assert_eq!(handle.snapshot(OVERFLOW_KEY).unwrap().calls, 1);
     assert_eq!(handle.state("c"), Some(State::Open));
     assert_eq!(handle.state("d"), Some(State::Open));
     // A manual key may exceed the cap and is kept.
@@ -805,7 +807,56 @@ async fn keys_are_capped_and_idle_ones_evicted() {
     advance(Duration::from_secs(3600)).await;
     run(&mut svc, "g", Reply::Ok).await.unwrap();
     assert_eq!(handle.state("f"), Some(State::ForcedOpen));
-    assert_eq!(handle.state("c"), None, "idle open keys do go");
+    assert_eq!(
+        handle.state("c"),
+        Some(State::Open),
+        "idle open keys stay too"
+    );
+    assert_eq!(handle.state("g"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn overflow_keys_share_one_breaker_that_trips() {
+    let layer = CircuitBreakerLayer::builder().max_keys(1).build().unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    open_key(&mut svc, "a").await;
+    // The table is full of an open key: "b" and "c" share the overflow breaker.
+    for _ in 0..5 {
+        run(&mut svc, "b", Reply::Fail(FailureClass::ServerError))
+            .await
+            .unwrap_err();
+    }
+    assert_eq!(handle.state(OVERFLOW_KEY), Some(State::Open));
+    assert_eq!(
+        class_of(run(&mut svc, "c", Reply::Ok).await),
+        Some(FailureClass::CircuitOpen)
+    );
+    assert_eq!(handle.len(), 1);
+    assert!(
+        handle
+            .snapshots()
+            .iter()
+            .any(|s| &*s.key == OVERFLOW_KEY && s.state == State::Open)
+    );
+    // The handle steers the overflow breaker by its name.
+    handle.set_mode(OVERFLOW_KEY, Mode::Disabled);
+    run(&mut svc, "c", Reply::Ok).await.unwrap();
+    assert_eq!(handle.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_overflow_breaker_can_be_forced_open_before_first_use() {
+    let layer = CircuitBreakerLayer::builder().max_keys(1).build().unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    handle.set_mode(OVERFLOW_KEY, Mode::ForcedOpen);
+    assert_eq!(handle.len(), 0);
+    open_key(&mut svc, "a").await;
+    assert_eq!(
+        class_of(run(&mut svc, "b", Reply::Ok).await),
+        Some(FailureClass::CircuitOpen)
+    );
 }
 
 async fn open_key(svc: &mut Svc, key: &str) {

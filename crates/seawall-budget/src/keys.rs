@@ -1,6 +1,23 @@
-//! How keyed budgets find a request's key.
+//! How keyed budgets find a request's key, and the bounded table of their counters.
+//!
+//! Keys come from clients (the model name of a request body, a tenant header), so the number
+//! of keyed counters is bounded by the operator, not by them: keys are cut to
+//! [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by [`bound_key`], and a budget keeps at
+//! most [`MemoryStore::with_max_keys`](crate::MemoryStore::with_max_keys) keyed counters
+//! ([`DEFAULT_MAX_KEYS`] by default). At the cap, counters that hold nothing (no reservation,
+//! no spend in their window) are dropped; a counter that holds either is never dropped, since
+//! forgetting spend would let its key spend again. When the table is full of such counters,
+//! new keys are counted together under one overflow counter ([`OVERFLOW_KEY`]) against the
+//! budget's per-key limit: no key can overspend through it (its spend is at most the shared
+//! spend), and the keys already counted keep their exact counters. Refusing new keys outright
+//! would be the other safe choice, but would stop every new tenant until the window rolls
+//! over; sharing lets them spend one key's worth between them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_core::bound_key;
 
 /// Reads the key of a [`Budget::per_key`](crate::Budget::per_key) budget from a request.
 ///
@@ -65,4 +82,161 @@ pub fn fingerprint(secret: &str) -> Arc<str> {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("fp-{h:016x}").into()
+}
+
+/// The most keyed counters one budget of a [`MemoryStore`](crate::MemoryStore) keeps by
+/// default.
+pub const DEFAULT_MAX_KEYS: usize = 10_000;
+
+/// The key under which a full table counts new keys together, as named in
+/// [`Exceeded`](crate::Exceeded) and [`SoftLimitCrossed`](crate::SoftLimitCrossed).
+pub const OVERFLOW_KEY: &str = "(overflow)";
+
+/// Below this many counters the table is not swept for idle ones.
+pub(crate) const MIN_PRUNE_AT: usize = 4096;
+
+/// After a sweep of a full table frees nothing, new keys go to the overflow counter without
+/// another sweep for this long.
+const FULL_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The keyed counters of one budget, bounded.
+#[derive(Debug)]
+pub(crate) struct KeyTable<V> {
+    map: HashMap<Arc<str>, V>,
+    overflow: V,
+    max_keys: usize,
+    /// Sweep when the map reaches this size, so memory follows the number of active keys.
+    prune_at: usize,
+    /// Until when (Unix nanoseconds) the table is known to hold nothing to drop.
+    full_until: u64,
+}
+
+impl<V: Default> KeyTable<V> {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        KeyTable {
+            map: HashMap::new(),
+            overflow: V::default(),
+            max_keys,
+            prune_at: MIN_PRUNE_AT,
+            full_until: 0,
+        }
+    }
+
+    /// The counter of `key` at `now` (Unix nanoseconds): its own, created if there is room,
+    /// else the overflow counter.
+    ///
+    /// `busy` says whether the overflow counter holds reservations: while it does, no new key
+    /// gets a counter of its own, so that an attempt reserved on the overflow counter settles
+    /// there too. `idle` says whether a counter may be dropped (it may bring it up to date
+    /// first).
+    pub(crate) fn entry(
+        &mut self,
+        key: &str,
+        now: u64,
+        busy: impl Fn(&V) -> bool,
+        mut idle: impl FnMut(&mut V) -> bool,
+    ) -> &mut V {
+        let key = bound_key(key);
+        if self.map.contains_key(&*key) {
+            return self.map.get_mut(&*key).expect("just found");
+        }
+        if busy(&self.overflow) {
+            return &mut self.overflow;
+        }
+        if self.map.len() >= self.prune_at.min(self.max_keys) && now >= self.full_until {
+            self.map.retain(|_, v| !idle(v));
+            self.prune_at = (self.map.len() * 2).max(MIN_PRUNE_AT);
+            if self.map.len() >= self.max_keys {
+                self.full_until = now.saturating_add(FULL_BACKOFF.as_nanos() as u64);
+            }
+        }
+        if self.map.len() >= self.max_keys {
+            return &mut self.overflow;
+        }
+        self.map.entry(Arc::from(key)).or_default()
+    }
+
+    /// The counter of `key` if it has one of its own.
+    pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.map.get_mut(&*bound_key(key))
+    }
+
+    /// How many keys have a counter of their own.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A counter that is busy (holds a reservation) or pinned (holds spend).
+    #[derive(Debug, Default, Clone, Copy, PartialEq)]
+    struct C {
+        reserved: u64,
+        spent: u64,
+    }
+
+    fn entry<'t>(t: &'t mut KeyTable<C>, key: &str, now: u64) -> &'t mut C {
+        t.entry(
+            key,
+            now,
+            |o| o.reserved > 0,
+            |c| c.reserved == 0 && c.spent == 0,
+        )
+    }
+
+    #[test]
+    fn counters_with_spend_are_never_dropped_and_new_keys_overflow() {
+        let mut t = KeyTable::new(2);
+        entry(&mut t, "a", 0).spent = 5;
+        entry(&mut t, "b", 0).reserved = 7;
+        // Full of counters that hold something: "c" and "d" share the overflow counter.
+        entry(&mut t, "c", 0).spent += 1;
+        entry(&mut t, "d", 0).spent += 1;
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.overflow.spent, 2);
+        assert_eq!(t.get_mut("a").unwrap().spent, 5);
+        assert_eq!(t.get_mut("b").unwrap().reserved, 7);
+        assert!(t.get_mut("c").is_none());
+        // Once "b" settles to nothing it can make room (after the backoff).
+        entry(&mut t, "b", 0).reserved = 0;
+        entry(&mut t, "e", 0).spent += 1;
+        assert_eq!(t.overflow.spent, 3, "within the backoff: no sweep");
+        let later = FULL_BACKOFF.as_nanos() as u64;
+        entry(&mut t, "e", later).spent += 1;
+        assert_eq!(t.get_mut("e").unwrap().spent, 1);
+        assert!(t.get_mut("b").is_none());
+        assert_eq!(t.get_mut("a").unwrap().spent, 5);
+    }
+
+    #[test]
+    fn no_key_leaves_the_overflow_while_it_holds_reservations() {
+        let mut t = KeyTable::new(1);
+        entry(&mut t, "a", 0).spent = 1;
+        // "b" reserves on the overflow counter.
+        entry(&mut t, "b", 0).reserved += 3;
+        // "a" frees its place, but "b" must settle where it reserved.
+        t.get_mut("a").unwrap().spent = 0;
+        let later = FULL_BACKOFF.as_nanos() as u64;
+        let c = entry(&mut t, "b", later);
+        assert_eq!(c.reserved, 3);
+        c.reserved -= 3;
+        // Now the overflow holds no reservation: "b" gets a counter of its own.
+        entry(&mut t, "b", later).spent = 4;
+        assert_eq!(t.get_mut("b").unwrap().spent, 4);
+    }
+
+    #[test]
+    fn long_keys_share_nothing_but_are_stored_bounded() {
+        let mut t = KeyTable::new(8);
+        let a = format!("{}a", "k".repeat(10_000));
+        let b = format!("{}b", "k".repeat(10_000));
+        entry(&mut t, &a, 0).spent = 1;
+        entry(&mut t, &b, 0).spent = 2;
+        assert_eq!(t.get_mut(&a).unwrap().spent, 1);
+        assert_eq!(t.get_mut(&b).unwrap().spent, 2);
+        assert!(t.map.keys().all(|k| k.len() <= seawall_core::MAX_KEY_LEN));
+    }
 }

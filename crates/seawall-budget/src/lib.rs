@@ -123,7 +123,7 @@ pub use budget::{Budget, Period, Scope, Window};
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use guard::BudgetGuard;
-pub use keys::{BudgetKeys, NoKeys, fingerprint};
+pub use keys::{BudgetKeys, DEFAULT_MAX_KEYS, NoKeys, OVERFLOW_KEY, fingerprint};
 pub use layer::{
     Builder, CostBudgetLayer, MissingMaxOutput, Settlement, UNKEYED, default_settlement,
 };

@@ -5,13 +5,16 @@
 //! database) without touching the layer: such a store answers `reserve` with
 //! [`Admission::Pending`] and a future, and queues `settle` without blocking.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use seawall_core::bound_key;
+
 use crate::budget::{Budget, Window};
+use crate::keys::{DEFAULT_MAX_KEYS, KeyTable, OVERFLOW_KEY};
 use crate::money::Usd;
 use crate::time::Timestamp;
 
@@ -179,7 +182,6 @@ impl<T: BudgetStore + ?Sized> BudgetStore for Arc<T> {
 }
 
 const RING: usize = Window::ROLLING_BUCKETS as usize + 1;
-const MIN_PRUNE_AT: usize = 4096;
 
 /// The in-process store: every counter behind one short mutex.
 ///
@@ -190,22 +192,29 @@ const MIN_PRUNE_AT: usize = 4096;
 /// and no allocation (except the first time a key is seen). Keyed counters that hold nothing
 /// (no reservation and no spend in their window) are pruned when the map grows, so memory
 /// follows the number of active keys; counters of [`Window::Total`] budgets keep their spend
-/// forever.
+/// forever. Each budget keeps at most [`with_max_keys`](Self::with_max_keys) keyed counters;
+/// beyond, new keys share an overflow counter (see [`OVERFLOW_KEY`](crate::OVERFLOW_KEY)).
 ///
 /// Budgets are found by name with a short linear scan, so a store is meant for the handful
 /// of budgets of a few layers. Share one store between layers by passing the same
 /// `Arc<MemoryStore>` to each builder.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     budgets: Mutex<Vec<Counters>>,
+    max_keys: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::with_max_keys(DEFAULT_MAX_KEYS)
+    }
 }
 
 #[derive(Debug)]
 struct Counters {
     name: Arc<str>,
     global: Counter,
-    by_key: HashMap<Arc<str>, Counter>,
-    prune_at: usize,
+    by_key: KeyTable<Counter>,
 }
 
 #[derive(Debug, Default)]
@@ -291,12 +300,11 @@ impl Counter {
 }
 
 impl Counters {
-    fn new(name: Arc<str>) -> Self {
+    fn new(name: Arc<str>, max_keys: usize) -> Self {
         Counters {
             name,
             global: Counter::default(),
-            by_key: HashMap::new(),
-            prune_at: MIN_PRUNE_AT,
+            by_key: KeyTable::new(max_keys),
         }
     }
 
@@ -312,27 +320,35 @@ impl Counters {
             self.global.roll(budget, now);
             return f(&mut self.global);
         };
-        if let Some(c) = self.by_key.get_mut(&**key) {
-            c.roll(budget, now);
-            return f(c);
-        }
-        if self.by_key.len() >= self.prune_at {
-            self.by_key.retain(|_, c| {
+        let c = self.by_key.entry(
+            key,
+            now.as_unix_nanos(),
+            |overflow| overflow.reserved > 0,
+            |c| {
                 c.roll(budget, now);
-                !c.is_idle()
-            });
-            self.prune_at = (self.by_key.len() * 2).max(MIN_PRUNE_AT);
-        }
-        let c = self.by_key.entry(key.clone()).or_default();
+                c.is_idle()
+            },
+        );
         c.roll(budget, now);
         f(c)
     }
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store that keeps up to [`DEFAULT_MAX_KEYS`](crate::DEFAULT_MAX_KEYS) keyed
+    /// counters per budget.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that keeps up to `max_keys` keyed counters per budget (at least one).
+    /// Keys beyond share one overflow counter per budget, checked against the budget's
+    /// per-key limit.
+    pub fn with_max_keys(max_keys: usize) -> Self {
+        MemoryStore {
+            budgets: Mutex::default(),
+            max_keys: max_keys.max(1),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Counters>> {
@@ -346,7 +362,7 @@ impl MemoryStore {
     }
 }
 
-fn counters<'m>(list: &'m mut Vec<Counters>, budget: &Budget) -> &'m mut Counters {
+fn counters<'m>(list: &'m mut Vec<Counters>, budget: &Budget, max_keys: usize) -> &'m mut Counters {
     let name = budget.name_arc();
     let found = list
         .iter()
@@ -354,7 +370,7 @@ fn counters<'m>(list: &'m mut Vec<Counters>, budget: &Budget) -> &'m mut Counter
     let i = match found {
         Some(i) => i,
         None => {
-            list.push(Counters::new(name.clone()));
+            list.push(Counters::new(name.clone(), max_keys));
             list.len() - 1
         }
     };
@@ -367,7 +383,7 @@ impl BudgetStore for MemoryStore {
         let now = charge.now();
         let mut list = self.lock();
         for (i, (budget, key)) in charge.lines().enumerate() {
-            let refused = counters(&mut list, budget).with(budget, key, now, |c| {
+            let refused = counters(&mut list, budget, self.max_keys).with(budget, key, now, |c| {
                 let after = c.settled.saturating_add(c.reserved).saturating_add(amount);
                 if after > budget.limit().as_nanos() {
                     return Some(c.spend(budget));
@@ -376,14 +392,23 @@ impl BudgetStore for MemoryStore {
                 None
             });
             if let Some(spend) = refused {
+                // Named as counted: bounded, or as the overflow counter.
+                let key = key.map(|k| {
+                    let table = &mut counters(&mut list, budget, self.max_keys).by_key;
+                    match (table.get_mut(k).is_some(), bound_key(k)) {
+                        (false, _) => Arc::from(OVERFLOW_KEY),
+                        (true, Cow::Borrowed(_)) => k.clone(),
+                        (true, Cow::Owned(bounded)) => Arc::from(bounded),
+                    }
+                });
                 for (budget, key) in charge.lines().take(i) {
-                    counters(&mut list, budget).with(budget, key, now, |c| {
+                    counters(&mut list, budget, self.max_keys).with(budget, key, now, |c| {
                         c.reserved = c.reserved.saturating_sub(amount);
                     });
                 }
                 return Admission::Ready(Err(Exceeded {
                     budget: budget.name_arc().clone(),
-                    key: key.cloned(),
+                    key,
                     spend,
                     requested: charge.amount(),
                 }));
@@ -397,7 +422,7 @@ impl BudgetStore for MemoryStore {
         let now = charge.now();
         let mut list = self.lock();
         for (budget, key) in charge.lines() {
-            let fired = counters(&mut list, budget).with(budget, key, now, |c| {
+            let fired = counters(&mut list, budget, self.max_keys).with(budget, key, now, |c| {
                 c.reserved = c.reserved.saturating_sub(charge.amount().as_nanos());
                 c.add_spend(cost.as_nanos());
                 let threshold = budget.soft_limit()?;
@@ -538,6 +563,7 @@ mod tests {
 
     #[test]
     fn idle_keys_are_pruned() {
+        use crate::keys::MIN_PRUNE_AT;
         let b = [Budget::rolling("r", Usd::from_dollars(1), Duration::from_secs(60)).per_key("k")];
         let store = MemoryStore::new();
         for i in 0..MIN_PRUNE_AT + 10 {

@@ -15,13 +15,15 @@
 //!   a streamed body ends or is dropped, not released at the response head;
 //! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
 //! - [`CallContext`], through which layers report to an observer;
-//! - [`Random`], an injectable, seedable jitter source.
+//! - [`Random`], an injectable, seedable jitter source;
+//! - [`bound_key`], which caps the length of the keys per-key state is stored under.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 #![forbid(unsafe_code)]
 
 mod class;
 mod context;
 mod error;
+mod key;
 mod random;
 mod ratelimit;
 mod request;
@@ -30,6 +32,7 @@ mod response;
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
+pub use key::{MAX_KEY_LEN, bound_key};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use request::{Idempotent, LlmRequest, MediaParts, PartEstimate, Provider, RequestMeta};

@@ -124,9 +124,12 @@ impl RequestMeta {
         let mut media = text.media;
         // Raw data no enclosing part claimed (an unknown kind of part): priced as a file.
         media.files = media.files.saturating_add(text.opaque);
-        let key = model
-            .as_ref()
-            .map(|m| Arc::from(format!("{}/{m}", req.uri().host().unwrap_or("upstream"))));
+        let key = model.as_ref().map(|m| {
+            Arc::from(crate::bound_key(&format!(
+                "{}/{m}",
+                req.uri().host().unwrap_or("upstream")
+            )))
+        });
         RequestMeta {
             provider,
             model,

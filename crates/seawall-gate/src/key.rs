@@ -1,4 +1,15 @@
 //! Per-key state: rate buckets, the upstream's pause, and the key's waiting line.
+//!
+//! Keys come from clients (the model name of a request body), so the table is bounded by the
+//! operator, not by them: keys are cut to [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by
+//! [`bound_key`], and at most [`GateBuilder::max_keys`](crate::GateBuilder::max_keys) keys
+//! have a state of their own. At the cap a new key forgets every state that carries nothing
+//! (no call holds it, no pause, full rate buckets: a fresh state would start the same). A
+//! paused key, or one whose rate buckets are in debt, is never forgotten, so a flood of new
+//! keys cannot lift the upstream's pause or reset a rate limit. When nothing can be forgotten,
+//! new keys share the unkeyed state rather than being refused: they are still paced and
+//! paused together, and the table scan is skipped for a second after a sweep that freed
+//! nothing, so a flood costs one lookup per call.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -7,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seawall_core::LlmRequest;
+use seawall_core::{LlmRequest, bound_key};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -238,6 +249,10 @@ struct RateConfig {
     per_key: HashMap<Arc<str>, Rates>,
 }
 
+/// After a sweep of a full table frees nothing, new keys go to the unkeyed state without
+/// another sweep for this long.
+const FULL_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Every key's state, and the rate configuration they follow.
 #[derive(Debug)]
 pub(crate) struct Keys {
@@ -247,6 +262,8 @@ pub(crate) struct Keys {
     config: RwLock<RateConfig>,
     version: AtomicU64,
     max_keys: usize,
+    /// Until when (gate clock nanoseconds) the table is known to hold nothing to forget.
+    full_until: AtomicU64,
 }
 
 impl Keys {
@@ -256,10 +273,14 @@ impl Keys {
             unkeyed: Arc::new(KeyState::new(None)),
             config: RwLock::new(RateConfig {
                 default,
-                per_key: per_key.into_iter().collect(),
+                per_key: per_key
+                    .into_iter()
+                    .map(|(k, r)| (Arc::from(&*bound_key(&k)), r))
+                    .collect(),
             }),
             version: AtomicU64::new(0),
             max_keys,
+            full_until: AtomicU64::new(0),
         }
     }
 
@@ -268,15 +289,22 @@ impl Keys {
         let state = match key {
             None => self.unkeyed.clone(),
             Some(k) => {
-                let found = self
-                    .map
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(k)
-                    .cloned();
+                let k = bound_key(k);
+                let found = {
+                    let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+                    match map.get(&*k) {
+                        Some(s) => Some(s.clone()),
+                        None if map.len() >= self.max_keys
+                            && clock.nanos(now) < self.full_until.load(Ordering::Relaxed) =>
+                        {
+                            Some(self.unkeyed.clone())
+                        }
+                        None => None,
+                    }
+                };
                 match found {
                     Some(s) => s,
-                    None => self.insert(k, clock, now),
+                    None => self.insert(&k, clock, now),
                 }
             }
         };
@@ -293,6 +321,10 @@ impl Keys {
             // Forget states nobody holds and that carry nothing (a fresh one starts the same).
             map.retain(|_, s| Arc::strong_count(s) > 1 || !s.is_idle(clock, now));
             if map.len() >= self.max_keys {
+                let until = clock
+                    .nanos(now)
+                    .saturating_add(FULL_BACKOFF.as_nanos() as u64);
+                self.full_until.store(until, Ordering::Relaxed);
                 tracing::debug!(
                     max_keys = self.max_keys,
                     "seawall gate: key table full; this key shares the unkeyed state"
@@ -300,8 +332,9 @@ impl Keys {
                 return self.unkeyed.clone();
             }
         }
-        let state = Arc::new(KeyState::new(Some(Arc::from(key))));
-        map.insert(Arc::from(key), state.clone());
+        let key: Arc<str> = Arc::from(key);
+        let state = Arc::new(KeyState::new(Some(key.clone())));
+        map.insert(key, state.clone());
         state
     }
 
@@ -339,6 +372,8 @@ impl Keys {
     }
 
     pub(crate) fn set_for_key(&self, key: &str, rates: Option<Rates>) {
+        let key = bound_key(key);
+        let key = &*key;
         let mut c = self.config.write().unwrap_or_else(|p| p.into_inner());
         match rates {
             Some(r) => {
@@ -360,7 +395,10 @@ impl Keys {
 
     pub(crate) fn rates_for(&self, key: &str) -> Rates {
         let c = self.config.read().unwrap_or_else(|p| p.into_inner());
-        c.per_key.get(key).copied().unwrap_or(c.default)
+        c.per_key
+            .get(&*bound_key(key))
+            .copied()
+            .unwrap_or(c.default)
     }
 
     pub(crate) fn len(&self) -> usize {

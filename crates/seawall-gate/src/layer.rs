@@ -145,8 +145,10 @@ impl<K> GateBuilder<K> {
         self
     }
 
-    /// How many keys keep their own state (idle ones are forgotten first); calls under further
-    /// keys share the unkeyed state. Protects memory when keys come from user input.
+    /// How many keys keep their own state (idle ones are forgotten first, paused or rate-limited
+    /// ones never); calls under further keys share the unkeyed state. Keys are also cut to
+    /// [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes. Protects memory when keys come from
+    /// user input. Default [`DEFAULT_MAX_KEYS`].
     pub fn max_keys(mut self, max: usize) -> Self {
         self.settings.max_keys = max;
         self

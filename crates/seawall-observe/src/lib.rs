@@ -53,7 +53,7 @@ mod summary;
 
 pub use future::{Finish, ResponseFuture};
 pub use layer::ObserveLayer;
-pub use metrics::MetricsRecorder;
+pub use metrics::{DEFAULT_MAX_MODELS, MetricsRecorder, OTHER_MODEL};
 pub use record::{CallOutcome, CallRecord, NoopRecorder, Recorder, TracingRecorder};
 pub use service::Observe;
 pub use summary::{Summary, SummaryReport, percentile};

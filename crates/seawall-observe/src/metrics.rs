@@ -4,13 +4,79 @@
 //! (`gen_ai.client.operation.duration`, `gen_ai.client.token.usage`,
 //! `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`); the rest are
 //! seawall's own under `seawall.`. Exporters turn the dots into their own separators.
+//!
+//! Every distinct label value is a time series an exporter keeps for the life of the process,
+//! and the model name comes from the request body: labelled verbatim, a client sending random
+//! model names grows the exporter without bound. So the model label takes its value from a
+//! bounded set the operator controls: an allow-list ([`MetricsRecorder::models`]), or the first
+//! models seen up to a cap ([`MetricsRecorder::max_models`]); any other model is labelled
+//! [`OTHER_MODEL`].
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use seawall_core::MAX_KEY_LEN;
 
 use crate::record::{CallOutcome, CallRecord, Recorder};
 
 /// Weight of the newest call in the retry-rate moving average (about the last 100 calls).
 const RETRY_RATE_ALPHA: f64 = 0.01;
+
+/// How many distinct models a [`MetricsRecorder`] labels by name unless told otherwise.
+pub const DEFAULT_MAX_MODELS: usize = 32;
+
+/// The model label of calls whose model is not in the recorder's set.
+pub const OTHER_MODEL: &str = "other";
+
+/// The model label of calls that name no model.
+const UNKNOWN_MODEL: &str = "unknown";
+
+/// The models a recorder labels by name.
+#[derive(Debug)]
+struct ModelLabels {
+    known: RwLock<HashSet<Arc<str>>>,
+    /// Whether models not yet known are added while there is room.
+    learn: bool,
+    max: usize,
+}
+
+impl ModelLabels {
+    fn learning(max: usize) -> Self {
+        ModelLabels {
+            known: RwLock::default(),
+            learn: true,
+            max,
+        }
+    }
+
+    /// The label of `model`: itself when it is in the set (or joins it now), else `other`.
+    fn label(&self, model: Option<&str>) -> String {
+        let Some(model) = model else {
+            return UNKNOWN_MODEL.to_owned();
+        };
+        let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
+        if known.contains(model) {
+            return model.to_owned();
+        }
+        let full = known.len() >= self.max;
+        drop(known);
+        // A long name is never learned: the label would pin it in every exporter.
+        if !self.learn || full || model.len() > MAX_KEY_LEN {
+            return OTHER_MODEL.to_owned();
+        }
+        let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
+        if known.len() < self.max {
+            known.insert(Arc::from(model));
+            return model.to_owned();
+        }
+        if known.contains(model) {
+            model.to_owned()
+        } else {
+            OTHER_MODEL.to_owned()
+        }
+    }
+}
 
 /// Records counters and histograms for each call:
 ///
@@ -28,15 +94,65 @@ const RETRY_RATE_ALPHA: f64 = 0.01;
 /// | `gen_ai.server.time_per_output_token` | histogram (s) | `gen_ai.request.model` |
 ///
 /// The retry rate is its own figure because a rising retry rate warns before errors do.
-#[derive(Debug, Default)]
+///
+/// `gen_ai.request.model` is the requested model when it is in the recorder's bounded set, and
+/// [`OTHER_MODEL`] otherwise (`unknown` when the call names none). By default the set is the
+/// first [`DEFAULT_MAX_MODELS`] distinct models seen (of at most
+/// [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes); give the models you serve or price with
+/// [`models`](Self::models) so a burst of junk names early on cannot take their places.
+///
+/// ```
+/// use seawall_observe::MetricsRecorder;
+///
+/// // Label only these two; every other model is "other".
+/// let recorder = MetricsRecorder::new().models(["gpt-4o", "gpt-4o-mini"]);
+/// # let _ = recorder;
+/// ```
+#[derive(Debug)]
 pub struct MetricsRecorder {
     retry_rate_bits: AtomicU64,
+    models: ModelLabels,
+}
+
+impl Default for MetricsRecorder {
+    fn default() -> Self {
+        MetricsRecorder {
+            retry_rate_bits: AtomicU64::new(0),
+            models: ModelLabels::learning(DEFAULT_MAX_MODELS),
+        }
+    }
 }
 
 impl MetricsRecorder {
-    /// A new recorder.
+    /// A new recorder that labels the first [`DEFAULT_MAX_MODELS`] models seen by name.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Labels the first `n` distinct models seen by name, and the rest `other`.
+    pub fn max_models(mut self, n: usize) -> Self {
+        self.models = ModelLabels::learning(n);
+        self
+    }
+
+    /// Labels exactly these models by name, and every other model `other`. Names longer than
+    /// [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes are left out.
+    pub fn models<I, M>(mut self, models: I) -> Self
+    where
+        I: IntoIterator<Item = M>,
+        M: AsRef<str>,
+    {
+        let known: HashSet<Arc<str>> = models
+            .into_iter()
+            .map(|m| Arc::from(m.as_ref()))
+            .filter(|m: &Arc<str>| m.len() <= MAX_KEY_LEN)
+            .collect();
+        self.models = ModelLabels {
+            max: known.len(),
+            known: RwLock::new(known),
+            learn: false,
+        };
+        self
     }
 
     /// The current moving average of retries per call.
@@ -64,7 +180,7 @@ impl MetricsRecorder {
 
 impl Recorder for MetricsRecorder {
     fn record(&self, r: &CallRecord) {
-        let model = r.model.as_deref().unwrap_or("unknown").to_owned();
+        let model = self.models.label(r.model.as_deref());
         let class = r.class.map_or("none", |c| c.as_str());
         let outcome = match r.outcome {
             CallOutcome::Success => "success",
@@ -107,5 +223,135 @@ impl Recorder for MetricsRecorder {
             metrics::counter!("seawall.cost", "gen_ai.request.model" => model)
                 .increment((c * 1e6).round().max(0.0) as u64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::CallRecord;
+    use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
+    use std::time::Duration;
+
+    fn record(model: &str) -> CallRecord {
+        CallRecord {
+            request_id: None,
+            model: Some(Arc::from(model)),
+            served_model: None,
+            target: None,
+            outcome: CallOutcome::Success,
+            status: Some(200),
+            class: None,
+            error_code: None,
+            usage: None,
+            cost_usd: None,
+            attempts: 1,
+            queue_wait: None,
+            time_to_first_token: None,
+            time_per_output_token: None,
+            latency: Duration::from_millis(5),
+            fallback: false,
+            degraded: false,
+            config_version: None,
+        }
+    }
+
+    /// The model labels of `seawall.calls`, and the calls under each.
+    fn calls_by_model(snapshotter: &Snapshotter) -> Vec<(String, u64)> {
+        let mut out: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(k, ..)| k.key().name() == "seawall.calls")
+            .map(|(k, _, _, v)| {
+                let model = k
+                    .key()
+                    .labels()
+                    .find(|l| l.key() == "gen_ai.request.model")
+                    .map(|l| l.value().to_owned())
+                    .unwrap_or_default();
+                let n = match v {
+                    metrics_util::debugging::DebugValue::Counter(n) => n,
+                    _ => 0,
+                };
+                (model, n)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn run(recorder: &MetricsRecorder, models: impl IntoIterator<Item = String>) -> Snapshotter {
+        let debugging = DebuggingRecorder::new();
+        let snapshotter = debugging.snapshotter();
+        metrics::with_local_recorder(&debugging, || {
+            for m in models {
+                recorder.record(&record(&m));
+            }
+        });
+        snapshotter
+    }
+
+    #[test]
+    fn a_flood_of_model_names_makes_a_bounded_number_of_series() {
+        let recorder = MetricsRecorder::new().max_models(3);
+        let models = (0..1000).map(|i| format!("model-{}", i % 500));
+        let calls = calls_by_model(&run(&recorder, models));
+        assert_eq!(
+            calls,
+            [
+                ("model-0".to_owned(), 2),
+                ("model-1".to_owned(), 2),
+                ("model-2".to_owned(), 2),
+                (OTHER_MODEL.to_owned(), 994),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_allow_list_labels_only_its_models() {
+        let recorder = MetricsRecorder::new().models(["gpt-4o", "gpt-4o-mini"]);
+        let models = ["junk", "gpt-4o", "junk2", "gpt-4o-mini", "gpt-4o"].map(String::from);
+        let calls = calls_by_model(&run(&recorder, models));
+        assert_eq!(
+            calls,
+            [
+                ("gpt-4o".to_owned(), 2),
+                ("gpt-4o-mini".to_owned(), 1),
+                (OTHER_MODEL.to_owned(), 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn concurrent_new_models_never_exceed_the_cap() {
+        let labels = Arc::new(ModelLabels::learning(8));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let labels = labels.clone();
+                std::thread::spawn(move || {
+                    (0..2_000)
+                        .map(|i| labels.label(Some(&format!("m-{t}-{i}"))))
+                        .collect::<HashSet<_>>()
+                })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        for t in threads {
+            seen.extend(t.join().unwrap());
+        }
+        assert!(seen.remove(OTHER_MODEL));
+        assert_eq!(seen.len(), 8);
+    }
+
+    #[test]
+    fn long_model_names_are_never_labels() {
+        let recorder = MetricsRecorder::new();
+        let long = "m".repeat(MAX_KEY_LEN + 1);
+        let calls = calls_by_model(&run(&recorder, [long, "gpt-4o".to_owned()]));
+        assert_eq!(
+            calls,
+            [("gpt-4o".to_owned(), 1), (OTHER_MODEL.to_owned(), 1)]
+        );
     }
 }
