@@ -179,7 +179,7 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Err(err));
                 }
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
+                StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }

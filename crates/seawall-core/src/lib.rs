@@ -22,14 +22,17 @@
 mod class;
 mod context;
 mod error;
+mod future;
 mod random;
 mod ratelimit;
 mod request;
 mod response;
+mod time;
 
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
+pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use request::{Idempotent, LlmRequest, Provider, RequestMeta};
@@ -37,3 +40,4 @@ pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
     as_llm_error,
 };
+pub use time::instant_after;

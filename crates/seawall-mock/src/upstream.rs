@@ -243,7 +243,7 @@ fn put(headers: &mut HeaderMap, name: &'static str, value: impl fmt::Display) {
 
 impl Inner {
     fn unix(&self, t: Duration) -> Duration {
-        self.epoch + t
+        self.epoch.saturating_add(t)
     }
 
     fn respond(&self, this: &Arc<Inner>, req: Request<Bytes>) -> ResponseFuture {
@@ -404,7 +404,7 @@ impl Inner {
         } else {
             let mut total = first_token;
             for _ in 1..answer.output_tokens {
-                total += rng.delay(&self.profile.latency.per_token);
+                total = total.saturating_add(rng.delay(&self.profile.latency.per_token));
             }
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             let billed = Billed::new(
@@ -437,7 +437,7 @@ impl Inner {
         *response.headers_mut() = reply.headers;
         ResponseFuture::new(
             response,
-            arrived + reply.delay,
+            seawall_core::instant_after(arrived, reply.delay),
             reply.delay.is_zero(),
             reply.billed.map(|b| (this.clone(), b)),
         )
@@ -556,8 +556,8 @@ impl Inner {
             answer,
             include_usage,
             usage_null: chat.include_usage,
-            head_at: arrived + head,
-            first_token_at: arrived + first_token.max(head),
+            head_at: seawall_core::instant_after(arrived, head),
+            first_token_at: seawall_core::instant_after(arrived, first_token.max(head)),
             keepalive,
             end,
             rng: Rng::new(rng.next_u64()),
@@ -691,8 +691,10 @@ impl Inner {
             let (names, reset) = match wire {
                 Wire::OpenAi => (OPENAI[i], wire::go_duration(w.reset)),
                 Wire::Anthropic => {
-                    let at = self.unix(t) + w.reset;
-                    let secs = at.as_secs() + u64::from(at.subsec_nanos() > 0);
+                    let at = self.unix(t).saturating_add(w.reset);
+                    let secs = at
+                        .as_secs()
+                        .saturating_add(u64::from(at.subsec_nanos() > 0));
                     (ANTHROPIC[i], wire::rfc3339(secs))
                 }
             };

@@ -275,7 +275,7 @@ where
                 }
                 StateProj::Body { waiting } => {
                     let Some(mut w) = waiting.take() else {
-                        panic!("ResponseFuture polled after completion");
+                        seawall_core::polled_after_completion();
                     };
                     match w.poll_content(cx, this.call.config.max_buffer()) {
                         Poll::Ready(Ok(step)) => {
@@ -299,7 +299,7 @@ where
                         Poll::Pending => Poll::Pending,
                     };
                 }
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
+                StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }
