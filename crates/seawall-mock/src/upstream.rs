@@ -112,7 +112,7 @@ impl Bucket {
 
     fn wait_for(&self, cap: u32, need: f64) -> Duration {
         let rate = f64::from(cap) / 60.0;
-        Duration::from_secs_f64(((need - self.level).max(0.0)) / rate)
+        Duration::try_from_secs_f64(((need - self.level).max(0.0)) / rate).unwrap_or(Duration::MAX)
     }
 
     fn remaining(&self) -> u64 {
@@ -331,7 +331,10 @@ impl Inner {
                 return self.finish(this, reply, Outcome::QuotaExhausted, arrived);
             }
             Verdict::Limited(r) => {
-                let secs = r.wait.as_secs() + u64::from(r.wait.subsec_nanos() > 0);
+                let secs = r
+                    .wait
+                    .as_secs()
+                    .saturating_add(u64::from(r.wait.subsec_nanos() > 0));
                 headers.insert(RETRY_AFTER, hv(&secs.max(1).to_string()));
                 if wire == Wire::OpenAi {
                     let ms = r.wait.as_nanos().div_ceil(1_000_000);
@@ -348,7 +351,7 @@ impl Inner {
             if rule.applies_to(&chat.model) && rule.active_at(t) && rng.chance(rule.probability) {
                 let status = rule.status[rng.below(rule.status.len())];
                 if let Some(d) = rule.retry_after {
-                    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
                     headers.insert(RETRY_AFTER, hv(&secs.to_string()));
                 }
                 if let Some(s) = rule.should_retry {
