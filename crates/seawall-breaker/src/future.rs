@@ -180,13 +180,14 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Rejected { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
-                LlmError::new(
-                    FailureClass::CircuitOpen,
-                    "circuit breaker future polled after completion",
-                )
-            }))),
+            KindProj::Rejected { error } => match error.take() {
+                Some(error) => Poll::Ready(Err(error)),
+                None => seawall_core::polled_after_completion(),
+            },
             KindProj::Called { fut, permit } => {
+                if permit.is_none() {
+                    seawall_core::polled_after_completion();
+                }
                 let result = ready!(fut.poll(cx));
                 let mut permit = permit.take().unwrap_or_else(Permit::untracked);
                 permit.head();

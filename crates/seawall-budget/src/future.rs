@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use seawall_core::{FailureClass, LlmError, LlmResponse};
+use seawall_core::{LlmError, LlmResponse, polled_after_completion};
 use tower_service::Service;
 
 use crate::guard::BudgetGuard;
@@ -74,13 +74,6 @@ impl<F, S, Req> ResponseFuture<F, S, Req> {
     }
 }
 
-fn polled_again() -> LlmError {
-    LlmError::new(
-        FailureClass::InvalidRequest,
-        "seawall budget: response future polled after it completed",
-    )
-}
-
 impl<F, S, Req, T, E> Future for ResponseFuture<F, S, Req>
 where
     F: Future<Output = Result<T, E>>,
@@ -104,8 +97,7 @@ where
                     let (Some(mut service), Some(req), Some(mut guard)) =
                         (service.take(), req.take(), guard.take())
                     else {
-                        this.state.set(State::Failed { error: None });
-                        return Poll::Ready(Err(polled_again()));
+                        polled_after_completion();
                     };
                     match decided {
                         Ok(()) => {
@@ -128,7 +120,7 @@ where
                     let guard = guard.take();
                     this.state.set(State::Failed { error: None });
                     let Some(guard) = guard else {
-                        return Poll::Ready(Err(polled_again()));
+                        polled_after_completion();
                     };
                     return Poll::Ready(match result {
                         Ok(response) => Ok(response.on_complete(guard)),
@@ -140,7 +132,10 @@ where
                     });
                 }
                 StateProj::Failed { error } => {
-                    return Poll::Ready(Err(error.take().unwrap_or_else(polled_again)));
+                    let Some(error) = error.take() else {
+                        polled_after_completion();
+                    };
+                    return Poll::Ready(Err(error));
                 }
             }
         }

@@ -51,7 +51,7 @@ impl BudgetGuard {
     ) -> BudgetGuard {
         let attempt = ctx.as_ref().map(|c| c.update(|f| f.attempts.max(1)));
         BudgetGuard {
-            time: core.clock.at(started),
+            time: core.clock.now(),
             core,
             keys: Box::default(),
             model: None,

@@ -14,7 +14,7 @@ use crate::keys::{BudgetKeys, NoKeys};
 use crate::price::PriceTable;
 use crate::service::CostBudget;
 use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend};
-use crate::time::{Clock, Timestamp};
+use crate::time::{Clock, Timestamp, WallFn};
 
 /// What to do with a request that does not say how many tokens it may produce.
 ///
@@ -218,7 +218,7 @@ pub struct Builder<K = NoKeys> {
     parts: PartEstimate,
     overrides: Vec<(FailureClass, Settlement)>,
     on_drop: Settlement,
-    wall: Option<SystemTime>,
+    wall: Option<Arc<WallFn>>,
 }
 
 impl<K> fmt::Debug for Builder<K> {
@@ -328,13 +328,20 @@ impl<K> Builder<K> {
         self
     }
 
-    /// The UTC time at the moment [`Builder::build`] runs (default: the system clock).
+    /// Where the layer reads the UTC time (default: [`SystemTime::now`]).
     ///
-    /// The layer's wall clock is this origin plus the time elapsed on tokio's clock, so tests
-    /// on paused time can place a calendar boundary exactly. Windows follow tokio's monotonic
-    /// clock, not later adjustments of the system clock.
+    /// The clock is read at every admission and settlement, so calendar windows roll when
+    /// this clock crosses their boundary, whatever happened in between: a suspended host, a
+    /// clock set right after start-up. Pass a function to control the time in tests.
+    pub fn wall_clock(mut self, now: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.wall = Some(Arc::new(now));
+        self
+    }
+
+    /// A wall clock that reads `origin` now and then advances with tokio's clock, so tests on
+    /// paused time can place a calendar boundary exactly (see [`Builder::wall_clock`]).
     pub fn wall_clock_origin(mut self, origin: SystemTime) -> Self {
-        self.wall = Some(origin);
+        self.wall = Some(Clock::from_origin(origin));
         self
     }
 

@@ -1,6 +1,15 @@
-//! UTC timestamps for windows and records, and the clock that makes them on tokio's time.
+//! UTC timestamps for windows and records, and the wall clock that makes them.
+//!
+//! Calendar windows (an hour, a day, a month, in UTC) must roll when the wall clock says so.
+//! Adding monotonic time to one reading taken at start-up does not do that: the monotonic
+//! clock stops while the host is suspended, so the windows fall behind by the length of
+//! every suspend, and a wall clock that was wrong at start-up (not yet synchronised) stays
+//! wrong for the life of the layer. So the layer reads the wall clock every time it needs
+//! the time: at each admission and each settlement, the only moments a window may roll.
+//! The clock is a plain function, so a test can jump it forward or correct it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -120,30 +129,28 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
-/// Wall-clock time on tokio's clock: a UTC origin paired with the tokio instant at which it
-/// was taken. On paused test time, calendar windows roll over when the test advances time.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Clock {
-    origin: tokio::time::Instant,
-    wall: Timestamp,
-}
+/// A source of wall-clock time.
+pub(crate) type WallFn = dyn Fn() -> SystemTime + Send + Sync;
+
+/// The layer's wall clock: the system clock, or a function given to the builder.
+#[derive(Clone)]
+pub(crate) struct Clock(Option<Arc<WallFn>>);
 
 impl Clock {
-    /// A clock that reads `wall` now (the system clock if `None`).
-    pub(crate) fn new(wall: Option<SystemTime>) -> Clock {
-        Clock {
-            origin: tokio::time::Instant::now(),
-            wall: Timestamp::from_system_time(wall.unwrap_or_else(SystemTime::now)),
-        }
+    /// Reads `wall` (the system clock if `None`) each time the layer needs the time.
+    pub(crate) fn new(wall: Option<Arc<WallFn>>) -> Clock {
+        Clock(wall)
     }
 
+    /// A clock that reads `origin` now and then advances with tokio's clock.
+    pub(crate) fn from_origin(origin: SystemTime) -> Arc<WallFn> {
+        let start = tokio::time::Instant::now();
+        Arc::new(move || origin.checked_add(start.elapsed()).unwrap_or(origin))
+    }
+
+    /// The time now, read from the wall clock.
     pub(crate) fn now(&self) -> Timestamp {
-        self.at(tokio::time::Instant::now())
-    }
-
-    pub(crate) fn at(&self, instant: tokio::time::Instant) -> Timestamp {
-        self.wall
-            .saturating_add(instant.saturating_duration_since(self.origin))
+        Timestamp::from_system_time(self.0.as_ref().map_or_else(SystemTime::now, |f| f()))
     }
 }
 
@@ -182,7 +189,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn clock_follows_paused_time() {
         let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
-        let c = Clock::new(Some(origin));
+        let c = Clock::new(Some(Clock::from_origin(origin)));
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(c.now(), Timestamp::from_unix_secs(1_005));
     }

@@ -246,7 +246,7 @@ where
                     len,
                 } => {
                     let Some(inner) = body.as_mut() else {
-                        panic!("ResponseFuture polled after completion");
+                        seawall_core::polled_after_completion();
                     };
                     // `Some(ended)` once read: whole (`true`) or past the limit (`false`).
                     let mut failed = None;
@@ -269,7 +269,7 @@ where
                         }
                     }
                     let (Some(parts), Some(inner)) = (head.take(), body.take()) else {
-                        panic!("ResponseFuture polled after completion");
+                        seawall_core::polled_after_completion();
                     };
                     let report = Arc::clone(report);
                     let frames = std::mem::take(frames);
@@ -283,7 +283,7 @@ where
                         failed,
                     ));
                 }
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
+                StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }

@@ -23,15 +23,18 @@
 mod class;
 mod context;
 mod error;
+mod future;
 mod key;
 mod random;
 mod ratelimit;
 mod request;
 mod response;
+mod time;
 
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
+pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use key::{MAX_KEY_LEN, bound_key};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
@@ -40,3 +43,4 @@ pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
     as_llm_error,
 };
+pub use time::instant_after;

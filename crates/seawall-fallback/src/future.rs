@@ -347,12 +347,7 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(resp));
                 }
-                StateProj::Done => {
-                    return Poll::Ready(Err(LlmError::new(
-                        FailureClass::ServerError,
-                        "seawall-fallback: response future polled after completion",
-                    )));
-                }
+                StateProj::Done => seawall_core::polled_after_completion(),
             };
             let (outcome, cut) = match polled {
                 Poll::Ready(outcome) => (outcome, false),

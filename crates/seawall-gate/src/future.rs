@@ -146,8 +146,7 @@ where
                     let admitted = ready!(admission.as_mut().poll(cx));
                     let wait = Instant::now().saturating_duration_since(*start);
                     let (Some(mut svc), Some(mut req)) = (service.take(), request.take()) else {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(polled_after_completion()));
+                        seawall_core::polled_after_completion();
                     };
                     match admitted {
                         Ok(permit) => {
@@ -171,7 +170,7 @@ where
                     let permit = permit.take();
                     this.state.set(State::Done);
                     let Some(permit) = permit else {
-                        return Poll::Ready(Err(polled_after_completion()));
+                        seawall_core::polled_after_completion();
                     };
                     return Poll::Ready(match result {
                         Ok(mut resp) => {
@@ -189,19 +188,14 @@ where
                     });
                 }
                 StateProj::Rejected { error } => {
-                    let e = error.take().unwrap_or_else(polled_after_completion);
+                    let Some(e) = error.take() else {
+                        seawall_core::polled_after_completion();
+                    };
                     this.state.set(State::Done);
                     return Poll::Ready(Err(e));
                 }
-                StateProj::Done => return Poll::Ready(Err(polled_after_completion())),
+                StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }
-}
-
-fn polled_after_completion() -> LlmError {
-    LlmError::new(
-        FailureClass::InvalidRequest,
-        "seawall gate: response future polled after completion",
-    )
 }

@@ -409,13 +409,13 @@ impl Shared {
         cost: Cost,
         start: Instant,
     ) -> Result<(), (RejectReason, Option<Duration>)> {
-        let deadline = start + self.max_wait();
+        let deadline = seawall_core::instant_after(start, self.max_wait());
         loop {
             let now = Instant::now();
             let line = if key.needs_line(&self.clock, now) {
                 // A pause longer than the wait allows fails at once, not at the deadline.
                 if let Some(left) = key.pause_left(&self.clock, now) {
-                    if now + left > deadline {
+                    if seawall_core::instant_after(now, left) > deadline {
                         return Err((RejectReason::KeyPaused, Some(left)));
                     }
                 }
@@ -427,7 +427,7 @@ impl Shared {
                     match key.ready(&self.clock, cost, now) {
                         Ready::Now => break,
                         Ready::Never => return Err((RejectReason::ZeroRate, None)),
-                        Ready::After(d) if now + d > deadline => {
+                        Ready::After(d) if seawall_core::instant_after(now, d) > deadline => {
                             let paused = key.pause_left(&self.clock, now).is_some_and(|p| p >= d);
                             let reason = if paused {
                                 RejectReason::KeyPaused
@@ -436,7 +436,7 @@ impl Shared {
                             };
                             return Err((reason, Some(d)));
                         }
-                        Ready::After(d) => sleep_until(now + d).await,
+                        Ready::After(d) => sleep_until(seawall_core::instant_after(now, d)).await,
                     }
                 }
                 Some(line)

@@ -151,10 +151,17 @@ impl Future for ResponseFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.state {
-            State::Sent(fut) => Pin::new(fut).poll(cx).map_err(Into::into),
+            State::Sent(fut) => {
+                let Poll::Ready(result) = Pin::new(fut).poll(cx) else {
+                    return Poll::Pending;
+                };
+                // Finished: a further poll panics like a refusal already returned.
+                self.state = State::Refused(None);
+                Poll::Ready(result.map_err(Into::into))
+            }
             State::Refused(err) => match err.take() {
                 Some(e) => Poll::Ready(Err(e.into())),
-                None => panic!("ResponseFuture polled after completion"),
+                None => seawall_core::polled_after_completion(),
             },
         }
     }

@@ -202,7 +202,7 @@ impl StreamBody {
                 }
                 Step::KeepAlive => {
                     let (interval, style) = self.plan.keepalive.unwrap_or_default();
-                    let next = self.clock + interval;
+                    let next = seawall_core::instant_after(self.clock, interval);
                     if next < self.plan.first_token_at {
                         self.due = Some(next);
                     } else {
@@ -269,7 +269,7 @@ impl StreamBody {
                             .plan
                             .rng
                             .delay(&self.plan.inner.profile.latency.per_token);
-                        self.due = Some(self.clock + gap);
+                        self.due = Some(seawall_core::instant_after(self.clock, gap));
                     }
                     return self.frame();
                 }

@@ -102,10 +102,9 @@ impl Future for ResponseFuture {
             this.delay.set(None);
         }
         this.billed.take();
-        let response = this
-            .response
-            .take()
-            .expect("ResponseFuture polled after completion");
+        let Some(response) = this.response.take() else {
+            seawall_core::polled_after_completion();
+        };
         Poll::Ready(Ok(response))
     }
 }

@@ -287,7 +287,7 @@ impl Delay {
 
     /// The same distribution plus `d`.
     pub fn plus(mut self, d: Duration) -> Self {
-        self.fixed += d;
+        self.fixed = self.fixed.saturating_add(d);
         self
     }
 

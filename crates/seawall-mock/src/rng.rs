@@ -66,14 +66,17 @@ impl Rng {
     pub(crate) fn delay(&mut self, d: &Delay) -> Duration {
         let mut total = d.fixed;
         if let Some((lo, hi)) = d.uniform {
-            total += lo + (hi - lo).mul_f64(self.next_f64());
+            total = total
+                .saturating_add(lo.saturating_add(hi.saturating_sub(lo).mul_f64(self.next_f64())));
         }
         if let Some(l) = d.lognormal {
             let factor = (l.sigma * self.normal()).exp();
             // Capped at a day: a draw from the far tail must not overflow.
-            total += Duration::try_from_secs_f64(l.median.as_secs_f64() * factor)
-                .unwrap_or(Duration::from_secs(86_400))
-                .min(Duration::from_secs(86_400));
+            total = total.saturating_add(
+                Duration::try_from_secs_f64(l.median.as_secs_f64() * factor)
+                    .unwrap_or(Duration::from_secs(86_400))
+                    .min(Duration::from_secs(86_400)),
+            );
         }
         match d.max {
             Some(max) => total.min(max),

@@ -112,7 +112,7 @@ impl Bucket {
 
     fn wait_for(&self, cap: u32, need: f64) -> Duration {
         let rate = f64::from(cap) / 60.0;
-        Duration::from_secs_f64(((need - self.level).max(0.0)) / rate)
+        Duration::try_from_secs_f64(((need - self.level).max(0.0)) / rate).unwrap_or(Duration::MAX)
     }
 
     fn remaining(&self) -> u64 {
@@ -243,7 +243,7 @@ fn put(headers: &mut HeaderMap, name: &'static str, value: impl fmt::Display) {
 
 impl Inner {
     fn unix(&self, t: Duration) -> Duration {
-        self.epoch + t
+        self.epoch.saturating_add(t)
     }
 
     fn respond(&self, this: &Arc<Inner>, req: Request<Bytes>) -> ResponseFuture {
@@ -332,7 +332,10 @@ impl Inner {
                 return self.finish(this, reply, Outcome::QuotaExhausted, arrived);
             }
             Verdict::Limited(r) => {
-                let secs = r.wait.as_secs() + u64::from(r.wait.subsec_nanos() > 0);
+                let secs = r
+                    .wait
+                    .as_secs()
+                    .saturating_add(u64::from(r.wait.subsec_nanos() > 0));
                 headers.insert(RETRY_AFTER, hv(&secs.max(1).to_string()));
                 if wire == Wire::OpenAi {
                     let ms = r.wait.as_nanos().div_ceil(1_000_000);
@@ -349,7 +352,7 @@ impl Inner {
             if rule.applies_to(&chat.model) && rule.active_at(t) && rng.chance(rule.probability) {
                 let status = rule.status[rng.below(rule.status.len())];
                 if let Some(d) = rule.retry_after {
-                    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
                     headers.insert(RETRY_AFTER, hv(&secs.to_string()));
                 }
                 if let Some(s) = rule.should_retry {
@@ -406,7 +409,7 @@ impl Inner {
         } else {
             let mut total = first_token;
             for _ in 1..answer.output_tokens {
-                total += rng.delay(&self.profile.latency.per_token);
+                total = total.saturating_add(rng.delay(&self.profile.latency.per_token));
             }
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             let billed = Billed::new(
@@ -439,7 +442,7 @@ impl Inner {
         *response.headers_mut() = reply.headers;
         ResponseFuture::new(
             response,
-            arrived + reply.delay,
+            seawall_core::instant_after(arrived, reply.delay),
             reply.delay.is_zero(),
             reply.billed.map(|b| (this.clone(), b)),
         )
@@ -584,8 +587,8 @@ impl Inner {
             answer,
             include_usage,
             usage_null: chat.include_usage,
-            head_at: arrived + head,
-            first_token_at: arrived + first_token.max(head),
+            head_at: seawall_core::instant_after(arrived, head),
+            first_token_at: seawall_core::instant_after(arrived, first_token.max(head)),
             keepalive,
             end,
             rng: Rng::new(rng.next_u64()),
@@ -719,8 +722,10 @@ impl Inner {
             let (names, reset) = match wire {
                 Wire::OpenAi => (OPENAI[i], wire::go_duration(w.reset)),
                 Wire::Anthropic => {
-                    let at = self.unix(t) + w.reset;
-                    let secs = at.as_secs() + u64::from(at.subsec_nanos() > 0);
+                    let at = self.unix(t).saturating_add(w.reset);
+                    let secs = at
+                        .as_secs()
+                        .saturating_add(u64::from(at.subsec_nanos() > 0));
                     (ANTHROPIC[i], wire::rfc3339(secs))
                 }
             };

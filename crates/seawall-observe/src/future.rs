@@ -211,15 +211,15 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        if this.pending.0.is_none() {
+            seawall_core::polled_after_completion();
+        }
         let result = {
             let _enter = this.pending.0.as_ref().map(|p| p.span.enter());
             ready!(this.inner.poll(cx))
         };
         let Some(pending) = this.pending.0.take() else {
-            return Poll::Ready(Err(LlmError::new(
-                FailureClass::InvalidRequest,
-                "response future polled after completion",
-            )));
+            seawall_core::polled_after_completion();
         };
         Poll::Ready(match result {
             Ok(resp) => {

@@ -133,7 +133,7 @@ where
                     }
                     Poll::Pending => return poll_deadline(this.call, this.timer, this.state, cx),
                 },
-                StateProj::Done => panic!("seawall_retry::ResponseFuture polled after completion"),
+                StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }
@@ -150,7 +150,11 @@ fn poll_deadline<S, Req, F, T>(
     let (Some(budget), Some(start)) = (call.shared.policy.time_budget, call.start) else {
         return Poll::Pending;
     };
-    ready!(poll_timer(timer, start + budget, cx));
+    ready!(poll_timer(
+        timer,
+        seawall_core::instant_after(start, budget),
+        cx
+    ));
     state.set(State::Done);
     Poll::Ready(Err(call.deadline_error(budget)))
 }
@@ -235,7 +239,7 @@ where
                 }
                 r.previous_delay = delay;
                 r.last_error = Some(err);
-                r.wake = now + delay;
+                r.wake = seawall_core::instant_after(now, delay);
                 Ok(())
             }
         }

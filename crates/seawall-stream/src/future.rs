@@ -281,7 +281,7 @@ where
                 }
                 StateProj::Body { waiting } => {
                     let Some(mut w) = waiting.take() else {
-                        panic!("ResponseFuture polled after completion");
+                        seawall_core::polled_after_completion();
                     };
                     match w.poll_content(cx, this.call.config.max_buffer()) {
                         Poll::Ready(Ok(step)) => {
@@ -305,7 +305,7 @@ where
                         Poll::Pending => Poll::Pending,
                     };
                 }
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
+                StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }

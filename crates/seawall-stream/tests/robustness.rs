@@ -1,0 +1,86 @@
+//! A caller's bug and extreme settings: a call polled after it finished panics with the
+//! shared message, and no configured timeout panics a call.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use proptest::prelude::*;
+use seawall_core::{FailureClass, LlmError};
+use seawall_stream::{StreamTimeoutLayer, StreamTimeouts};
+use tower::{Layer, Service, ServiceExt};
+
+/// An upstream whose head (an SSE stream of two events) arrives after `delay`.
+fn upstream(
+    delay: Duration,
+) -> impl Service<Request<Bytes>, Response = Response<Full<Bytes>>, Error = LlmError> {
+    tower::service_fn(move |_: Request<Bytes>| async move {
+        tokio::time::sleep(delay).await;
+        Ok(Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Full::new(Bytes::from_static(
+                b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n",
+            )))
+            .unwrap())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "seawall: future polled after completion")]
+async fn polling_a_finished_call_again_panics() {
+    let mut svc = StreamTimeoutLayer::new(StreamTimeouts::new()).layer(upstream(Duration::ZERO));
+    let mut fut = pin!(svc.ready().await.unwrap().call(Request::new(Bytes::new())));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(fut.as_mut().poll(&mut cx).is_ready());
+    let _ = fut.as_mut().poll(&mut cx);
+}
+
+/// Durations at and near the edges of what a `Duration` holds, or none.
+fn extreme() -> impl Strategy<Value = Option<Duration>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Duration::ZERO)),
+        Just(Some(Duration::from_nanos(1))),
+        Just(Some(Duration::MAX)),
+        Just(Some(Duration::from_secs(u64::MAX))),
+        any::<u64>().prop_map(|n| Some(Duration::from_nanos(n))),
+        any::<u64>().prop_map(|s| Some(Duration::from_secs(s))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn no_timeout_setting_panics_a_call(
+        attempt in extreme(),
+        first_token in extreme(),
+        idle in extreme(),
+        total in extreme(),
+        delay in 0u64..120,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let config = StreamTimeouts::new()
+            .with_attempt(attempt)
+            .with_first_token(first_token)
+            .with_idle(idle)
+            .with_total(total);
+        let outcome = rt.block_on(async {
+            let svc = StreamTimeoutLayer::new(config).layer(upstream(Duration::from_secs(delay)));
+            let resp = svc.oneshot(Request::new(Bytes::new())).await?;
+            resp.into_body().collect().await.map(|b| b.to_bytes())
+        });
+        match outcome {
+            Ok(body) => prop_assert!(body.ends_with(b"[DONE]\n\n")),
+            Err(e) => prop_assert_eq!(e.class(), FailureClass::Timeout, "{}", e),
+        }
+    }
+}
