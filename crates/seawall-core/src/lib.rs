@@ -17,7 +17,6 @@
 //! - [`CallContext`], through which layers report to an observer;
 //! - [`Random`], an injectable, seedable jitter source.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod class;
 mod context;
