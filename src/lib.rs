@@ -15,8 +15,8 @@
 //! | `budget` | [`budget`] | `CostBudgetLayer`: reserve, settle, never overspend, account every attempt |
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
-//! | `http` | [`http`] | a hyper/rustls transport with no retries of its own |
-//! | `mock` | [`mock`] | the chaos upstream, over HTTP or in process |
+//! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
+//! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 
 pub use seawall_core as core;
 pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};

@@ -27,7 +27,7 @@
 //! `seawall-mock` binary serves a profile file with one command:
 //!
 //! ```text
-//! cargo run -p seawall-mock -- --profile crates/seawall-mock/profiles/storm.toml --addr 127.0.0.1:8080
+//! cargo run -p seawall-mock --features cli -- --profile crates/seawall-mock/profiles/storm.toml --addr 127.0.0.1:8080
 //! ```
 //!
 //! In process, on virtual time:
