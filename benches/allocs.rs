@@ -1,6 +1,6 @@
 //! Heap allocations per call of every variant of the overhead bench (each seawall layer alone,
-//! the recommended stack, tower's layers, tower-resilience's), counted by a global allocator
-//! that wraps the system's.
+//! the recommended stack, tower's layers, tower-resilience's), counted by dhat's global
+//! allocator (which wraps the system's).
 //!
 //! ```text
 //! cargo bench -p seawall --bench allocs
@@ -16,9 +16,7 @@
 //!
 //! The output is a Markdown table that pastes into BENCHMARKS.md.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -38,49 +36,10 @@ const WARM_UP: u64 = 200;
 /// The same, when run as a test (`cargo test --benches`): only checks that every variant runs.
 const TEST_CALLS: u64 = 10;
 
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-/// The system allocator, counting allocations (a `realloc` counts as one) and live bytes.
-struct Counting;
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counters
-// are plain atomics and never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded as is.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded as is.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// dhat's global allocator counts every allocation (a `realloc` counts as one), the bytes
+/// asked for and the live bytes, while a profiler runs.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: dhat::Alloc = dhat::Alloc;
 
 /// Allocations, bytes and retained bytes per call.
 #[derive(Clone, Copy)]
@@ -92,24 +51,16 @@ struct PerCall {
 
 /// Counts what `calls` runs of `f` allocate.
 fn count(calls: u64, mut f: impl FnMut()) -> PerCall {
-    let (a0, b0, l0) = (
-        ALLOCS.load(Ordering::SeqCst),
-        BYTES.load(Ordering::SeqCst),
-        LIVE.load(Ordering::SeqCst),
-    );
+    let before = dhat::HeapStats::get();
     for _ in 0..calls {
         f();
     }
-    let (a1, b1, l1) = (
-        ALLOCS.load(Ordering::SeqCst),
-        BYTES.load(Ordering::SeqCst),
-        LIVE.load(Ordering::SeqCst),
-    );
+    let after = dhat::HeapStats::get();
     let n = calls as f64;
     PerCall {
-        allocs: (a1 - a0) as f64 / n,
-        bytes: (b1 - b0) as f64 / n,
-        retained: (l1 - l0) as f64 / n,
+        allocs: (after.total_blocks - before.total_blocks) as f64 / n,
+        bytes: (after.total_bytes - before.total_bytes) as f64 / n,
+        retained: (after.curr_bytes as f64 - before.curr_bytes as f64) / n,
     }
 }
 
@@ -203,6 +154,8 @@ fn main() {
     // `cargo bench` passes `--bench` and any filter words; `cargo test` passes no `--bench`.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let bench = args.iter().any(|a| a == "--bench");
+    // Testing mode: heap statistics only, no profile file written at the end.
+    let _profiler = dhat::Profiler::builder().testing().build();
     let (warm_up, calls) = if bench {
         (WARM_UP, CALLS)
     } else {

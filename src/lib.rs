@@ -1,7 +1,8 @@
 //! seawall: tower middleware that keeps LLM API failure storms away from an application.
 //!
 //! Each policy is its own crate with its own `Layer`, re-exported here behind a cargo feature
-//! of the same name (all on by default). Stack only the ones you need with
+//! of the same name (the policy layers are on by default; `http` and `mock` are opt-in, so a
+//! user with their own transport compiles no HTTP stack). Stack only the ones you need with
 //! `tower::ServiceBuilder`; the README explains the recommended order and why.
 //!
 //! | feature | module | layer |
@@ -14,9 +15,8 @@
 //! | `budget` | [`budget`] | `CostBudgetLayer`: reserve, settle, never overspend, account every attempt |
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
-//! | `http` | [`http`] | a hyper/rustls transport with no retries of its own |
-//! | `mock` | [`mock`] | the chaos upstream, over HTTP or in process |
-#![forbid(unsafe_code)]
+//! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
+//! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 
 pub use seawall_core as core;
 pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};

@@ -94,7 +94,6 @@
 //! # }
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-breaker/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod breaker;
 mod config;

@@ -310,7 +310,7 @@ impl AccountingSink for JsonlSink {
     fn record(&self, record: SpendRecord) {
         match self.tx.try_send(Msg::Record(Box::new(record))) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -103,7 +103,10 @@
 //! # }
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-budget/0.1.0")]
-#![forbid(unsafe_code)]
+#![cfg_attr(
+    test,
+    allow(clippy::float_cmp, reason = "tests compare with exact expected values")
+)]
 
 mod accounting;
 mod budget;

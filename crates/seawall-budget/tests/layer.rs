@@ -1,4 +1,8 @@
 //! Behaviour of the cost budget layer, on paused tokio time.
+#![allow(
+    clippy::float_cmp,
+    reason = "costs and durations are compared with exact expected values"
+)]
 
 mod common;
 

@@ -83,7 +83,6 @@
 //! # }
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-classify/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod body;
 mod classifier;

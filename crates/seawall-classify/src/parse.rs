@@ -388,7 +388,7 @@ fn finish_reason(s: &str) -> FinishReason {
 /// Whether a JSON value carries output: a non-empty string or array, an object, a number.
 fn has_output(v: Option<&Value>) -> bool {
     match v {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        None | Some(Value::Null | Value::Bool(false)) => false,
         Some(Value::String(s)) => !s.is_empty(),
         Some(Value::Array(a)) => !a.is_empty(),
         Some(_) => true,

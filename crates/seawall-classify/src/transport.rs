@@ -23,10 +23,11 @@ struct Findings {
 ///
 /// - an [`LlmError`] anywhere in the chain is passed through unchanged (a copy of it, when it
 ///   is not the outermost error);
-/// - `hyper_util::client::legacy::Error::is_connect()`, `ConnectionRefused`, unreachable host
+/// - `hyper_util::client::legacy::Error::is_connect()` (feature `hyper`), `ConnectionRefused`, unreachable host
 ///   or network, DNS failures ("dns error", "failed to lookup address"), and hyper's
 ///   `is_canceled()` (the request was handed back unsent) give [`FailureClass::Connect`];
-/// - `tower::timeout::error::Elapsed`, `tokio::time::error::Elapsed`, hyper's `is_timeout()` and
+/// - `tower::timeout::error::Elapsed` (by type with feature `tower`, else by its text),
+///   `tokio::time::error::Elapsed`, hyper's `is_timeout()` and
 ///   `io::ErrorKind::TimedOut` give [`FailureClass::Timeout`] (a timeout while connecting
 ///   stays `Connect`);
 /// - anything else (reset, broken pipe, unexpected EOF, hyper's `is_incomplete_message()`,
@@ -90,16 +91,22 @@ fn visit(e: &(dyn StdError + 'static), f: &mut Findings, chain: &mut String, dep
         f.llm = Some(copy_of(l));
         return;
     }
+    #[cfg(feature = "hyper")]
     if let Some(h) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
         f.connect |= h.is_connect();
     }
+    #[cfg(feature = "hyper")]
     if let Some(h) = e.downcast_ref::<hyper::Error>() {
         f.timeout |= h.is_timeout();
         f.not_sent |= h.is_canceled();
         f.after_send |=
             h.is_incomplete_message() || h.is_closed() || h.is_body_write_aborted() || h.is_parse();
     }
-    if e.is::<tower::timeout::error::Elapsed>() || e.is::<tokio::time::error::Elapsed>() {
+    #[cfg(feature = "tower")]
+    if e.is::<tower::timeout::error::Elapsed>() {
+        f.timeout = true;
+    }
+    if e.is::<tokio::time::error::Elapsed>() {
         f.timeout = true;
     }
     if let Some(io) = e.downcast_ref::<io::Error>() {

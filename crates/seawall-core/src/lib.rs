@@ -18,7 +18,6 @@
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`bound_key`], which caps the length of the keys per-key state is stored under.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod class;
 mod context;

@@ -86,7 +86,6 @@
 //! Targets that are other services must return the primary's response type. For HTTP stacks,
 //! whose body types differ from one stack to the next, map each one through [`box_response`].
 #![doc(html_root_url = "https://docs.rs/seawall-fallback/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod cache;
 mod error;

@@ -40,7 +40,6 @@
 //! # Ok(()) }
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-http/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod config;
 mod transport;

@@ -29,7 +29,7 @@
 //! `seawall-mock` binary serves a profile file with one command:
 //!
 //! ```text
-//! cargo run -p seawall-mock -- --profile crates/seawall-mock/profiles/storm.toml --addr 127.0.0.1:8080
+//! cargo run -p seawall-mock --features cli -- --profile crates/seawall-mock/profiles/storm.toml --addr 127.0.0.1:8080
 //! ```
 //!
 //! In process, on virtual time:
@@ -65,7 +65,10 @@
 //! # }
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-mock/0.1.0")]
-#![forbid(unsafe_code)]
+#![cfg_attr(
+    test,
+    allow(clippy::float_cmp, reason = "tests compare with exact expected values")
+)]
 
 mod body;
 mod future;

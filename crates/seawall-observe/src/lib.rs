@@ -42,7 +42,6 @@
 //! assert_eq!(summary.report().calls, 1);
 //! # }
 //! ```
-#![forbid(unsafe_code)]
 
 mod future;
 mod layer;

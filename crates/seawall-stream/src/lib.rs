@@ -91,7 +91,6 @@
 //! Bodies must be `Unpin` (hyper's `Incoming` and the usual bodies are); wrap another body in
 //! `Box::pin` first.
 #![doc(html_root_url = "https://docs.rs/seawall-stream/0.1.0")]
-#![forbid(unsafe_code)]
 
 mod body;
 mod config;
