@@ -1,8 +1,7 @@
 //! A flood of distinct, long model names cannot grow a per-model budget's counters past what
 //! the operator set, nor wipe the spend of a key that has spent.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use std::alloc::System;
 use std::sync::Arc;
 
 use http::Extensions;
@@ -10,35 +9,16 @@ use seawall_budget::{Budget, CostBudgetLayer, MemoryStore, OVERFLOW_KEY, Price, 
 use seawall_core::{FailureClass, LlmError, LlmRequest};
 use tower::{Layer, ServiceExt};
 
-/// The system allocator, counting the bytes live per thread: the flood test runs on one
-/// thread (a current-thread runtime), so other tests running beside it do not count.
-struct Counting;
+/// The system allocator, counting the bytes live in the process. The tests of this file take
+/// [`SERIAL`] so that none allocates while the flood test measures.
+#[global_allocator]
+static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
 
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn count(delta: isize) {
-    let _ = LIVE.try_with(|l| l.set(l.get() + delta));
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn live() -> isize {
-    LIVE.with(Cell::get)
+    ALLOC.allocated() as isize
 }
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
 
 /// A request whose model name is a slice of a shared buffer, so that a flood of 64 KiB names
 /// costs no 64 KiB allocation per request.
@@ -101,6 +81,7 @@ fn name(names: &Arc<str>, i: usize, max_out: u32) -> Named {
 
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_long_model_names_stays_bounded_and_spent_keys_keep_their_spend() {
+    let _serial = SERIAL.lock().await;
     const MAX_KEYS: usize = 512;
     const FLOOD: usize = 100_000;
     // Every model at $1 per million tokens; each model may spend $1 a day.

@@ -1,8 +1,7 @@
 //! A flood of distinct, long model names cannot grow the gate's key table past what the
 //! operator set, nor lift a key's pause or rate-limit debt.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use std::alloc::System;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,35 +10,16 @@ use seawall_core::{LlmError, LlmRequest};
 use seawall_gate::{ConcurrencyGateLayer, Limit, Rates, RejectReason, Rejection};
 use tower::{Layer, ServiceExt};
 
-/// The system allocator, counting the bytes live per thread: the flood test runs on one
-/// thread (a current-thread runtime), so other tests running beside it do not count.
-struct Counting;
+/// The system allocator, counting the bytes live in the process. The tests of this file take
+/// [`SERIAL`] so that none allocates while the flood test measures.
+#[global_allocator]
+static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
 
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn count(delta: isize) {
-    let _ = LIVE.try_with(|l| l.set(l.get() + delta));
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn live() -> isize {
-    LIVE.with(Cell::get)
+    ALLOC.allocated() as isize
 }
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
 
 /// A request keyed by its model name: a slice of a shared buffer, so that a flood of 64 KiB
 /// names costs no 64 KiB allocation per request.
@@ -105,6 +85,7 @@ fn reason(r: Result<http::Response<impl Sized>, LlmError>) -> RejectReason {
 
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused() {
+    let _serial = SERIAL.lock().await;
     const MAX_KEYS: usize = 512;
     const FLOOD: usize = 100_000;
     let names = long_names(FLOOD + 1);
@@ -160,6 +141,7 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
 
 #[tokio::test(start_paused = true)]
 async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
+    let _serial = SERIAL.lock().await;
     let layer = ConcurrencyGateLayer::builder()
         .max_keys(2)
         .max_wait(Duration::from_secs(1))
@@ -194,6 +176,7 @@ async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_floods_never_pass_the_cap_nor_lift_a_pause() {
+    let _serial = SERIAL.lock().await;
     const MAX_KEYS: usize = 64;
     let layer = ConcurrencyGateLayer::builder()
         .max_keys(MAX_KEYS)
