@@ -117,10 +117,12 @@ async fn an_anthropic_stream_with_keepalives_over_http() {
 #[tokio::test]
 async fn a_reset_stream_breaks_the_http_body() {
     // Paced, so the head is on the wire before the reset (with no latency at all, hyper may
-    // meet the body error before it flushed the head, and the client sees no response).
+    // meet the body error before it flushed the head, and the client sees no response), and
+    // so the client has read the tokens before the reset arrives: a reset discards whatever
+    // the receiving socket still holds, which on a loaded machine can be all of it.
     let profile = Profile::default()
-        .first_token_latency(Delay::fixed(Duration::from_millis(30)))
-        .per_token_latency(Delay::fixed(Duration::from_millis(5)))
+        .first_token_latency(Delay::fixed(Duration::from_millis(100)))
+        .per_token_latency(Delay::fixed(Duration::from_millis(50)))
         .cut_streams(1.0, Count::fixed(2), true);
     let (addr, upstream) = start(profile).await;
     let body = json!({"model": "gpt-4o-mini", "stream": true,
