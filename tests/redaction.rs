@@ -155,6 +155,7 @@ const CORPUS: &[Leak] = &[
 
 #[test]
 fn the_corpus_is_large_and_its_secrets_are_in_their_texts() {
+    captured_log();
     assert!(CORPUS.len() >= 20);
     for leak in CORPUS {
         for secret in leak.secrets {
@@ -234,6 +235,7 @@ fn chain(e: &(dyn StdError + 'static)) -> String {
 
 #[test]
 fn display_debug_and_the_source_chain_never_show_a_secret() {
+    captured_log();
     for leak in CORPUS {
         for e in errors_of(leak) {
             assert_no_secret(&e.to_string(), "Display");
@@ -276,24 +278,34 @@ impl Captured {
     }
 }
 
+/// The log of this whole test binary. One global subscriber, installed before any test logs:
+/// a per-test (thread-local) subscriber races with callsites that tests on other threads
+/// register at the same moment, and can miss the very event a test looks for.
+fn captured_log() -> &'static Captured {
+    static LOG: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Captured::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+        log
+    })
+}
+
 #[test]
 fn tracing_records_never_show_a_secret() {
-    let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
-        for leak in CORPUS {
-            for e in errors_of(leak) {
-                // As an error value (the subscriber walks its sources), by Display, by Debug.
-                tracing::error!(error = &e as &(dyn StdError + 'static), "call failed");
-                tracing::warn!(error = %e, "call failed");
-                tracing::info!(error = ?e, "call failed");
-            }
+    let log = captured_log();
+    for leak in CORPUS {
+        for e in errors_of(leak) {
+            // As an error value (the subscriber walks its sources), by Display, by Debug.
+            tracing::error!(error = &e as &(dyn StdError + 'static), "call failed");
+            tracing::warn!(error = %e, "call failed");
+            tracing::info!(error = ?e, "call failed");
         }
-    });
+    }
     let text = log.text();
     assert!(
         text.contains("error.sources="),
@@ -304,6 +316,7 @@ fn tracing_records_never_show_a_secret() {
 
 #[tokio::test]
 async fn the_jsonl_ledger_never_shows_a_secret() {
+    captured_log();
     let out = Captured::default();
     let sink = Arc::new(JsonlSink::from_writer(out.clone(), 1024).unwrap());
     let layer = CostBudgetLayer::builder(
@@ -343,14 +356,7 @@ async fn the_jsonl_ledger_never_shows_a_secret() {
 
 #[tokio::test]
 async fn the_gateway_error_body_and_log_never_show_a_secret() {
-    let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    // A current-thread runtime: the gateway's tasks log on this thread.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let log = captured_log();
     // An upstream whose error messages quote the corpus: the request says which entry.
     let upstream = axum::Router::new().fallback(|body: Bytes| async move {
         let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
