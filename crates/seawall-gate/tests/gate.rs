@@ -2,13 +2,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Reply, Req, Upstream, settle};
 use seawall_core::{
-    CallContext, FailureClass, LlmError, MediaParts, PartEstimate, RateLimitSnapshot,
-    RateLimitWindow,
+    FailureClass, LlmError, MediaParts, PartEstimate, RateLimitSnapshot, RateLimitWindow,
 };
 use seawall_gate::{
     Adaptive, ConcurrencyGate, ConcurrencyGateLayer, GateBuilder, Limit, QueueWait, Rates,
@@ -693,87 +691,6 @@ async fn inner_errors_release_the_permit_and_give_back_output_tokens() {
     let t0 = Instant::now();
     drop(call(&svc, Req::new(1).tokens(0, 900)).await.unwrap());
     assert_eq!(t0.elapsed(), Duration::ZERO);
-}
-
-#[tokio::test(start_paused = true)]
-async fn queue_time_is_recorded_in_extensions_context_and_tracing() {
-    use std::io::Write;
-    #[derive(Clone, Default)]
-    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let w = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || w.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
-    let up = Upstream::new(|r| {
-        if r.id == 0 {
-            Reply::after(secs(2))
-        } else {
-            Reply::ok()
-        }
-    });
-    let svc = gate(
-        ConcurrencyGateLayer::builder()
-            .limit(1)
-            .max_queue(1)
-            .max_wait(secs(10)),
-        &up,
-    );
-    let cx = Arc::new(CallContext::new());
-    let mut req = Req::new(1);
-    req.ext.insert(cx.clone());
-
-    let first = spawn_and_drop(&svc, Req::new(0));
-    settle().await;
-    // Attempt 1 waits 2 s behind the first call.
-    let resp = call(&svc, req.clone()).await.unwrap();
-    assert_eq!(
-        resp.extensions().get::<QueueWait>(),
-        Some(&QueueWait(secs(2)))
-    );
-    assert_eq!(
-        up.seen()[1].queue_wait,
-        Some(QueueWait(secs(2))),
-        "the inner service sees it"
-    );
-    first.await.unwrap().unwrap();
-    drop(resp);
-    // Attempt 2 (same call context) waits 3 s behind another call's open body.
-    let blocker = call(&svc, Req::new(5)).await.unwrap();
-    let attempt = spawn_call(&svc, req.clone());
-    settle().await;
-    advance(secs(3)).await;
-    drop(blocker);
-    drop(attempt.await.unwrap().unwrap());
-    let facts = cx.snapshot();
-    assert_eq!(facts.queue_wait, Some(secs(5)), "summed over attempts");
-    assert!(facts.rejections.is_empty());
-
-    // A rejection is recorded as well.
-    let blocker = call(&svc, Req::new(6)).await.unwrap();
-    let _queued = spawn_call(&svc, Req::new(7));
-    settle().await;
-    let e = call(&svc, req.clone()).await.unwrap_err();
-    assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
-    assert_eq!(cx.snapshot().rejections, [FailureClass::GateRejected]);
-    drop(blocker);
-
-    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    assert!(logs.contains("queue_wait_ms=2000"), "{logs}");
-    assert!(logs.contains("reason=\"queue_full\""), "{logs}");
 }
 
 #[tokio::test(start_paused = true)]
