@@ -324,9 +324,9 @@ async fn the_jsonl_ledger_never_shows_a_secret() {
     )
     // A key function handed the raw header: a mistake the ledger must survive.
     .budget(Budget::daily("per-caller", Usd::from_dollars(100)).per_key("caller"))
-    .keys(|_: &str, req: &http::Request<Bytes>| {
+    .keys(|req: &http::Request<Bytes>| {
         let v = req.headers().get("x-caller")?.to_str().ok()?;
-        Some(Arc::from(v))
+        Some(v.to_owned())
     })
     .sink(sink.clone())
     .build()

@@ -8,7 +8,6 @@
 use std::fmt::Debug;
 use std::future::{Future, Ready, poll_fn, ready};
 use std::pin::{Pin, pin};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
-use seawall::budget::{Budget, CostBudgetLayer, PriceTable, Usd};
+use seawall::budget::{Budget, CostBudgetLayer, FixedKey, PriceTable, Usd};
 use seawall::core::{FailureClass, LlmError, LlmRequest};
 use seawall::fallback::{FallbackLayer, Target};
 use seawall::gate::{ConcurrencyGateLayer, Rates};
@@ -217,13 +216,12 @@ pub(crate) const PRICES: &str = include_str!("../../crates/seawall-budget/prices
 
 /// Three budgets a team would set: a monthly total, a daily one per model, an hourly one per
 /// tenant. The limits are far above what a bench spends, so no call is refused.
-fn budget() -> CostBudgetLayer<impl Fn(&str, &Request<Bytes>) -> Option<Arc<str>> + Clone> {
-    let tenant: Arc<str> = Arc::from("acme");
+fn budget() -> CostBudgetLayer<FixedKey> {
     CostBudgetLayer::builder(PriceTable::from_toml_str(PRICES).expect("price table"))
         .budget(Budget::monthly("monthly", Usd::from_dollars(1_000_000_000)))
         .budget(Budget::daily("per-model", Usd::from_dollars(1_000_000_000)).per_model())
         .budget(Budget::hourly("per-tenant", Usd::from_dollars(1_000_000_000)).per_key("tenant"))
-        .keys(move |_scope: &str, _req: &Request<Bytes>| Some(tenant.clone()))
+        .keys(FixedKey::new("acme"))
         .build()
         .expect("budget layer")
 }

@@ -4,11 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{Dispositions, FailureClass, LlmError, Random};
+use seawall_core::{Dispositions, FailureClass, LlmError, Random, StateKey};
 use tower_layer::Layer;
 
 use crate::config::Config;
-use crate::key::StateKey;
 use crate::registry::{BreakerHandle, Shared};
 use crate::service::CircuitBreaker;
 use crate::state::{StateChange, Verdict};

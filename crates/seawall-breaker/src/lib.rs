@@ -2,10 +2,11 @@
 //!
 //! When a provider or a model is down, callers should fail in microseconds instead of piling
 //! up 30-second timeouts and retries against it. [`CircuitBreakerLayer`] keeps one breaker per
-//! key (`host/model` by default, from [`LlmRequest::state_key`]) in one layer, and rejects calls
-//! to a sick key with an [`LlmError`] of class [`CircuitOpen`](seawall_core::FailureClass::CircuitOpen)
-//! whose `retry_after` says when the next probe is allowed, which a fallback layer can act on
-//! at once.
+//! key (`host/model` by default, from [`LlmRequest::state_key`]; any [`KeyFn`] through
+//! [`Builder::key_fn`], requests without a key sharing the breaker of the empty key) in one
+//! layer, and rejects calls to a sick key with an [`LlmError`] of class
+//! [`CircuitOpen`](seawall_core::FailureClass::CircuitOpen) whose `retry_after` says when
+//! the next probe is allowed, which a fallback layer can act on at once.
 //!
 //! # What counts
 //!
@@ -98,7 +99,6 @@
 mod breaker;
 mod config;
 mod future;
-mod key;
 mod layer;
 mod registry;
 mod service;
@@ -107,9 +107,9 @@ mod sync;
 mod window;
 
 pub use future::{BreakerGuard, ResponseFuture};
-pub use key::{KeyFn, StateKey};
 pub use layer::{Builder, CircuitBreakerLayer, ConfigError, MAX_PROBES};
 pub use registry::{BreakerHandle, OVERFLOW_KEY};
+pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CircuitBreaker;
 pub use state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
 

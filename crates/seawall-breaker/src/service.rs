@@ -4,12 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
+use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
 use tower_service::Service;
 
 use crate::breaker::{Breaker, Refusal};
 use crate::future::{BreakerGuard, Permit, ResponseFuture};
-use crate::key::{KeyFn, StateKey};
 use crate::registry::{BreakerHandle, Shared};
 
 /// A service behind a keyed circuit breaker; made by
@@ -112,13 +111,14 @@ where
         req.prepare();
         let breaker = {
             let key = self.key.key(&req);
+            let key = key.as_deref().unwrap_or("");
             match &self.last {
                 Some(b) if b.is_current() && **b.key() == *key => {
                     b.touch();
                     b.clone()
                 }
                 _ => {
-                    let b = self.shared.breaker(&key);
+                    let b = self.shared.breaker(key);
                     self.last = Some(b.clone());
                     b
                 }

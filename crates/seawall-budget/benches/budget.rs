@@ -7,14 +7,13 @@
 //! ```
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::FutureExt;
 use http_body_util::Empty;
-use seawall_budget::{Budget, CostBudgetLayer, PriceTable, SpendRecord, Usd};
+use seawall_budget::{Budget, CostBudgetLayer, FixedKey, PriceTable, SpendRecord, Usd};
 use seawall_core::{LlmError, LlmRequest, Usage};
 use tower::{Layer, Service};
 
@@ -66,16 +65,12 @@ impl Service<Ask> for Noop {
 /// A dozen models: the crate's example price file.
 const PRICES: &str = include_str!("../prices.example.toml");
 
-fn layer(
-    limit: Usd,
-    with_sink: bool,
-) -> CostBudgetLayer<impl Fn(&str, &Ask) -> Option<Arc<str>> + Send + Sync + 'static> {
-    let tenant: Arc<str> = Arc::from("acme");
+fn layer(limit: Usd, with_sink: bool) -> CostBudgetLayer<FixedKey> {
     let mut b = CostBudgetLayer::builder(PriceTable::from_toml_str(PRICES).unwrap())
         .budget(Budget::monthly("monthly", limit))
         .budget(Budget::daily("per-model", limit).per_model())
         .budget(Budget::hourly("per-tenant", limit).per_key("tenant"))
-        .keys(move |_scope: &str, _req: &Ask| Some(tenant.clone()));
+        .keys(FixedKey::new("acme"));
     if with_sink {
         b = b.sink(|r: SpendRecord| {
             black_box(r);

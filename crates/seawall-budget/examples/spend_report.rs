@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use seawall_budget::{
-    AttemptOutcome, Budget, CostBudgetLayer, JsonlSink, MissingMaxOutput, PriceTable, SpendRecord,
-    Usd,
+    AttemptOutcome, Budget, CostBudgetLayer, JsonlSink, MissingMaxOutput, PriceTable, ScopeKeys,
+    SpendRecord, Usd,
 };
 use seawall_core::{FailureClass, LlmError, Random, SeededRandom, Usage};
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -108,10 +108,15 @@ async fn simulate(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let budget = CostBudgetLayer::builder(prices)
         .budget(Budget::daily("daily", Usd::from_cents(25)).soft_limit_percent(80))
         .budget(Budget::hourly("tenant-hourly", Usd::from_cents(10)).per_key("tenant"))
-        .keys(|scope: &str, req: &http::Request<Bytes>| {
-            (scope == "tenant")
-                .then(|| req.headers().get("x-tenant")?.to_str().ok().map(Arc::from))?
-        })
+        .keys(
+            ScopeKeys::new().scope("tenant", |req: &http::Request<Bytes>| {
+                req.headers()
+                    .get("x-tenant")?
+                    .to_str()
+                    .ok()
+                    .map(str::to_owned)
+            }),
+        )
         .missing_max_output(MissingMaxOutput::Default(512))
         .sink(sink.clone())
         .build()?;

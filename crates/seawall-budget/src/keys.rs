@@ -1,4 +1,5 @@
-//! How keyed budgets find a request's key, and the bounded table of their counters.
+//! How keyed budgets find a request's key (a [`KeyFn`] per scope), and the bounded table of
+//! their counters.
 //!
 //! Keys come from clients (the model name of a request body, a tenant header), so the number
 //! of keyed counters is bounded by the operator, not by them: keys are cut to
@@ -13,54 +14,92 @@
 //! would be the other safe choice, but would stop every new tenant until the window rolls
 //! over; sharing lets them spend one key's worth between them.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::bound_key;
+use seawall_core::{KeyFn, bound_key};
 
-/// Reads the key of a [`Budget::per_key`](crate::Budget::per_key) budget from a request.
-///
-/// Implemented for closures `Fn(&str, &Req) -> Option<Arc<str>>`, which get the scope name
-/// and the request:
+/// No key function: every request is without a key. Every per-key budget would count all
+/// requests under one key, so the builder refuses per-key budgets without
+/// [`Builder::keys`](crate::Builder::keys).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoKeys;
+
+impl<Req> KeyFn<Req> for NoKeys {
+    fn key<'a>(&'a self, _req: &'a Req) -> Option<Cow<'a, str>> {
+        None
+    }
+}
+
+/// A [`KeyFn`] per scope of [`Budget::per_key`](crate::Budget::per_key), for a layer whose
+/// per-key budgets read different keys: each reads its key with the function of its scope
+/// ([`KeyFn::scoped_key`]); a scope without one counts every request under
+/// [`UNKEYED`](crate::UNKEYED). A single [`KeyFn`] gives all of them the same key.
 ///
 /// ```
-/// use std::sync::Arc;
 /// use bytes::Bytes;
-/// use seawall_budget::{Budget, CostBudgetLayer, PriceTable, Usd};
+/// use seawall_budget::{Budget, CostBudgetLayer, PriceTable, ScopeKeys, Usd};
 ///
+/// type Req = http::Request<Bytes>;
+/// let header = |name: &'static str| {
+///     move |req: &Req| req.headers().get(name)?.to_str().ok().map(str::to_owned)
+/// };
 /// let layer = CostBudgetLayer::builder(PriceTable::new())
 ///     .budget(Budget::daily("tenant-daily", Usd::from_dollars(5)).per_key("tenant"))
-///     .keys(|scope: &str, req: &http::Request<Bytes>| match scope {
-///         "tenant" => req.headers().get("x-tenant")?.to_str().ok().map(Arc::from),
-///         _ => None,
-///     })
+///     .budget(Budget::daily("user-daily", Usd::from_dollars(1)).per_key("user"))
+///     .keys(
+///         ScopeKeys::new()
+///             .scope("tenant", header("x-tenant"))
+///             .scope("user", header("x-user")),
+///     )
 ///     .build()
 ///     .unwrap();
 /// # let _ = layer;
 /// ```
-pub trait BudgetKeys<Req>: Send + Sync + 'static {
-    /// The key of `req` for the scope named `scope`, if it has one.
-    fn key(&self, scope: &str, req: &Req) -> Option<Arc<str>>;
+pub struct ScopeKeys<Req> {
+    scopes: Vec<(Box<str>, Box<dyn KeyFn<Req> + Send + Sync>)>,
 }
 
-impl<Req, F> BudgetKeys<Req> for F
-where
-    F: Fn(&str, &Req) -> Option<Arc<str>> + Send + Sync + 'static,
-{
-    fn key(&self, scope: &str, req: &Req) -> Option<Arc<str>> {
-        self(scope, req)
+impl<Req> ScopeKeys<Req> {
+    /// No scope has a key function yet.
+    pub fn new() -> Self {
+        ScopeKeys { scopes: Vec::new() }
+    }
+
+    /// Reads the keys of the budgets of scope `scope` with `key` (replacing an earlier one).
+    pub fn scope(mut self, scope: &str, key: impl KeyFn<Req> + Send + Sync + 'static) -> Self {
+        self.scopes.retain(|(s, _)| **s != *scope);
+        self.scopes.push((scope.into(), Box::new(key)));
+        self
     }
 }
 
-/// No key function: every per-key budget would count all requests under one key, so the
-/// builder refuses per-key budgets without [`Builder::keys`](crate::Builder::keys).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoKeys;
+impl<Req> Default for ScopeKeys<Req> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
-impl<Req> BudgetKeys<Req> for NoKeys {
-    fn key(&self, _scope: &str, _req: &Req) -> Option<Arc<str>> {
+impl<Req> fmt::Debug for ScopeKeys<Req> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.scopes.iter().map(|(s, _)| s))
+            .finish()
+    }
+}
+
+impl<Req> KeyFn<Req> for ScopeKeys<Req> {
+    /// No key outside a scope.
+    fn key<'a>(&'a self, _req: &'a Req) -> Option<Cow<'a, str>> {
         None
+    }
+
+    fn scoped_key<'a>(&'a self, scope: &str, req: &'a Req) -> Option<Cow<'a, str>> {
+        let (_, key) = self.scopes.iter().find(|(s, _)| **s == *scope)?;
+        key.key(req)
     }
 }
 

@@ -10,7 +10,7 @@ use tower_layer::Layer;
 use crate::accounting::AccountingSink;
 use crate::budget::{Budget, Scope};
 use crate::error::ConfigError;
-use crate::keys::{BudgetKeys, NoKeys};
+use crate::keys::NoKeys;
 use crate::price::PriceTable;
 use crate::service::CostBudget;
 use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend};
@@ -238,16 +238,14 @@ impl<K> Builder<K> {
         self
     }
 
-    /// Sets the function that reads the keys of [`Budget::per_key`] budgets from a request:
-    /// it gets the scope name (`"tenant"`) and the request, and returns the key (`"acme"`), or
-    /// `None`, which counts the request under [`UNKEYED`].
+    /// Sets the [`KeyFn`](seawall_core::KeyFn) that reads the keys of [`Budget::per_key`]
+    /// budgets from a request: one key function gives every scope the same key, a
+    /// [`ScopeKeys`](crate::ScopeKeys) has a key function per scope. It returns the key
+    /// (`"acme"`), or `None`, which counts the request under [`UNKEYED`].
     ///
     /// Keys appear in errors, events and spend records: return an identifier, never a secret
     /// (use [`fingerprint`](crate::fingerprint) to key by API key).
-    pub fn keys<Req, F>(self, keys: F) -> Builder<F>
-    where
-        F: BudgetKeys<Req>,
-    {
+    pub fn keys<F>(self, keys: F) -> Builder<F> {
         Builder {
             prices: self.prices,
             budgets: self.budgets,

@@ -126,12 +126,13 @@ pub use budget::{Budget, Period, Scope, Window};
 pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use guard::BudgetGuard;
-pub use keys::{BudgetKeys, DEFAULT_MAX_KEYS, NoKeys, OVERFLOW_KEY, fingerprint};
+pub use keys::{DEFAULT_MAX_KEYS, NoKeys, OVERFLOW_KEY, ScopeKeys, fingerprint};
 pub use layer::{
     Builder, CostBudgetLayer, MissingMaxOutput, Settlement, UNKEYED, default_settlement,
 };
 pub use money::Usd;
 pub use price::{Price, PriceTable};
+pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CostBudget;
 pub use store::{
     Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, SoftLimitCrossed, Spend,

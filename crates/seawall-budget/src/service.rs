@@ -4,13 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
+use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse};
 use tower_service::Service;
 
 use crate::budget::Scope;
 use crate::future::ResponseFuture;
 use crate::guard::BudgetGuard;
-use crate::keys::BudgetKeys;
 use crate::layer::{Core, MissingMaxOutput};
 use crate::store::Admission;
 
@@ -72,7 +71,7 @@ where
     S::Response: LlmResponse,
     S::Error: Into<LlmError>,
     Req: LlmRequest,
-    K: BudgetKeys<Req>,
+    K: KeyFn<Req>,
 {
     type Response = <S::Response as LlmResponse>::Hooked<BudgetGuard>;
     type Error = LlmError;
@@ -113,7 +112,7 @@ where
 fn price_attempt<Req, K>(core: &Arc<Core>, keys: &K, req: &mut Req) -> Result<BudgetGuard, LlmError>
 where
     Req: LlmRequest,
-    K: BudgetKeys<Req>,
+    K: KeyFn<Req>,
 {
     let started = tokio::time::Instant::now();
     let mut guard = BudgetGuard::new(core.clone(), started, req.call_context().cloned());
@@ -166,9 +165,10 @@ where
                         .cloned()
                         .unwrap_or_else(|| core.unkeyed.clone()),
                 ),
-                Scope::Key(scope) => {
-                    Some(keys.key(scope, req).unwrap_or_else(|| core.unkeyed.clone()))
-                }
+                Scope::Key(scope) => Some(
+                    keys.scoped_key(scope, req)
+                        .map_or_else(|| core.unkeyed.clone(), |k| Arc::from(&*k)),
+                ),
             })
             .collect()
     } else {

@@ -457,7 +457,7 @@ async fn keys_are_isolated_and_global_budgets_still_apply() {
     let layer = CostBudgetLayer::builder(prices())
         .budget(Budget::daily("tenant-daily", Usd::from_nanos(2 * EST)).per_key("tenant"))
         .budget(Budget::total("all", Usd::from_nanos(5 * EST)))
-        .keys(tenant_key)
+        .keys(tenant_keys())
         .sink(sink.clone())
         .build()
         .unwrap();
@@ -781,10 +781,12 @@ async fn jsonl_records_sum_to_the_spend() {
 async fn http_requests_keyed_by_api_key_fingerprint() {
     let layer = CostBudgetLayer::builder(prices())
         .budget(Budget::daily("per-key", Usd::from_nanos(3_000_000)).per_key("api_key"))
-        .keys(|scope: &str, req: &http::Request<Bytes>| {
-            let key = req.headers().get("authorization")?.to_str().ok()?;
-            (scope == "api_key").then(|| fingerprint(key))
-        })
+        .keys(
+            ScopeKeys::new().scope("api_key", |req: &http::Request<Bytes>| {
+                let key = req.headers().get("authorization")?.to_str().ok()?;
+                Some(fingerprint(key).to_string())
+            }),
+        )
         .build()
         .unwrap();
     let mut svc = layer.layer(tower::service_fn(|_req: http::Request<Bytes>| async {

@@ -82,7 +82,7 @@ async fn concurrent_attempts_never_overspend_and_records_add_up() {
             )
             .per_model(),
         )
-        .keys(tenant_key)
+        .keys(tenant_keys())
         .store(store.clone())
         .sink(sink.clone())
         // Midday: no calendar boundary during the test.

@@ -72,8 +72,12 @@ pub enum FailureClass {
 }
 
 impl FailureClass {
-    /// Every class, in declaration order.
-    pub const ALL: [FailureClass; 23] = [
+    /// How many classes there are: the length of [`ALL`](Self::ALL) and the size of a table
+    /// indexed by [`index`](Self::index).
+    pub const COUNT: usize = 23;
+
+    /// Every class, in declaration order: `ALL[c.index()] == c` for every class `c`.
+    pub const ALL: [FailureClass; Self::COUNT] = [
         FailureClass::RateLimited,
         FailureClass::QuotaExhausted,
         FailureClass::Overloaded,
@@ -140,7 +144,17 @@ impl FailureClass {
         )
     }
 
-    const fn index(self) -> usize {
+    /// The position of this class in [`ALL`](Self::ALL), below [`COUNT`](Self::COUNT): the
+    /// slot of the class in a per-class table, found without a search.
+    ///
+    /// ```
+    /// use seawall_core::FailureClass;
+    ///
+    /// let mut seen = [0u32; FailureClass::COUNT];
+    /// seen[FailureClass::Overloaded.index()] += 1;
+    /// assert_eq!(FailureClass::ALL[FailureClass::Overloaded.index()], FailureClass::Overloaded);
+    /// ```
+    pub const fn index(self) -> usize {
         self as usize
     }
 
@@ -241,13 +255,13 @@ impl Disposition {
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Dispositions {
-    table: [Disposition; FailureClass::ALL.len()],
+    table: [Disposition; FailureClass::COUNT],
 }
 
 impl Dispositions {
     /// The defaults of the README's failure-class table.
     pub const fn new() -> Self {
-        let mut table = [FailureClass::RateLimited.default_disposition(); FailureClass::ALL.len()];
+        let mut table = [FailureClass::RateLimited.default_disposition(); FailureClass::COUNT];
         let mut i = 0;
         while i < table.len() {
             table[i] = FailureClass::ALL[i].default_disposition();
@@ -297,6 +311,7 @@ mod tests {
         for (i, c) in FailureClass::ALL.iter().enumerate() {
             assert_eq!(c.index(), i, "{c}");
         }
+        assert_eq!(FailureClass::ALL.len(), FailureClass::COUNT);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
 //! - [`CallContext`], through which layers report to an observer;
 //! - [`Random`], an injectable, seedable jitter source;
-//! - [`bound_key`], which caps the length of the keys per-key state is stored under.
+//! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
+//!   default), and [`bound_key`], which caps the length of the keys their state is stored under.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 
 mod class;
@@ -34,7 +35,7 @@ pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
-pub use key::{MAX_KEY_LEN, bound_key};
+pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use request::{Idempotent, LlmRequest, MediaParts, PartEstimate, Provider, RequestMeta};

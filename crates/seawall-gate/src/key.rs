@@ -1,7 +1,9 @@
 //! Per-key state: rate buckets, the upstream's pause, and the key's waiting line.
 //!
-//! Keys come from clients (the model name of a request body), so the table is bounded by the
-//! operator, not by them: keys are cut to [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by
+//! A request's key comes from the gate's [`KeyFn`](seawall_core::KeyFn)
+//! ([`StateKey`](seawall_core::StateKey) by default); requests without one share the unkeyed
+//! state. Keys come from clients (the model name of a request body), so the table is bounded
+//! by the operator, not by them: keys are cut to [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by
 //! [`bound_key`], and at most [`GateBuilder::max_keys`](crate::GateBuilder::max_keys) keys
 //! have a state of their own. At the cap a new key forgets every state that carries nothing
 //! (no call holds it, no pause, full rate buckets: a fresh state would start the same). A
@@ -11,57 +13,17 @@
 //! paused together, and the table scan is skipped for a second after a sweep that freed
 //! nothing, so a flood costs one lookup per call.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seawall_core::{LlmRequest, bound_key};
+use seawall_core::bound_key;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::rate::{Bucket, Rates, Ready};
-
-/// How the gate finds a request's key: rate limits and upstream pauses are kept per key.
-///
-/// The default, [`StateKey`], uses [`LlmRequest::state_key`] (`host/model` for HTTP requests).
-/// Use [`GateBuilder::key_fn`](crate::GateBuilder::key_fn) for your own.
-pub trait GateKey<Req> {
-    /// The key of `req`; `None` puts the request under the shared unkeyed state.
-    fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>>;
-}
-
-/// The default key: [`LlmRequest::state_key`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StateKey;
-
-impl<Req: LlmRequest> GateKey<Req> for StateKey {
-    fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>> {
-        req.state_key().map(Cow::Borrowed)
-    }
-}
-
-/// A key computed by a function, made by [`GateBuilder::key_fn`](crate::GateBuilder::key_fn).
-#[derive(Clone)]
-pub struct KeyFn<F>(pub(crate) F);
-
-impl<F> fmt::Debug for KeyFn<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyFn").finish_non_exhaustive()
-    }
-}
-
-impl<Req, F, T> GateKey<Req> for KeyFn<F>
-where
-    F: Fn(&Req) -> Option<T>,
-    T: Into<Cow<'static, str>>,
-{
-    fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>> {
-        (self.0)(req).map(Into::into)
-    }
-}
 
 /// What one call costs in the rate buckets.
 #[derive(Debug, Clone, Copy, Default)]

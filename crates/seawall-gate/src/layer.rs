@@ -1,15 +1,13 @@
 //! The gate's layer and its builder.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::PartEstimate;
+use seawall_core::{PartEstimate, StateKey};
 use tower_layer::Layer;
 
 use crate::adaptive::Adaptive;
 use crate::handle::GateHandle;
-use crate::key::{KeyFn, StateKey};
 use crate::rate::Rates;
 use crate::service::ConcurrencyGate;
 use crate::shared::{Settings, Shared};
@@ -162,7 +160,8 @@ impl<K> GateBuilder<K> {
         self
     }
 
-    /// Computes each request's key with `f` instead of `LlmRequest::state_key`.
+    /// Computes each request's key with `key`, a [`KeyFn`](seawall_core::KeyFn), instead of
+    /// `LlmRequest::state_key`.
     ///
     /// ```
     /// use seawall_gate::ConcurrencyGateLayer;
@@ -172,14 +171,10 @@ impl<K> GateBuilder<K> {
     ///     .build();
     /// # let _ = gate;
     /// ```
-    pub fn key_fn<F, Req, T>(self, f: F) -> GateBuilder<KeyFn<F>>
-    where
-        F: Fn(&Req) -> Option<T>,
-        T: Into<Cow<'static, str>>,
-    {
+    pub fn key_fn<K2>(self, key: K2) -> GateBuilder<K2> {
         GateBuilder {
             settings: self.settings,
-            key: KeyFn(f),
+            key,
         }
     }
 

@@ -116,14 +116,19 @@ pub use future::ResponseFuture;
 #[cfg(not(loom))]
 pub use handle::GateHandle;
 #[cfg(not(loom))]
-pub use key::{GateKey, KeyFn, StateKey};
-#[cfg(not(loom))]
 pub use layer::{
     ConcurrencyGateLayer, DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_WAIT, GateBuilder,
 };
 #[cfg(not(loom))]
 pub use rate::{Limit, Rates};
+/// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
+/// against it still compile.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub use seawall_core::KeyFn as GateKey;
+#[cfg(not(loom))]
+pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 #[cfg(not(loom))]
 pub use service::ConcurrencyGate;
 #[cfg(not(loom))]

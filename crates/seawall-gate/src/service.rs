@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{LlmError, LlmRequest, LlmResponse};
+use seawall_core::{KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
 use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::error::RejectReason;
 use crate::future::{ResponseFuture, note_admitted, note_rejected};
 use crate::handle::GateHandle;
-use crate::key::{Cost, GateKey, StateKey};
+use crate::key::Cost;
 use crate::shared::{GatePermit, Shared};
 
 /// The output tokens charged to a request that sets no maximum: the most one can set.
@@ -59,7 +59,7 @@ where
     S: Service<Req> + Clone,
     S::Response: LlmResponse,
     S::Error: Into<LlmError>,
-    K: GateKey<Req>,
+    K: KeyFn<Req>,
     Req: LlmRequest,
 {
     type Response = <S::Response as LlmResponse>::Hooked<GatePermit>;

@@ -10,7 +10,7 @@ use seawall_core::{Attempt, FailureClass, GiveUp, LlmError, LlmRequest};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::policy::{CLASSES, Decision, Failure, Shared, class_index};
+use crate::policy::{CLASSES, Decision, Failure, Shared};
 use crate::service::attempt_value;
 
 pin_project! {
@@ -188,11 +188,10 @@ where
         let elapsed = now.saturating_duration_since(attempt_start);
         let spent = now.saturating_duration_since(start);
         let class = err.class();
-        let index = class_index(class);
-        let (class_retries, previous_delay) = match (&self.retrying, index) {
-            (Some(r), Some(i)) => (u32::from(r.class_retries[i]), r.previous_delay),
-            (Some(r), None) => (0, r.previous_delay),
-            (None, _) => (0, Duration::ZERO),
+        let index = class.index();
+        let (class_retries, previous_delay) = match &self.retrying {
+            Some(r) => (u32::from(r.class_retries[index]), r.previous_delay),
+            None => (0, Duration::ZERO),
         };
         let failure = Failure {
             attempts: self.attempts,
@@ -234,9 +233,7 @@ where
                     elapsed,
                     delay,
                 });
-                if let Some(i) = index {
-                    r.class_retries[i] = r.class_retries[i].saturating_add(1);
-                }
+                r.class_retries[index] = r.class_retries[index].saturating_add(1);
                 r.previous_delay = delay;
                 r.last_error = Some(err);
                 r.wake = seawall_core::instant_after(now, delay);

@@ -11,7 +11,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::budget::RetryBudget;
 use crate::error::ConfigError;
 use crate::handle::RetryHandle;
-use crate::policy::{CLASSES, Policy, Shared, class_index, default_max_retries};
+use crate::policy::{CLASSES, Policy, Shared, default_max_retries};
 use crate::service::BackoffRetry;
 
 /// The conventional `Idempotency-Key` header name, for
@@ -176,9 +176,7 @@ impl BackoffRetryBuilder {
     /// `x-should-retry: true` asks for a retry). Local classes are never retried. At most 255
     /// ([`build`](Self::build) refuses more).
     pub fn max_retries(mut self, class: FailureClass, retries: u32) -> Self {
-        if let Some(i) = class_index(class) {
-            self.max_retries[i] = retries;
-        }
+        self.max_retries[class.index()] = retries;
         self
     }
 

@@ -12,13 +12,9 @@ use seawall_core::{Dispositions, FailureClass, GiveUp, LlmError, Random, SeededR
 use crate::backoff::{Backoff, clamp_secs, unit};
 use crate::budget::RetryBudget;
 
-/// Number of failure classes (the size of per-class tables).
-pub(crate) const CLASSES: usize = FailureClass::ALL.len();
-
-/// Where a class sits in the per-class tables.
-pub(crate) fn class_index(class: FailureClass) -> Option<usize> {
-    FailureClass::ALL.iter().position(|c| *c == class)
-}
+/// Number of failure classes (the size of per-class tables, indexed by
+/// [`FailureClass::index`]).
+pub(crate) const CLASSES: usize = FailureClass::COUNT;
 
 /// Default per-class retry maximums (retries, not attempts).
 pub(crate) fn default_max_retries() -> [u32; CLASSES] {
@@ -134,7 +130,7 @@ impl Shared {
         if !self.enabled.load(Ordering::Relaxed) {
             return Decision::GiveUp(GiveUp::Disabled);
         }
-        let class_cap = class_index(class).map_or(0, |i| self.policy.max_retries[i]);
+        let class_cap = self.policy.max_retries[class.index()];
         if f.attempts >= self.max_attempts.load(Ordering::Relaxed) || f.class_retries >= class_cap {
             return Decision::GiveUp(GiveUp::AttemptsExhausted);
         }

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use seawall_budget::{Price, PriceTable, Usd};
+use seawall_budget::{Price, PriceTable, ScopeKeys, Usd};
 use seawall_core::{BodyReport, LlmError, LlmRequest, Usage};
 use tokio::sync::mpsc;
 
@@ -63,11 +63,13 @@ impl LlmRequest for Ask {
 }
 
 /// The tenant key function for `Ask`.
-pub fn tenant_key(scope: &str, req: &Ask) -> Option<Arc<str>> {
-    match scope {
-        "tenant" => req.ext.get::<Tenant>().map(|t| t.0.clone()),
-        _ => None,
-    }
+pub fn tenant_key(req: &Ask) -> Option<String> {
+    req.ext.get::<Tenant>().map(|t| t.0.to_string())
+}
+
+/// The keys of the `tenant` scope, read by [`tenant_key`]; other scopes have none.
+pub fn tenant_keys() -> ScopeKeys<Ask> {
+    ScopeKeys::new().scope("tenant", tenant_key)
 }
 
 /// A body that is empty, or fed frame by frame from a channel.
