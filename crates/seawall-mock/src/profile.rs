@@ -2,6 +2,7 @@
 //!
 //! The types live here; reading a profile (TOML, the shipped ones), validating it, building it
 //! in code and its TOML form each have a submodule.
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
