@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -222,6 +223,67 @@ struct Reply {
     billed: Option<Billed>,
 }
 
+/// One call on its way through the fault model: what every step reads, and the headers the
+/// steps add to.
+struct Call {
+    arrived: Instant,
+    /// Time since the upstream started.
+    t: Duration,
+    /// The call's own random stream, drawn from the upstream's seed.
+    rng: Rng,
+    request_id: String,
+    /// The drawn time to the response head.
+    head: Duration,
+    wire: Wire,
+    headers: HeaderMap,
+}
+
+impl Call {
+    /// Routes the call and parses its body; answers a wrong path, a wrong method or a body
+    /// that is not a chat request.
+    fn parse(&mut self, req: &Request<Bytes>) -> ControlFlow<Answered, ChatRequest> {
+        let path = req.uri().path();
+        let routed = path.ends_with("/chat/completions") || path.ends_with("/messages");
+        let failure = if !routed {
+            Some(Failure::NotFound)
+        } else if req.method() != Method::POST {
+            Some(Failure::MethodNotAllowed)
+        } else {
+            None
+        };
+        match failure.map_or_else(|| wire::parse_request(self.wire, req.body()), Err) {
+            Ok(chat) => ControlFlow::Continue(chat),
+            Err(f) => ControlFlow::Break((self.fail(f, ""), Outcome::Rejected)),
+        }
+    }
+
+    /// An error reply with the headers gathered so far.
+    fn fail(&mut self, failure: Failure, model: &str) -> Reply {
+        let headers = std::mem::take(&mut self.headers);
+        fail(
+            self.wire,
+            failure,
+            model,
+            &self.request_id,
+            headers,
+            self.head,
+        )
+    }
+}
+
+/// A call answered before its last step: the reply, and how the stats count it.
+type Answered = (Reply, Outcome);
+
+/// The answer planned before anything is charged.
+struct Plan {
+    /// The key (per `key_by`) the call is limited and billed under.
+    key: String,
+    /// Tokens to generate.
+    output: u32,
+    /// The request's `max_tokens` cut the answer short.
+    truncated: bool,
+}
+
 fn api_key(headers: &HeaderMap) -> Option<&str> {
     if let Some(v) = headers.get(http::header::AUTHORIZATION) {
         let v = v.to_str().ok()?;
@@ -246,7 +308,53 @@ impl Inner {
         self.epoch.saturating_add(t)
     }
 
+    /// Answers one call, one step after another; a step that fails the call answers it at
+    /// once.
     fn respond(&self, this: &Arc<Inner>, req: Request<Bytes>) -> ResponseFuture {
+        let call = self.begin(&req);
+        let arrived = call.arrived;
+        let (reply, outcome) = match self.run(this, call, &req) {
+            ControlFlow::Continue(reply) => (reply, Outcome::Ok),
+            ControlFlow::Break(answered) => answered,
+        };
+        self.finish(this, reply, outcome, arrived)
+    }
+
+    /// The steps of a call, in the order they draw from its random stream (that order is
+    /// part of what a seed reproduces).
+    fn run(
+        &self,
+        this: &Arc<Inner>,
+        mut call: Call,
+        req: &Request<Bytes>,
+    ) -> ControlFlow<Answered, Reply> {
+        let mut chat = call.parse(req)?;
+        let key = api_key(req.headers());
+        let precheck = self.precheck(key, &chat);
+        let plan = self.plan(&mut call, key, &chat);
+        let billed_key = self.charge(&mut call, &chat, &plan, precheck)?;
+        self.server_error(&mut call, &chat.model)?;
+        let answer = self.answer(&mut call, &mut chat, &plan);
+        let first_token = call.rng.delay(&self.profile.latency.first_token);
+        if let Some(kind) = self.draw_malformed(&mut call.rng) {
+            let headers = std::mem::take(&mut call.headers);
+            let reply = self.malformed(
+                kind,
+                &answer,
+                &chat,
+                headers,
+                call.head,
+                first_token,
+                billed_key,
+            );
+            return ControlFlow::Break((reply, Outcome::Malformed));
+        }
+        ControlFlow::Continue(self.body(this, call, answer, &chat, first_token, billed_key))
+    }
+
+    /// Stamps a call on arrival: its time, its random stream, its id, its time to the head,
+    /// its wire format and the headers every answer carries.
+    fn begin(&self, req: &Request<Bytes>) -> Call {
         let arrived = Instant::now();
         let t = arrived.saturating_duration_since(self.start);
         let mut rng = Rng::new(self.rng.next_u64());
@@ -260,34 +368,22 @@ impl Inner {
         } else {
             Wire::OpenAi
         };
-        let routed = path.ends_with("/chat/completions") || path.ends_with("/messages");
-        let mut headers = self.base_headers(wire, &request_id, t);
-
-        let failure = if !routed {
-            Some(Failure::NotFound)
-        } else if req.method() != Method::POST {
-            Some(Failure::MethodNotAllowed)
-        } else {
-            None
-        };
-        let mut chat = match failure.map_or_else(|| wire::parse_request(wire, req.body()), Err) {
-            Ok(chat) => chat,
-            Err(f) => {
-                let reply = fail(wire, f, "", &request_id, headers, head);
-                return self.finish(this, reply, Outcome::Rejected, arrived);
-            }
-        };
-
-        let key = api_key(req.headers());
-        let invalid = key.is_some_and(|k| self.profile.auth.invalid_keys.iter().any(|i| i == k));
-        let key = self.state_key(key, &chat.model);
-
-        // Plan the answer first: its length is part of the token charge.
-        let mut output = rng.count(self.profile.output.tokens);
-        let truncated = chat.max_tokens.is_some_and(|m| output > m);
-        if let Some(m) = chat.max_tokens {
-            output = output.min(m);
+        let headers = self.base_headers(wire, &request_id, t);
+        Call {
+            arrived,
+            t,
+            rng,
+            request_id,
+            head,
+            wire,
+            headers,
         }
+    }
+
+    /// What fails a call before any limit is charged: a revoked key, or a prompt longer than
+    /// the model's context window.
+    fn precheck(&self, key: Option<&str>, chat: &ChatRequest) -> Option<(Failure, Outcome)> {
+        let invalid = key.is_some_and(|k| self.profile.auth.invalid_keys.iter().any(|i| i == k));
         let window = self
             .profile
             .context
@@ -296,8 +392,7 @@ impl Inner {
             .copied()
             .or(self.profile.context.window);
         let too_long = window.filter(|w| chat.input_tokens > *w);
-
-        let precheck = if invalid {
+        if invalid {
             Some((Failure::InvalidKey, Outcome::Rejected))
         } else {
             too_long.map(|window| {
@@ -309,62 +404,89 @@ impl Inner {
                     Outcome::ContextLength,
                 )
             })
-        };
-        let cost = u64::from(chat.input_tokens)
-            + u64::from(chat.max_tokens.unwrap_or(output)) * u64::from(chat.choices);
-        let admission = self.admit(&key, t, cost, precheck.is_none());
-        self.rate_headers(wire, &mut headers, &admission.snapshot, t);
-        if let Some((f, outcome)) = precheck {
-            let reply = fail(wire, f, &chat.model, &request_id, headers, head);
-            return self.finish(this, reply, outcome, arrived);
         }
-        let billed_key = match admission.verdict {
-            Verdict::Admitted(b) => b,
+    }
+
+    /// Plans the answer first: its length is part of the token charge.
+    fn plan(&self, call: &mut Call, key: Option<&str>, chat: &ChatRequest) -> Plan {
+        let key = self.state_key(key, &chat.model);
+        let mut output = call.rng.count(self.profile.output.tokens);
+        let truncated = chat.max_tokens.is_some_and(|m| output > m);
+        if let Some(m) = chat.max_tokens {
+            output = output.min(m);
+        }
+        Plan {
+            key,
+            output,
+            truncated,
+        }
+    }
+
+    /// The rate limits and the quota: charges the key (unless the precheck failed the call)
+    /// and writes its rate-limit headers. Gives the counter the call's tokens are billed to,
+    /// or answers a call that failed the precheck, is out of quota or over a limit.
+    fn charge(
+        &self,
+        call: &mut Call,
+        chat: &ChatRequest,
+        plan: &Plan,
+        precheck: Option<(Failure, Outcome)>,
+    ) -> ControlFlow<Answered, Arc<AtomicU64>> {
+        let cost = u64::from(chat.input_tokens)
+            + u64::from(chat.max_tokens.unwrap_or(plan.output)) * u64::from(chat.choices);
+        let admission = self.admit(&plan.key, call.t, cost, precheck.is_none());
+        self.rate_headers(call.wire, &mut call.headers, &admission.snapshot, call.t);
+        if let Some((f, outcome)) = precheck {
+            return ControlFlow::Break((call.fail(f, &chat.model), outcome));
+        }
+        match admission.verdict {
+            Verdict::Admitted(b) => ControlFlow::Continue(b),
             Verdict::Quota => {
-                let reply = fail(
-                    wire,
-                    Failure::Quota,
-                    &chat.model,
-                    &request_id,
-                    headers,
-                    head,
-                );
-                return self.finish(this, reply, Outcome::QuotaExhausted, arrived);
+                let reply = call.fail(Failure::Quota, &chat.model);
+                ControlFlow::Break((reply, Outcome::QuotaExhausted))
             }
             Verdict::Limited(r) => {
                 let secs = r
                     .wait
                     .as_secs()
                     .saturating_add(u64::from(r.wait.subsec_nanos() > 0));
-                headers.insert(RETRY_AFTER, hv(&secs.max(1).to_string()));
-                if wire == Wire::OpenAi {
+                call.headers
+                    .insert(RETRY_AFTER, hv(&secs.max(1).to_string()));
+                if call.wire == Wire::OpenAi {
                     let ms = r.wait.as_nanos().div_ceil(1_000_000);
-                    put(&mut headers, "retry-after-ms", ms);
+                    put(&mut call.headers, "retry-after-ms", ms);
                 }
-                let f = Failure::RateLimited(r);
-                let reply = fail(wire, f, &chat.model, &request_id, headers, head);
-                return self.finish(this, reply, Outcome::RateLimited, arrived);
-            }
-        };
-
-        // Server errors: bursts and outage windows, first matching rule wins.
-        for rule in &self.profile.errors {
-            if rule.applies_to(&chat.model) && rule.active_at(t) && rng.chance(rule.probability) {
-                let status = rule.status[rng.below(rule.status.len())];
-                if let Some(d) = rule.retry_after {
-                    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-                    headers.insert(RETRY_AFTER, hv(&secs.to_string()));
-                }
-                if let Some(s) = rule.should_retry {
-                    put(&mut headers, "x-should-retry", s);
-                }
-                let f = Failure::Server(status);
-                let reply = fail(wire, f, &chat.model, &request_id, headers, head);
-                return self.finish(this, reply, Outcome::ServerError, arrived);
+                let reply = call.fail(Failure::RateLimited(r), &chat.model);
+                ControlFlow::Break((reply, Outcome::RateLimited))
             }
         }
+    }
 
-        let answer = Answer {
+    /// The fault draw for server errors: bursts and outage windows, first matching rule wins.
+    fn server_error(&self, call: &mut Call, model: &str) -> ControlFlow<Answered> {
+        for rule in &self.profile.errors {
+            if rule.applies_to(model) && rule.active_at(call.t) && call.rng.chance(rule.probability)
+            {
+                let status = rule.status[call.rng.below(rule.status.len())];
+                if let Some(d) = rule.retry_after {
+                    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+                    call.headers.insert(RETRY_AFTER, hv(&secs.to_string()));
+                }
+                if let Some(s) = rule.should_retry {
+                    put(&mut call.headers, "x-should-retry", s);
+                }
+                let reply = call.fail(Failure::Server(status), model);
+                return ControlFlow::Break((reply, Outcome::ServerError));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The answer a call gets when no fault took it.
+    fn answer(&self, call: &mut Call, chat: &mut ChatRequest, plan: &Plan) -> Answer {
+        let wire = call.wire;
+        let rng = &mut call.rng;
+        Answer {
             wire,
             id: match wire {
                 Wire::OpenAi => format!(
@@ -376,57 +498,75 @@ impl Inner {
                     format!("msg_{:016x}{:08x}", rng.next_u64(), rng.next_u64() as u32)
                 }
             },
-            created: self.unix(t).as_secs(),
+            created: self.unix(call.t).as_secs(),
             model: std::mem::take(&mut chat.model),
             input_tokens: chat.input_tokens,
-            output_tokens: output,
+            output_tokens: plan.output,
             choices: chat.choices,
-            truncated,
+            truncated: plan.truncated,
             word_offset: (rng.next_u64() % 32) as u32,
-        };
-        let first_token = rng.delay(&self.profile.latency.first_token);
+        }
+    }
 
+    /// The fault draw for a malformed answer, and its kind.
+    fn draw_malformed(&self, rng: &mut Rng) -> Option<MalformedKind> {
         let malformed = &self.profile.malformed;
         if !malformed.kinds.is_empty() && rng.chance(malformed.probability) {
-            let kind = malformed.kinds[rng.below(malformed.kinds.len())];
-            let reply =
-                self.malformed(kind, &answer, &chat, headers, head, first_token, billed_key);
-            return self.finish(this, reply, Outcome::Malformed, arrived);
+            Some(malformed.kinds[rng.below(malformed.kinds.len())])
+        } else {
+            None
         }
+    }
 
-        let reply = if chat.stream {
-            self.stream(
+    /// The body of a good answer: a stream, or the whole JSON once all its tokens would have
+    /// been generated.
+    fn body(
+        &self,
+        this: &Arc<Inner>,
+        call: Call,
+        answer: Answer,
+        chat: &ChatRequest,
+        first_token: Duration,
+        billed_key: Arc<AtomicU64>,
+    ) -> Reply {
+        let Call {
+            arrived,
+            mut rng,
+            head,
+            mut headers,
+            ..
+        } = call;
+        if chat.stream {
+            return self.stream(
                 this,
                 answer,
-                &chat,
+                chat,
                 headers,
                 head,
                 first_token,
                 arrived,
                 billed_key,
                 rng,
-            )
-        } else {
-            let mut total = first_token;
-            for _ in 1..answer.output_tokens {
-                total = total.saturating_add(rng.delay(&self.profile.latency.per_token));
-            }
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            let billed = Billed::new(
-                u64::from(answer.input_tokens),
-                answer.billed_output(answer.output_tokens),
-                billed_key,
             );
-            billed.charge(&self.counters);
-            Reply {
-                status: StatusCode::OK,
-                headers,
-                body: MockBody::full(answer.complete_json()),
-                delay: total.max(head),
-                billed: Some(billed),
-            }
-        };
-        self.finish(this, reply, Outcome::Ok, arrived)
+        }
+        let mut total = first_token;
+        for _ in 1..answer.output_tokens {
+            total = total.saturating_add(rng.delay(&self.profile.latency.per_token));
+        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let billed = Billed::new(
+            u64::from(answer.input_tokens),
+            answer.billed_output(answer.output_tokens),
+            billed_key,
+        );
+        billed.charge(&self.counters);
+        Reply {
+            status: StatusCode::OK,
+            headers,
+            body: MockBody::full(answer.complete_json()),
+            delay: total.max(head),
+            billed: Some(billed),
+        }
     }
 
     fn finish(

@@ -1,0 +1,75 @@
+//! Runtime control: the limit, the queue, the waits and the stats a `GateHandle` reads and
+//! changes while calls flow.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{Control, GateStats, Shared, nanos};
+use crate::adaptive::Adaptive;
+use crate::permits::Permits;
+
+impl Shared {
+    pub(super) fn apply(&self, c: &mut Control, new: usize) {
+        self.permits.resize(c.current, new);
+        c.current = new;
+        self.limit.store(new, Ordering::Release);
+    }
+
+    pub(crate) fn set_limit(&self, n: usize) {
+        let n = n.min(Permits::MAX);
+        let mut c = self.control();
+        c.ceiling = n;
+        self.apply(&mut c, n);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.successes.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_adaptive(&self, adaptive: Option<Adaptive>) {
+        let mut c = self.control();
+        c.adaptive = adaptive;
+        self.adaptive_on
+            .store(adaptive.is_some(), Ordering::Release);
+        if adaptive.is_none() {
+            let ceiling = c.ceiling;
+            self.apply(&mut c, ceiling);
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.successes.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn adaptive(&self) -> Option<Adaptive> {
+        self.control().adaptive
+    }
+
+    pub(crate) fn set_max_queue(&self, n: usize) {
+        self.max_queue.store(n, Ordering::Release);
+    }
+
+    pub(crate) fn set_max_wait(&self, d: Duration) {
+        self.max_wait.store(nanos(d), Ordering::Release);
+    }
+
+    pub(crate) fn set_max_pause(&self, d: Duration) {
+        self.max_pause.store(nanos(d), Ordering::Release);
+    }
+
+    pub(super) fn max_wait(&self) -> Duration {
+        Duration::from_nanos(self.max_wait.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn stats(&self) -> GateStats {
+        let c = self.control();
+        GateStats {
+            limit: c.current,
+            max_limit: c.ceiling,
+            in_flight: self.in_flight.load(Ordering::Acquire),
+            queued: self.queued.load(Ordering::Acquire),
+            available: self.permits.available(),
+            owed: self.permits.owed(),
+            admitted: self.admitted.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            max_queue: self.max_queue.load(Ordering::Relaxed),
+            max_wait: self.max_wait(),
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The permit an admitted call holds until its response ends, and what its end reports back.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use seawall_core::{
+    Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot,
+};
+use tokio::time::Instant;
+
+use super::Shared;
+use crate::key::{Cost, KeyState};
+
+impl Shared {
+    /// Counts an admission and hands out its permit.
+    pub(super) fn admit(self: &Arc<Self>, key: Arc<KeyState>, cost: Cost) -> GatePermit {
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+        GatePermit {
+            held: Some(Held {
+                shared: self.clone(),
+                key,
+                cost,
+                epoch: self.epoch.load(Ordering::Acquire),
+            }),
+        }
+    }
+}
+
+struct Held {
+    shared: Arc<Shared>,
+    key: Arc<KeyState>,
+    cost: Cost,
+    epoch: u64,
+}
+
+impl Held {
+    fn failed(&self, err: &LlmError) {
+        let hint = match err.class() {
+            FailureClass::RateLimited => err.retry_hint(),
+            _ => err
+                .rate_limit()
+                .and_then(RateLimitSnapshot::exhausted_until),
+        };
+        if let Some(d) = hint {
+            self.shared.pause(&self.key, d);
+        }
+        if matches!(
+            err.class(),
+            FailureClass::RateLimited | FailureClass::Overloaded
+        ) {
+            self.shared.congestion(self.epoch);
+        }
+    }
+}
+
+/// A gate permit, held by a response until its body ends or is dropped.
+///
+/// It is the [`OnComplete`] hook the gate attaches to every response: when it fires (or is
+/// dropped) it gives the permit back, settles the token reservation against the reported usage,
+/// and feeds the adaptive mode. It appears in the gate's response type
+/// (`<S::Response as LlmResponse>::Hooked<GatePermit>`).
+pub struct GatePermit {
+    held: Option<Held>,
+}
+
+impl fmt::Debug for GatePermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatePermit")
+            .field("held", &self.held.is_some())
+            .field("key", &self.held.as_ref().and_then(|h| h.key.name()))
+            .finish()
+    }
+}
+
+impl GatePermit {
+    fn finish(&mut self, f: impl FnOnce(&Held)) {
+        if let Some(h) = self.held.take() {
+            f(&h);
+            h.shared.release();
+        }
+    }
+
+    /// Reads a response head: a `remaining = 0` snapshot pauses the key until its reset.
+    pub(crate) fn saw_head<T: LlmResponse>(&self, resp: &T) {
+        if let Some(h) = &self.held {
+            if let Some(d) = resp
+                .rate_limit()
+                .and_then(RateLimitSnapshot::exhausted_until)
+            {
+                h.shared.pause(&h.key, d);
+            }
+        }
+    }
+
+    /// The inner service failed: the output tokens were never produced.
+    pub(crate) fn failed(mut self, err: &LlmError) {
+        self.finish(|h| {
+            h.settle(None);
+            h.failed(err);
+        });
+    }
+}
+
+impl Held {
+    /// Settles the token reservation against the reported usage. Without usage (a call
+    /// dropped before its head, a body dropped or ended without a usage report) the output
+    /// part goes back and the input estimate stays charged, as for a failure: keeping a
+    /// `max_tokens` of billions charged would lock the key for good after one disconnect.
+    fn settle(&self, usage: Option<seawall_core::Usage>) {
+        let used = usage.map_or(self.cost.input, |u| u.total());
+        self.key
+            .settle_tokens(self.cost.tokens, used, Instant::now());
+    }
+}
+
+impl OnComplete for GatePermit {
+    fn on_complete(mut self, c: Completion<'_>) {
+        self.finish(|h| {
+            h.settle(c.usage);
+            match c.outcome {
+                Outcome::Complete => h.shared.success(),
+                Outcome::Failed(Some(e)) => h.failed(e),
+                Outcome::Failed(None) | Outcome::Dropped => {}
+            }
+        });
+    }
+}
+
+impl Drop for GatePermit {
+    fn drop(&mut self) {
+        self.finish(|h| h.settle(None));
+    }
+}
