@@ -225,41 +225,8 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }
 
-const OPENAI: [[&str; 3]; 2] = [
-    [
-        "x-ratelimit-limit-requests",
-        "x-ratelimit-remaining-requests",
-        "x-ratelimit-reset-requests",
-    ],
-    [
-        "x-ratelimit-limit-tokens",
-        "x-ratelimit-remaining-tokens",
-        "x-ratelimit-reset-tokens",
-    ],
-];
-
-const ANTHROPIC: [[&str; 3]; 4] = [
-    [
-        "anthropic-ratelimit-requests-limit",
-        "anthropic-ratelimit-requests-remaining",
-        "anthropic-ratelimit-requests-reset",
-    ],
-    [
-        "anthropic-ratelimit-tokens-limit",
-        "anthropic-ratelimit-tokens-remaining",
-        "anthropic-ratelimit-tokens-reset",
-    ],
-    [
-        "anthropic-ratelimit-input-tokens-limit",
-        "anthropic-ratelimit-input-tokens-remaining",
-        "anthropic-ratelimit-input-tokens-reset",
-    ],
-    [
-        "anthropic-ratelimit-output-tokens-limit",
-        "anthropic-ratelimit-output-tokens-remaining",
-        "anthropic-ratelimit-output-tokens-reset",
-    ],
-];
+const OPENAI: [[&str; 3]; 2] = seawall_core::OPENAI_RATE_LIMIT_HEADERS;
+const ANTHROPIC: [[&str; 3]; 4] = seawall_core::ANTHROPIC_RATE_LIMIT_HEADERS;
 
 fn reset_in(value: &str, reference: SystemTime) -> Option<Duration> {
     if let Some(at) = parse_rfc3339(value) {

@@ -88,7 +88,7 @@ fn visit(e: &(dyn StdError + 'static), f: &mut Findings, chain: &mut String, dep
         chain.push_str(&text);
     }
     if let Some(l) = e.downcast_ref::<LlmError>() {
-        f.llm = Some(copy_of(l));
+        f.llm = Some(l.clone_with(l.class(), l.message()));
         return;
     }
     #[cfg(feature = "hyper")]
@@ -144,37 +144,6 @@ fn visit(e: &(dyn StdError + 'static), f: &mut Findings, chain: &mut String, dep
     if let Some(next) = e.source() {
         visit(next, f, chain, depth + 1);
     }
-}
-
-/// A field-by-field copy of an error found inside another one.
-fn copy_of(e: &LlmError) -> LlmError {
-    let mut c = LlmError::new(e.class(), e.message());
-    if let Some(s) = e.status() {
-        c = c.with_status(s);
-    }
-    if let Some(v) = e.code() {
-        c = c.with_code(v);
-    }
-    if let Some(v) = e.error_type() {
-        c = c.with_error_type(v);
-    }
-    if let Some(v) = e.retry_after() {
-        c = c.with_retry_after(v);
-    }
-    if let Some(v) = e.should_retry() {
-        c = c.with_should_retry(v);
-    }
-    if let Some(v) = e.rate_limit() {
-        c = c.with_rate_limit(*v);
-    }
-    if let Some(v) = e.request_id() {
-        c = c.with_request_id(v);
-    }
-    c.set_attempts(e.attempts().to_vec());
-    if let Some(g) = e.give_up() {
-        c.set_give_up(g);
-    }
-    c
 }
 
 #[cfg(test)]

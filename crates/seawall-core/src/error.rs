@@ -232,6 +232,50 @@ impl LlmError {
         self
     }
 
+    /// A copy of this error with another class and message: status, codes, hints, request id,
+    /// attempt history and give-up reason are kept; the source is not (it cannot be cloned),
+    /// so a caller that wraps this error sets its own with [`with_source`](Self::with_source).
+    ///
+    /// Every field is named here, so a field added to the error later is either copied or
+    /// deliberately left out, never dropped by accident in the layers that rebuild errors.
+    ///
+    /// ```
+    /// # use seawall_core::{FailureClass, LlmError};
+    /// let inner = LlmError::new(FailureClass::Overloaded, "busy").with_request_id("req_1");
+    /// let outer = inner.clone_with(FailureClass::ServerError, "every model failed");
+    /// assert_eq!(outer.class(), FailureClass::ServerError);
+    /// assert_eq!(outer.request_id(), Some("req_1"));
+    /// ```
+    pub fn clone_with(&self, class: FailureClass, message: impl AsRef<str>) -> LlmError {
+        let Inner {
+            class: _,
+            status,
+            code,
+            error_type,
+            message: _,
+            retry_after,
+            should_retry,
+            rate_limit,
+            request_id,
+            attempts,
+            give_up,
+            source: _,
+            shown_source: _,
+        } = &*self.inner;
+        let mut copy = LlmError::new(class, message);
+        let inner = &mut *copy.inner;
+        inner.status = *status;
+        inner.code.clone_from(code);
+        inner.error_type.clone_from(error_type);
+        inner.retry_after = *retry_after;
+        inner.should_retry = *should_retry;
+        inner.rate_limit.clone_from(rate_limit);
+        inner.request_id.clone_from(request_id);
+        inner.attempts.clone_from(attempts);
+        inner.give_up = *give_up;
+        copy
+    }
+
     /// The failure class.
     pub fn class(&self) -> FailureClass {
         self.inner.class
@@ -564,6 +608,72 @@ mod tests {
         let e = LlmError::new(FailureClass::ServerError, &long);
         assert!(e.message().len() <= MAX_MESSAGE_LEN);
         assert!(e.message().ends_with('…'));
+    }
+
+    #[test]
+    fn clone_with_keeps_every_field_but_class_message_and_source() {
+        let snapshot = RateLimitSnapshot {
+            requests: crate::ratelimit::RateLimitWindow {
+                limit: Some(60),
+                remaining: Some(0),
+                reset_after: Some(Duration::from_secs(7)),
+            },
+            ..RateLimitSnapshot::default()
+        };
+        let attempt = Attempt {
+            class: FailureClass::Overloaded,
+            status: Some(StatusCode::SERVICE_UNAVAILABLE),
+            elapsed: Duration::from_millis(40),
+            delay: Duration::from_millis(250),
+        };
+        let mut original = LlmError::new(FailureClass::Overloaded, "busy")
+            .with_status(StatusCode::SERVICE_UNAVAILABLE)
+            .with_code("overloaded")
+            .with_error_type("overloaded_error")
+            .with_retry_after(Duration::from_secs(3))
+            .with_should_retry(true)
+            .with_rate_limit(snapshot)
+            .with_request_id("req_42")
+            .with_source(std::io::Error::other("inner"));
+        original.set_attempts(vec![attempt, attempt]);
+        original.set_give_up(GiveUp::AttemptsExhausted);
+
+        let copy = original.clone_with(FailureClass::ServerError, "summary");
+        // Named field by field, so a field added later must be added here too.
+        let Inner {
+            class,
+            status,
+            code,
+            error_type,
+            message,
+            retry_after,
+            should_retry,
+            rate_limit,
+            request_id,
+            attempts,
+            give_up,
+            source,
+            shown_source: _,
+        } = &*copy.inner;
+        assert_eq!(*class, FailureClass::ServerError);
+        assert_eq!(&**message, "summary");
+        assert_eq!(*status, original.status());
+        assert_eq!(code.as_deref(), original.code());
+        assert_eq!(error_type.as_deref(), original.error_type());
+        assert_eq!(*retry_after, original.retry_after());
+        assert_eq!(*should_retry, original.should_retry());
+        assert_eq!(rate_limit.as_ref(), original.rate_limit());
+        assert_eq!(request_id.as_deref(), original.request_id());
+        assert_eq!(attempts.as_slice(), original.attempts());
+        assert_eq!(*give_up, original.give_up());
+        assert!(
+            source.is_none(),
+            "a source is not cloneable; the caller sets its own"
+        );
+        // And every optional field above was set, so the comparisons were not `None == None`.
+        assert!(status.is_some() && code.is_some() && error_type.is_some());
+        assert!(retry_after.is_some() && should_retry.is_some() && rate_limit.is_some());
+        assert!(request_id.is_some() && give_up.is_some() && attempts.len() == 2);
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! - [`OnComplete`] hooks and [`HookedBody`], so a permit or a budget reservation is held until
 //!   a streamed body ends or is dropped, not released at the response head;
 //! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
+//! - [`SseDecoder`], the one server-sent-events line splitter and event assembler, and
+//!   [`FinishReason::from_provider`], the one reading of the providers' finish reasons;
 //! - [`CallContext`], through which layers report to an observer;
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
@@ -23,12 +25,15 @@
 mod class;
 mod context;
 mod error;
+mod finish;
 mod future;
 mod key;
 mod random;
 mod ratelimit;
+mod ratelimit_headers;
 mod request;
 mod response;
+mod sse;
 mod time;
 
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
@@ -38,9 +43,11 @@ pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
+pub use ratelimit_headers::{ANTHROPIC_RATE_LIMIT_HEADERS, OPENAI_RATE_LIMIT_HEADERS};
 pub use request::{Idempotent, LlmRequest, MediaParts, PartEstimate, Provider, RequestMeta};
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
     as_llm_error,
 };
+pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use time::instant_after;

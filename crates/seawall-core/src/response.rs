@@ -77,7 +77,7 @@ pub enum FinishReason {
     ToolCalls,
     /// The provider's content filter stopped it.
     ContentFilter,
-    /// Anything else, verbatim.
+    /// Anything else, verbatim up to [`FinishReason::MAX_OTHER_CHARS`] characters.
     Other(Box<str>),
 }
 

@@ -119,34 +119,10 @@ impl FallbackError {
     /// and attempt history, the user-facing message, and `self` as the source.
     pub(crate) fn into_llm_error(self) -> LlmError {
         let class = self.class();
-        let mut err = LlmError::new(class, user_message(class));
-        if let Some(last) = self.tried.last().map(Tried::error) {
-            if let Some(s) = last.status() {
-                err = err.with_status(s);
-            }
-            if let Some(c) = last.code() {
-                err = err.with_code(c);
-            }
-            if let Some(t) = last.error_type() {
-                err = err.with_error_type(t);
-            }
-            if let Some(d) = last.retry_after() {
-                err = err.with_retry_after(d);
-            }
-            if let Some(r) = last.should_retry() {
-                err = err.with_should_retry(r);
-            }
-            if let Some(rl) = last.rate_limit() {
-                err = err.with_rate_limit(*rl);
-            }
-            if let Some(id) = last.request_id() {
-                err = err.with_request_id(id);
-            }
-            err.set_attempts(last.attempts().to_vec());
-            if let Some(g) = last.give_up() {
-                err.set_give_up(g);
-            }
-        }
+        let err = match self.tried.last().map(Tried::error) {
+            Some(last) => last.clone_with(class, user_message(class)),
+            None => LlmError::new(class, user_message(class)),
+        };
         err.with_source(self)
     }
 }

@@ -1,6 +1,5 @@
 //! The transport service.
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -42,7 +41,7 @@ type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 /// a [`hyper_util::client::legacy::Error`] (`is_connect()` for a refused, reset or timed-out
 /// connection attempt, with the `std::io::Error` in its sources), or an [`LlmError`] of class
 /// `InvalidRequest` for a request this transport cannot send (a relative URI with no base URL).
-/// [`into_llm_error`] gives a coarse class when no classifier is stacked.
+/// [`into_llm_error`] classifies them when no classifier is stacked.
 #[derive(Clone)]
 pub struct HttpTransport {
     client: Inner,
@@ -300,10 +299,13 @@ fn default_tls() -> Result<rustls::ClientConfig, ConfigError> {
         .with_no_client_auth())
 }
 
-/// A coarse [`LlmError`] for a transport error, for stacks without a classifier: `Connect` when
-/// the connection could not be made (refused, reset, DNS, connect timeout: the request was not
-/// sent, so a retry is safe), `Disconnected` for anything after that (the upstream may have
-/// received and billed the request). An `LlmError` inside is returned as it is.
+/// The [`LlmError`] of a transport error, for stacks without a classifier: the same reading
+/// as [`seawall_classify::classify_transport_error`] (it is that function), so a stack with and
+/// a stack without a `ClassifyLayer` agree. `Connect` when the connection could not be made
+/// (refused, DNS, a timed-out connect: the request was not sent, so a retry is safe),
+/// `Timeout` when the response head did not come in time, `Disconnected` for anything else
+/// after that (the upstream may have received and billed the request). An `LlmError` inside is
+/// returned as it is.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -316,32 +318,36 @@ fn default_tls() -> Result<rustls::ClientConfig, ConfigError> {
 /// # let _ = transport; Ok(()) }
 /// ```
 pub fn into_llm_error(err: BoxError) -> LlmError {
-    let err = match err.downcast::<LlmError>() {
-        Ok(e) => return *e,
-        Err(other) => other,
-    };
-    let connect = err
-        .downcast_ref::<legacy::Error>()
-        .is_some_and(legacy::Error::is_connect);
-    let class = if connect {
-        FailureClass::Connect
-    } else {
-        FailureClass::Disconnected
-    };
-    LlmError::new(class, chain_text(&*err)).with_source(err)
+    seawall_classify::classify_transport_error(err)
 }
 
-/// `outer: inner: innermost`, skipping a source whose text its parent already shows.
-fn chain_text(err: &(dyn StdError + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let s = e.to_string();
-        if !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
-        next = e.source();
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn a_timeout_before_the_response_head_is_a_timeout_with_or_without_a_classifier() {
+        // This transport's own reading used to call it `Disconnected`, the classifier's
+        // `Timeout`; now both are the classifier's.
+        let timed_out = || -> BoxError { Box::new(io::Error::from(io::ErrorKind::TimedOut)) };
+        let here = into_llm_error(timed_out());
+        let classifier = seawall_classify::classify_transport_error(timed_out());
+        assert_eq!(here.class(), FailureClass::Timeout);
+        assert_eq!(here.class(), classifier.class());
+        assert_eq!(here.message(), classifier.message());
     }
-    text
+
+    #[test]
+    fn refused_and_reset_keep_their_classes() {
+        let refused: BoxError = Box::new(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(into_llm_error(refused).class(), FailureClass::Connect);
+        let reset: BoxError = Box::new(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert_eq!(into_llm_error(reset).class(), FailureClass::Disconnected);
+        let own = LlmError::new(FailureClass::InvalidRequest, "no base URL");
+        assert_eq!(
+            into_llm_error(Box::new(own)).class(),
+            FailureClass::InvalidRequest
+        );
+    }
 }

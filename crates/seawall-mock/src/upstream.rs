@@ -833,30 +833,9 @@ impl Inner {
     }
 
     fn rate_headers(&self, wire: Wire, h: &mut HeaderMap, s: &Snapshot, t: Duration) {
-        const OPENAI: [[&str; 3]; 2] = [
-            [
-                "x-ratelimit-limit-requests",
-                "x-ratelimit-remaining-requests",
-                "x-ratelimit-reset-requests",
-            ],
-            [
-                "x-ratelimit-limit-tokens",
-                "x-ratelimit-remaining-tokens",
-                "x-ratelimit-reset-tokens",
-            ],
-        ];
-        const ANTHROPIC: [[&str; 3]; 2] = [
-            [
-                "anthropic-ratelimit-requests-limit",
-                "anthropic-ratelimit-requests-remaining",
-                "anthropic-ratelimit-requests-reset",
-            ],
-            [
-                "anthropic-ratelimit-tokens-limit",
-                "anthropic-ratelimit-tokens-remaining",
-                "anthropic-ratelimit-tokens-reset",
-            ],
-        ];
+        use seawall_core::{
+            ANTHROPIC_RATE_LIMIT_HEADERS as ANTHROPIC, OPENAI_RATE_LIMIT_HEADERS as OPENAI,
+        };
         for (i, w) in [s.requests, s.tokens].into_iter().enumerate() {
             let Some(w) = w else { continue };
             let (names, reset) = match wire {

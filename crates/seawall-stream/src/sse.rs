@@ -7,14 +7,14 @@
 //! every event's data is parsed (a handful of small frames); after it only data that can hold a
 //! finish marker or an error is.
 //!
-//! Lines and events are read as the HTML spec for server-sent events says, because upstreams
-//! and proxies differ in exactly these details: a line ends with LF, CR or CRLF (a CR at the
-//! end of one frame and an LF at the start of the next are one ending); a leading UTF-8 byte
-//! order mark is skipped; `data:value` and `data: value` are the same (one optional space);
-//! the `data:` lines of one event are joined with `\n` and the event is read when a blank line
-//! ends it, so an error object split over lines is still an error.
+//! Lines and events are read by [`seawall_core::SseDecoder`], the splitter the classifier uses
+//! too (LF, CR or CRLF endings, a byte order mark skipped, one optional space after the colon,
+//! the `data:` lines of one event joined), so an error object split over lines is still an
+//! error; this module only gives the events their meaning for the stream layer.
 
-use seawall_core::{FailureClass, FinishReason, LlmError};
+use std::ops::ControlFlow;
+
+use seawall_core::{FailureClass, FinishReason, LlmError, SseDecoder, SseItem};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -40,25 +40,21 @@ enum Name {
     Ping,
 }
 
+impl Name {
+    fn of(name: &[u8]) -> Name {
+        match name {
+            b"error" => Name::Error,
+            b"ping" => Name::Ping,
+            _ => Name::Other,
+        }
+    }
+}
+
 /// The reader's state across frames.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SseScan {
-    /// The incomplete last line.
-    partial: Vec<u8>,
-    /// The current line was too long: its bytes are dropped until it ends.
-    skipping: bool,
-    /// The last frame ended with a CR: an LF starting the next one belongs to it.
-    after_cr: bool,
-    /// The first line was read (a byte order mark before it is skipped).
-    started: bool,
-    /// The data of the current event, its lines joined with `\n`.
-    data: Vec<u8>,
-    /// The current event has a `data:` line (its data may still be empty).
-    has_data: bool,
-    /// The current event's data was too long to keep.
-    oversized: bool,
-    /// The current event's name, as far as it matters here.
-    name: Name,
+    /// Lines and events, as the spec reads them.
+    lines: SseDecoder,
     finished: bool,
     finish_reason: Option<FinishReason>,
     content_events: u64,
@@ -66,11 +62,28 @@ pub(crate) struct SseScan {
     last_content: Option<Instant>,
 }
 
+impl Default for SseScan {
+    fn default() -> Self {
+        SseScan {
+            lines: SseDecoder::new(MAX_LINE),
+            finished: false,
+            finish_reason: None,
+            content_events: 0,
+            first_content: None,
+            last_content: None,
+        }
+    }
+}
+
 impl SseScan {
     /// Whether the finish marker was seen. A `data: [DONE]` that the stream's end cut off from
     /// its blank line counts: the upstream said it was done.
     pub(crate) fn is_finished(&self) -> bool {
-        self.finished || (self.has_data && self.data.trim_ascii() == b"[DONE]")
+        self.finished
+            || self
+                .lines
+                .pending_data()
+                .is_some_and(|d| d.trim_ascii() == b"[DONE]")
     }
 
     /// Whether the stream said it stopped at the token limit.
@@ -95,37 +108,24 @@ impl SseScan {
 
     /// Reads one frame. `committed` says whether content has already begun: after that, plain
     /// deltas are only counted, not parsed.
-    pub(crate) fn feed(&mut self, mut data: &[u8], committed: bool) -> Seen {
+    pub(crate) fn feed(&mut self, data: &[u8], committed: bool) -> Seen {
         let mut seen = Seen::default();
-        if std::mem::take(&mut self.after_cr) && data.first() == Some(&b'\n') {
-            data = &data[1..];
-        }
-        while let Some(i) = data.iter().position(|b| matches!(b, b'\n' | b'\r')) {
-            let crlf = data[i] == b'\r' && data.get(i + 1) == Some(&b'\n');
-            self.after_cr = data[i] == b'\r' && i + 1 == data.len();
-            if std::mem::take(&mut self.skipping) {
-                // The end of an overlong line, already counted.
-            } else if self.partial.is_empty() {
-                self.line(&data[..i], committed, &mut seen);
-            } else {
-                let mut line = std::mem::take(&mut self.partial);
-                line.extend_from_slice(&data[..i]);
-                self.line(&line, committed, &mut seen);
-                line.clear();
-                self.partial = line;
+        let mut lines = std::mem::take(&mut self.lines);
+        let _ = lines.feed(data, |item| {
+            match item {
+                // Too long to keep: not a keep-alive, whatever it is.
+                SseItem::Overflow => self.content(&mut seen),
+                // An oversized event was counted when it outgrew the limit.
+                SseItem::Event(e) if !e.oversized => {
+                    let name = Name::of(e.name);
+                    self.payload(e.data.trim_ascii(), name, committed, &mut seen);
+                }
+                // Other fields say nothing about content.
+                SseItem::Event(_) | SseItem::OtherField { .. } => {}
             }
-            data = &data[i + 1 + usize::from(crlf)..];
-        }
-        if !data.is_empty() && !self.skipping {
-            if self.partial.len() + data.len() > MAX_LINE {
-                // A line this long is not a keep-alive: count it and stop holding it.
-                self.partial = Vec::new();
-                self.skipping = true;
-                self.content(&mut seen);
-            } else {
-                self.partial.extend_from_slice(data);
-            }
-        }
+            ControlFlow::<()>::Continue(())
+        });
+        self.lines = lines;
         seen
     }
 
@@ -135,68 +135,6 @@ impl SseScan {
         self.last_content = Some(now);
         self.content_events += 1;
         seen.content = true;
-    }
-
-    fn line(&mut self, line: &[u8], committed: bool, seen: &mut Seen) {
-        let line = if std::mem::replace(&mut self.started, true) {
-            line
-        } else {
-            line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
-        };
-        if line.is_empty() {
-            return self.dispatch(committed, seen);
-        }
-        let (field, value) = match line.iter().position(|b| *b == b':') {
-            // A comment (`: keep-alive`).
-            Some(0) => return,
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (line, &b""[..]),
-        };
-        match field {
-            b"data" => {
-                if self.oversized {
-                    return;
-                }
-                if self.data.len() + value.len() + 1 > MAX_LINE {
-                    // Too long to keep: not a keep-alive, whatever it is.
-                    self.data = Vec::new();
-                    self.oversized = true;
-                    self.content(seen);
-                    return;
-                }
-                if self.has_data {
-                    self.data.push(b'\n');
-                }
-                self.data.extend_from_slice(value);
-                self.has_data = true;
-            }
-            b"event" => {
-                self.name = match value {
-                    b"error" => Name::Error,
-                    b"ping" => Name::Ping,
-                    _ => Name::Other,
-                }
-            }
-            // `id:`, `retry:` and unknown fields say nothing about content.
-            _ => {}
-        }
-    }
-
-    /// A blank line ends an event: read its data.
-    fn dispatch(&mut self, committed: bool, seen: &mut Seen) {
-        let name = std::mem::take(&mut self.name);
-        let oversized = std::mem::take(&mut self.oversized);
-        if !std::mem::take(&mut self.has_data) || oversized {
-            self.data.clear();
-            return;
-        }
-        let data = std::mem::take(&mut self.data);
-        self.payload(data.trim_ascii(), name, committed, seen);
-        self.data = data;
-        self.data.clear();
     }
 
     fn payload(&mut self, payload: &[u8], name: Name, committed: bool, seen: &mut Seen) {
@@ -296,7 +234,7 @@ impl SseScan {
 
     fn finish(&mut self, reason: &str, marks_end: bool) {
         if self.finish_reason.is_none() {
-            self.finish_reason = Some(finish_reason(reason));
+            self.finish_reason = Some(FinishReason::from_provider(reason));
         }
         if marks_end {
             self.finished = true;
@@ -350,18 +288,7 @@ fn has_value(hay: &[u8], key: &[u8]) -> bool {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The upstream's words for why a stream finished.
-pub(crate) fn finish_reason(r: &str) -> FinishReason {
-    match r {
-        "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
-        "length" | "max_tokens" | "max_output_tokens" => FinishReason::Length,
-        "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
-        "content_filter" | "refusal" => FinishReason::ContentFilter,
-        other => FinishReason::Other(other.into()),
-    }
+    memchr::memmem::find(hay, needle)
 }
 
 /// An error event (`event: error` of Anthropic, `{"error":…}` of OpenAI-compatible servers) as
@@ -489,7 +416,7 @@ mod tests {
         let mut s = SseScan::default();
         let big = vec![b'x'; MAX_LINE + 1];
         assert!(s.feed(&big, false).content);
-        assert!(s.partial.is_empty());
+        assert!(s.lines.pending_line().is_empty());
     }
 
     #[test]

@@ -1,0 +1,349 @@
+//! Plain JSON answers: read whole when the body is small enough to hold (the fields the report
+//! and the verdict need, nothing else built), or streamed through a head window (the model is
+//! near the start) and a rolling tail window (usage and finish reason are near the end).
+
+use serde_json::Value;
+use std::borrow::Cow;
+
+use http::StatusCode;
+use seawall_core::{BodyReport, FinishReason, LlmError};
+
+use super::broken;
+use super::usage::{RawUsage, UsageWire};
+use crate::error_body::{self, ProviderError};
+
+/// The first bytes of a JSON body kept (the model is near the start).
+const JSON_HEAD: usize = 4 << 10;
+/// The last bytes of a JSON body kept (usage and finish reason are near the end).
+const JSON_TAIL: usize = 16 << 10;
+
+/// The fields of a whole (non-streamed) JSON answer that the report and the verdict need; serde
+/// skips the rest without building it.
+#[derive(serde::Deserialize)]
+struct WholeBody<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<UsageWire>,
+    #[serde(default)]
+    response: Option<ResponseWire>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<ChoiceWire<'a>>>,
+    #[serde(borrow, default)]
+    stop_reason: Option<Cow<'a, str>>,
+    /// OpenAI `chat.completion` / `text_completion`.
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
+    /// Anthropic `message` (or `error`).
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    /// Anthropic's content blocks.
+    #[serde(default)]
+    content: Option<Output>,
+    /// An error object in a `200` (`null` reads as `None`).
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(borrow, default)]
+    request_id: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize, Clone, Copy)]
+struct ResponseWire {
+    #[serde(default)]
+    usage: Option<UsageWire>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChoiceWire<'a> {
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    message: Option<MessageWire>,
+    /// Legacy completions.
+    #[serde(default)]
+    text: Option<Output>,
+}
+
+#[derive(serde::Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct MessageWire {
+    content: Option<Output>,
+    tool_calls: Option<Output>,
+    function_call: Option<Output>,
+    refusal: Option<Output>,
+    audio: Option<Output>,
+}
+
+impl ChoiceWire<'_> {
+    fn has_output(&self) -> bool {
+        let m = self.message.as_ref();
+        [
+            m.and_then(|m| m.content),
+            m.and_then(|m| m.tool_calls),
+            m.and_then(|m| m.function_call),
+            m.and_then(|m| m.refusal),
+            m.and_then(|m| m.audio),
+            self.text,
+        ]
+        .iter()
+        .any(|o| o.is_some_and(|o| o.0))
+    }
+}
+
+/// Whether a JSON value carries output, read without building it: a non-empty string, a
+/// number, `true`, an array with an element that carries output, an object whose `text` carries
+/// output (a text block or part), or any other object (a tool call, an image).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Output(bool);
+
+impl<'de> serde::Deserialize<'de> for Output {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(OutputVisitor)
+    }
+}
+
+struct OutputVisitor;
+
+impl<'de> serde::de::Visitor<'de> for OutputVisitor {
+    type Value = Output;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Output, E> {
+        Ok(Output(v))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Output, E> {
+        Ok(Output(true))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Output, E> {
+        Ok(Output(true))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Output, E> {
+        Ok(Output(true))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Output, E> {
+        Ok(Output(!v.is_empty()))
+    }
+    fn visit_unit<E>(self) -> Result<Output, E> {
+        Ok(Output(false))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Output, A::Error> {
+        let mut out = false;
+        while let Some(Output(o)) = seq.next_element()? {
+            out |= o;
+        }
+        Ok(Output(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Output, A::Error> {
+        let mut text = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == "text" {
+                text = Some(map.next_value::<Output>()?.0);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(Output(text.unwrap_or(true)))
+    }
+}
+
+/// What a whole JSON answer turned out to be.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// An answer (its fields are in the report).
+    Answer,
+    /// A `200` holding an error object.
+    Error(ProviderError),
+    /// A finished answer without any content.
+    Empty,
+}
+
+impl WholeBody<'_> {
+    /// Fills the report's model, usage and finish reason.
+    fn report(&self, report: &BodyReport) {
+        if let Some(m) = &self.model {
+            report.set_model(m);
+        }
+        let usage = self.usage.or(self.response.and_then(|r| r.usage));
+        if let Some(u) = usage.and_then(UsageWire::raw) {
+            report.set_usage(u.to_usage());
+        }
+        let reason = self
+            .choices
+            .as_ref()
+            .and_then(|c| c.first())
+            .and_then(|c| c.finish_reason.as_deref())
+            .or(self.stop_reason.as_deref());
+        if let Some(r) = reason {
+            report.set_finish_reason(FinishReason::from_provider(r));
+        }
+    }
+
+    fn verdict(self, report: &BodyReport) -> Verdict {
+        if let Some(error) = self.error {
+            // The shape [`ProviderError::from_value`] reads, with Anthropic's outer fields.
+            let mut top = serde_json::Map::new();
+            if let Some(kind) = self.kind {
+                top.insert("type".into(), Value::String(kind.into_owned()));
+            }
+            if let Some(id) = self.request_id {
+                top.insert("request_id".into(), Value::String(id.into_owned()));
+            }
+            top.insert("error".into(), error);
+            return Verdict::Error(ProviderError::from_value(&Value::Object(top)));
+        }
+        // Stopped at the token limit: nothing to retry, the caller may ask for more.
+        if report.finish_reason() == Some(&FinishReason::Length) {
+            return Verdict::Answer;
+        }
+        let empty = match (&self.choices, self.object.as_deref(), self.kind.as_deref()) {
+            (Some(choices), _, _) => !choices.iter().any(ChoiceWire::has_output),
+            (None, Some("chat.completion" | "text_completion"), _) => true,
+            (None, _, Some("message")) => !self.content.is_some_and(|c| c.0),
+            _ => false,
+        };
+        if empty {
+            Verdict::Empty
+        } else {
+            Verdict::Answer
+        }
+    }
+}
+
+/// Reads a whole JSON answer once: fills the report (model, usage, finish reason, finished) and
+/// says whether it is an answer, an error object or empty. `None`: not a JSON document (the
+/// report is left alone).
+pub(crate) fn read_whole(body: &[u8], report: &BodyReport) -> Option<Verdict> {
+    let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
+    whole.report(report);
+    let verdict = whole.verdict(report);
+    if matches!(verdict, Verdict::Answer) {
+        if body.iter().any(|b| !b.is_ascii_whitespace()) {
+            report.record_content();
+        }
+        report.set_finished();
+    }
+    Some(verdict)
+}
+
+/// Reads a JSON body through a head window (for `model`) and a rolling tail window (for
+/// `usage` and the finish reason), parsed at the end.
+#[derive(Debug, Default)]
+pub(crate) struct JsonScanner {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    total: usize,
+    content: bool,
+    /// Nesting depth outside strings, to tell a complete document from one cut short.
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// A top-level object or array was closed.
+    closed: bool,
+}
+
+impl JsonScanner {
+    pub(super) fn feed(&mut self, chunk: &[u8], report: &BodyReport) {
+        if !self.content && chunk.iter().any(|b| !b.is_ascii_whitespace()) {
+            self.content = true;
+            report.record_content();
+        }
+        self.total = self.total.saturating_add(chunk.len());
+        self.track_nesting(chunk);
+        if self.head.len() < JSON_HEAD {
+            let take = (JSON_HEAD - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..take]);
+        }
+        let chunk = &chunk[chunk.len().saturating_sub(JSON_TAIL)..];
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > 2 * JSON_TAIL {
+            let cut = self.tail.len() - JSON_TAIL;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn track_nesting(&mut self, chunk: &[u8]) {
+        for &b in chunk {
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth = self.depth.saturating_add(1),
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.closed = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A JSON document that opened an object or array and ended before closing it was cut.
+    fn cut_short(&self) -> bool {
+        let opened = self
+            .head
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| matches!(b, b'{' | b'['));
+        self.depth > 0 || self.in_string || (opened && !self.closed)
+    }
+
+    pub(super) fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
+        if self.cut_short() {
+            self.head = Vec::new();
+            self.tail = Vec::new();
+            return Some(
+                broken(report, "JSON body ended before its end").with_status(StatusCode::OK),
+            );
+        }
+        if self.total == self.tail.len() {
+            // The whole body is in the tail window: parse it properly, reading only the few
+            // fields the report needs (the rest is skipped, not built).
+            if let Ok(body) = serde_json::from_slice::<WholeBody<'_>>(&self.tail) {
+                body.report(report);
+            }
+        } else {
+            if let Some(m) = error_body::string_field(&self.head, "model") {
+                report.set_model(&m);
+            }
+            if let Some(at) = error_body::last_value_start(&self.tail, "usage", b'{') {
+                let mut de =
+                    serde_json::Deserializer::from_slice(&self.tail[at..]).into_iter::<Value>();
+                if let Some(u) = de
+                    .next()
+                    .and_then(Result::ok)
+                    .as_ref()
+                    .and_then(RawUsage::from_value)
+                {
+                    report.set_usage(u.to_usage());
+                }
+            }
+            let reason = ["finish_reason", "stop_reason"].iter().find_map(|k| {
+                let at = error_body::last_value_start(&self.tail, k, b'"')?;
+                let mut de =
+                    serde_json::Deserializer::from_slice(&self.tail[at..]).into_iter::<String>();
+                de.next()?.ok()
+            });
+            if let Some(r) = reason {
+                report.set_finish_reason(FinishReason::from_provider(&r));
+            }
+        }
+        self.head = Vec::new();
+        self.tail = Vec::new();
+        report.set_finished();
+        None
+    }
+}

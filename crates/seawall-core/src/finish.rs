@@ -1,0 +1,89 @@
+//! The one reading of the providers' words for why an answer stopped, shared by every parser
+//! of bodies (the classifier's and the stream layer's), so that both report the same
+//! [`FinishReason`] for the same word.
+//!
+//! The words, as the providers document them:
+//!
+//! - OpenAI Chat Completions `finish_reason`: `stop`, `length`, `tool_calls`, `content_filter`,
+//!   and the deprecated `function_call`;
+//! - OpenAI Responses `incomplete_details.reason`: `max_output_tokens`, `content_filter`;
+//! - Anthropic Messages `stop_reason`: `end_turn`, `stop_sequence`, `max_tokens`, `tool_use`,
+//!   `refusal`, `pause_turn`, and `model_context_window_exceeded` (the output stopped because
+//!   the context window was full: a length limit, like `max_tokens`).
+//!
+//! Anything else (`pause_turn` included: the turn is not over, the caller continues it) is
+//! kept as [`FinishReason::Other`], cut to [`FinishReason::MAX_OTHER_CHARS`] characters since
+//! the upstream chooses its length.
+
+use crate::response::FinishReason;
+
+impl FinishReason {
+    /// The most characters of an unknown reason kept in [`FinishReason::Other`].
+    pub const MAX_OTHER_CHARS: usize = 64;
+
+    /// Reads a provider's finish (or stop, or incomplete) reason.
+    ///
+    /// ```
+    /// use seawall_core::FinishReason;
+    /// assert_eq!(FinishReason::from_provider("end_turn"), FinishReason::Stop);
+    /// assert_eq!(FinishReason::from_provider("max_output_tokens"), FinishReason::Length);
+    /// assert_eq!(FinishReason::from_provider("tool_use"), FinishReason::ToolCalls);
+    /// assert_eq!(
+    ///     FinishReason::from_provider("pause_turn"),
+    ///     FinishReason::Other("pause_turn".into())
+    /// );
+    /// ```
+    pub fn from_provider(word: &str) -> FinishReason {
+        match word {
+            "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "length" | "max_tokens" | "max_output_tokens" | "model_context_window_exceeded" => {
+                FinishReason::Length
+            }
+            "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
+            "content_filter" | "refusal" => FinishReason::ContentFilter,
+            other => FinishReason::Other(
+                other
+                    .chars()
+                    .take(Self::MAX_OTHER_CHARS)
+                    .collect::<String>()
+                    .into(),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_word_of_both_apis_maps_to_its_reason() {
+        for (word, want) in [
+            ("stop", FinishReason::Stop),
+            ("end_turn", FinishReason::Stop),
+            ("stop_sequence", FinishReason::Stop),
+            ("length", FinishReason::Length),
+            ("max_tokens", FinishReason::Length),
+            ("max_output_tokens", FinishReason::Length),
+            ("model_context_window_exceeded", FinishReason::Length),
+            ("tool_calls", FinishReason::ToolCalls),
+            ("function_call", FinishReason::ToolCalls),
+            ("tool_use", FinishReason::ToolCalls),
+            ("content_filter", FinishReason::ContentFilter),
+            ("refusal", FinishReason::ContentFilter),
+            ("pause_turn", FinishReason::Other("pause_turn".into())),
+        ] {
+            assert_eq!(FinishReason::from_provider(word), want, "{word}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_reason_is_kept_but_bounded() {
+        let long = "ü".repeat(500);
+        let FinishReason::Other(kept) = FinishReason::from_provider(&long) else {
+            panic!("an unknown word is Other");
+        };
+        assert_eq!(kept.chars().count(), FinishReason::MAX_OTHER_CHARS);
+        assert!(long.starts_with(&*kept));
+    }
+}
