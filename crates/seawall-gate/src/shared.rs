@@ -214,6 +214,7 @@ impl Shared {
         let new = a.decreased(c.current);
         if new != c.current {
             tracing::debug!(
+                target: "seawall::gate",
                 from = c.current,
                 to = new,
                 "seawall gate: adaptive decrease"
@@ -239,7 +240,7 @@ impl Shared {
         self.successes.store(0, Ordering::Relaxed);
         if c.current < c.ceiling {
             let new = c.current + 1;
-            tracing::trace!(to = new, "seawall gate: adaptive increase");
+            tracing::trace!(target: "seawall::gate", to = new, "seawall gate: adaptive increase");
             self.apply(&mut c, new);
         }
     }
@@ -253,6 +254,7 @@ impl Shared {
             return;
         }
         tracing::debug!(
+            target: "seawall::gate",
             key = key.name().map(|k| &**k),
             pause_ms = d.as_millis() as u64,
             "seawall gate: upstream rate limit, pausing admissions for this key"
@@ -363,6 +365,7 @@ impl Shared {
             }
         };
         tracing::debug!(
+            target: "seawall::gate",
             reason = reason.as_str(),
             queue_depth = depth,
             key = key.name().map(|k| &**k),
@@ -570,6 +573,9 @@ impl OnComplete for GatePermit {
 }
 
 impl Drop for GatePermit {
+    // `finish` takes what the permit holds, so after the body-end hook this does nothing. A
+    // permit dropped unfired (the future or the body dropped) still goes back to the pool, and
+    // its tokens settle as if only the prompt was used.
     fn drop(&mut self) {
         self.finish(|h| h.settle(None));
     }
