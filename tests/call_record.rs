@@ -1,4 +1,4 @@
-//! Issue 9, integrated: with the real layers stacked over the in-process chaos upstream on
+//! The call record, integrated: with the real layers stacked over the in-process chaos upstream on
 //! paused time, each field of the observe layer's `CallRecord` is filled by the layer that knows
 //! it: the queue wait by the gate, the attempts by the retry layer, the cost by the budget, the
 //! time to first token and per output token by the stream layer and the classifier, the serving

@@ -1,6 +1,6 @@
-//! Issue 7, end to end: two providers of the chaos upstream; the primary answers 529 for an
-//! outage window; every call in the window is answered by the fallback and marked so; when the
-//! primary recovers, traffic returns to it.
+//! Recovery from a provider outage, end to end: two providers of the chaos upstream; the primary
+//! answers 529 for an outage window; every call in the window is answered by the fallback and
+//! marked so; when the primary recovers, traffic returns to it.
 //!
 //! Both providers are in-process `MockUpstream`s on tokio's paused clock, each behind its own
 //! stack (retry, breaker, stream timeouts, classify), so the run is deterministic and takes

@@ -128,6 +128,9 @@ impl Breaker {
     }
 
     /// Notes a use: a load, and a store once per eviction sweep.
+    ///
+    /// Relaxed, here and in the sweep: the flag is a hint that guards no other data, and a use
+    /// the sweep sees late is dated at the next sweep, which only keeps the key longer.
     #[inline]
     pub(crate) fn touch(&self) {
         if self.used.load(Ordering::Relaxed) == 0 {
@@ -153,6 +156,10 @@ impl Breaker {
     }
 
     /// Whether the registry still holds this breaker.
+    ///
+    /// Relaxed: the flag guards no other data. A service that reads it late serves one more
+    /// call from the evicted breaker, which was idle (or clean) and closed when it was evicted,
+    /// and asks the registry on the next call.
     #[inline]
     pub(crate) fn is_current(&self) -> bool {
         self.evicted.load(Ordering::Relaxed) == 0
@@ -164,6 +171,9 @@ impl Breaker {
         let mut clock = None;
         let mut now = || *clock.get_or_insert_with(&now);
         loop {
+            // Acquire pairs with the Release store that published this word in `transition`:
+            // whoever sees the new word also sees what that transition wrote before it (the
+            // open deadline, the cleared probe slots and counters).
             let w = self.word.load(Ordering::Acquire);
             match state_of(w) {
                 State::Closed | State::MetricsOnly => {
@@ -199,6 +209,8 @@ impl Breaker {
             .max_probe_wait
             .as_millis()
             .min(u128::from(u64::MAX)) as u64;
+        // Relaxed: the ticket only has to differ from the racing callers' tickets, and a
+        // read-modify-write hands out distinct values under any ordering.
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) & ((1 << TICKET_BITS) - 1);
         let stamp = ((now_ms + 1) << TICKET_BITS) | ticket;
         let mut next_free_ms = u64::MAX;
@@ -206,6 +218,9 @@ impl Breaker {
             let cur = slot.load(Ordering::Acquire);
             let expired = cur != 0 && now_ms >= stamp_ms(cur).saturating_add(wait_ms);
             if cur == 0 || expired {
+                // The CAS is the claim: of the callers that raced for this slot exactly one
+                // wins. The state word is then read again, because the period may have ended
+                // between the look above and the claim; a claim in a dead period is undone.
                 if slot
                     .compare_exchange(cur, stamp, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
@@ -272,6 +287,8 @@ impl Breaker {
         }
         let failure = verdict == Verdict::Failure;
         let mut trip = None;
+        // The streak is Relaxed: it publishes no other data, and the trip it suggests goes
+        // through `transition`, which re-checks the state word under the lock.
         if failure {
             let streak = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
             if self.cfg.consecutive_failures > 0 && streak >= self.cfg.consecutive_failures {
@@ -403,6 +420,9 @@ impl Breaker {
                 }
                 _ => {}
             }
+            // Release, last: everything above (deadline, cleared slots and counts) is visible
+            // to any caller whose Acquire load sees the new word. The fields themselves can
+            // then be Relaxed. The lock only serialises the writers.
             self.word
                 .store(word(epoch_of(from) + 1, to), Ordering::Release);
             StateChange {

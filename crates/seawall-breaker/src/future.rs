@@ -74,6 +74,10 @@ impl Permit {
 }
 
 impl Drop for Permit {
+    // Every other ending (`finish`, `finish_error`) takes the breaker out first, so this records
+    // only a call that nobody finished: the caller dropped the future or the body. It must still
+    // record something, or a dropped half-open probe would keep its slot until the maximum
+    // probe wait; it counts as `on_cancel` says.
     fn drop(&mut self) {
         if let Some(b) = self.breaker.take() {
             let cfg = b.config();

@@ -1,4 +1,5 @@
-//! The [`CircuitBreaker`] service.
+//! The breaker's service: finds the request's key, asks that key's breaker for a verdict, and
+//! either refuses at once or calls the inner service with a guard that reports the outcome.
 
 use std::fmt;
 use std::sync::Arc;

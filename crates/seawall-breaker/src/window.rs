@@ -150,6 +150,10 @@ impl CountWindow {
         }
     }
 
+    // Every access here is Relaxed: the ring and the totals publish no other data, and each
+    // location's own modification order is all the arithmetic needs (every swapped-out code is
+    // subtracted exactly once, whatever order other threads see the writes in). A reader may
+    // see totals a few updates behind, which the module docs allow.
     #[inline]
     fn record(&self, code: u8) -> bool {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len() as u64;

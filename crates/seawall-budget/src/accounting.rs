@@ -376,7 +376,7 @@ impl<W: Write> BatchWriter<'_, W> {
     fn lost(&self, n: u64, e: &dyn std::fmt::Display) {
         self.stats.write_errors.fetch_add(n, Ordering::Relaxed);
         if !self.stats.warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(error = %e, "seawall budget: cannot write spend records");
+            tracing::warn!(target: "seawall::budget", error = %e, "seawall budget: cannot write spend records");
         }
     }
 }

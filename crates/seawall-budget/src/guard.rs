@@ -104,6 +104,7 @@ impl BudgetGuard {
             }
         }
         tracing::debug!(
+            target: "seawall::budget",
             class = %err.class(),
             model = self.model.as_deref(),
             "seawall budget: attempt refused"
@@ -152,6 +153,7 @@ impl BudgetGuard {
         let crossed = self.core.store.settle(&self.charge(now), cost);
         for c in &crossed {
             tracing::warn!(
+                target: "seawall::budget",
                 budget = %c.budget,
                 key = c.key.as_deref(),
                 spent = %c.spent,
@@ -167,6 +169,7 @@ impl BudgetGuard {
             ctx.update(|f| *f.cost_usd.get_or_insert(0.0) += cost.as_f64());
         }
         tracing::trace!(
+            target: "seawall::budget",
             model = self.model.as_deref(),
             outcome = %outcome,
             cost = %cost,
@@ -232,6 +235,10 @@ impl OnComplete for BudgetGuard {
 }
 
 impl Drop for BudgetGuard {
+    // `finish` disarms the guard, so after `reject`, `fail` or the body-end hook this does
+    // nothing: an attempt is settled exactly once. Reached armed, the attempt was dropped before
+    // anyone settled it (the caller went away), and its reservation is settled as `on_drop`
+    // says instead of being held against the budget forever.
     fn drop(&mut self) {
         self.finish(AttemptOutcome::Dropped, None);
     }

@@ -1,4 +1,5 @@
-//! [`CostBudget`]: the service the layer makes.
+//! [`CostBudget`], the service the layer makes: prices each attempt and reserves its worst-case
+//! cost against every budget before any money can be spent on it.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! The response future of [`Classify`](crate::Classify).
+//! The response future of [`Classify`](crate::Classify): turns the transport's outcome into one
+//! class, reading a small JSON answer ahead when a `200` may carry an error inside it.
 
 use std::collections::VecDeque;
 use std::future::Future;

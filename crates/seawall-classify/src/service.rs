@@ -1,4 +1,5 @@
-//! The [`Classify`] service.
+//! The [`Classify`] service: notes what the request says about its answer (streamed or not, to a
+//! known API) and when it started, so the response future can judge the outcome against it.
 
 use std::task::{Context, Poll};
 

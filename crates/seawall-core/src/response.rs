@@ -395,6 +395,9 @@ impl<G: OnComplete> Hook<G> {
 }
 
 impl<G: OnComplete> Drop for Hook<G> {
+    // `fire` takes the hook, so a hook that already heard the body end or fail is not told
+    // again. A body dropped before its end (the caller stopped reading) reports `Dropped` here,
+    // with whatever usage the body saw, so every hook hears exactly one outcome.
     fn drop(&mut self) {
         self.fire(Outcome::Dropped);
     }

@@ -1,3 +1,6 @@
+//! The fallback chain of one call: the primary attempt, then each target of the chosen list in
+//! turn, then the cache or the degraded answer, driven as one future.
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -1,3 +1,6 @@
+//! The fallback layer's configuration: the target lists, the last resorts and the limits that
+//! every service made by one layer shares.
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;

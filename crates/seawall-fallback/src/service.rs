@@ -1,3 +1,6 @@
+//! The fallback service: sends a call down the primary path and starts the chain that takes
+//! over when that path has failed for good.
+
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};

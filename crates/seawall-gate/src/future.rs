@@ -1,4 +1,5 @@
-//! The gate's response future.
+//! The gate's response future: waits in the queue for a permit and the key's rates, then runs
+//! the call holding the permit, and records the queue time or the rejection.
 
 use std::fmt;
 use std::future::Future;
@@ -105,11 +106,11 @@ pub(crate) fn note_admitted<Req: LlmRequest>(req: &mut Req, wait: Duration) {
         ext.insert(QueueWait(wait));
     }
     if wait.is_zero() {
-        tracing::trace!(queue_wait_ms = 0.0, "seawall gate: admitted");
+        tracing::trace!(target: "seawall::gate", queue_wait_ms = 0.0, "seawall gate: admitted");
     } else {
         let ms = wait.as_secs_f64() * 1e3;
         tracing::Span::current().record("queue_wait_ms", ms);
-        tracing::debug!(queue_wait_ms = ms, "seawall gate: admitted after waiting");
+        tracing::debug!(target: "seawall::gate", queue_wait_ms = ms, "seawall gate: admitted after waiting");
     }
 }
 

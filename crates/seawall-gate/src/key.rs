@@ -288,6 +288,7 @@ impl Keys {
                     .saturating_add(FULL_BACKOFF.as_nanos() as u64);
                 self.full_until.store(until, Ordering::Relaxed);
                 tracing::debug!(
+                    target: "seawall::gate",
                     max_keys = self.max_keys,
                     "seawall gate: key table full; this key shares the unkeyed state"
                 );
@@ -302,6 +303,11 @@ impl Keys {
 
     /// Refits a state's buckets when the rate configuration changed since it last looked.
     fn fit(&self, state: &KeyState, now: Instant) {
+        // The fast path reads two versions without the lock. The state's version is stored
+        // with Release after its buckets and `limited` were refitted, so a matching Acquire
+        // read also sees them. A read that misses a change made meanwhile serves this one
+        // call with the rates it raced with; the locked path below checks again under the
+        // bucket mutex, so two refits of one state never interleave.
         let current = self.version.load(Ordering::Acquire);
         if state.version.load(Ordering::Acquire) == current {
             return;

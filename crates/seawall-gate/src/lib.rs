@@ -87,6 +87,7 @@
 )]
 
 mod permits;
+mod sync;
 
 #[cfg(not(loom))]
 mod adaptive;

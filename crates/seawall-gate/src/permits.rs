@@ -6,10 +6,7 @@
 //! that the next releases pay by not returning their permit. The invariant, after every
 //! operation, is `available + held - debt == limit`.
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicUsize, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 
 /// The debt half of the permit pool, separate from the semaphore so loom can check it.
 #[derive(Debug, Default)]
@@ -41,6 +38,12 @@ impl Debt {
         self.settle(forget, add);
     }
 
+    // Orderings: the debt changes only by read-modify-writes (AcqRel), and each of them reads
+    // the latest value in the debt's own modification order, so no unit is paid twice or lost.
+    // The loads in `settle` and `owed` may be a step behind; `settle` copes by running after
+    // every change on either side (the comment below). That the two sides then meet rests on
+    // the pool's count also changing only by read-modify-writes: the loom models check it with
+    // an acquire-release stand-in for the semaphore.
     /// Pays the debt from free permits. Runs after every `add` and every new debt, so a
     /// release that decided to add (debt was zero) just before a shrink owed more still
     /// settles that debt: whichever of the two comes last sees both the debt and the permit.

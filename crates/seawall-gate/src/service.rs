@@ -1,4 +1,6 @@
-//! The gate's service.
+//! The gate's service: prices a request (one request and its estimated tokens), admits it at
+//! once when a permit and the key's rates allow, and otherwise queues it in the response future
+//! or rejects it, so `poll_ready` never waits on the gate.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};

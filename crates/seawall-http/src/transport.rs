@@ -1,4 +1,5 @@
-//! The transport service.
+//! The transport service: the innermost hop of a stack, sending requests over a pooled hyper
+//! client and turning what went wrong before a response head into a classified error.
 
 use std::fmt;
 use std::future::Future;

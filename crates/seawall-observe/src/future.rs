@@ -1,3 +1,7 @@
+//! What happens after `call`: the response future waits for the head, then a body-end hook
+//! emits the call's one record (and fills its span), or a drop guard emits it as a
+//! cancellation when the caller goes away first.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

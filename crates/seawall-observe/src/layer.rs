@@ -1,3 +1,6 @@
+//! The observe layer's configuration: which recorder receives the records and which
+//! configuration version they are stamped with, shared by every service the layer makes.
+
 use std::sync::Arc;
 
 use tower_layer::Layer;

@@ -1,3 +1,6 @@
+//! The observe service: opens the call's `gen_ai.call` span and hands the layers inside a
+//! fresh call context to report into, so one record per logical call can be assembled.
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -79,6 +82,7 @@ where
         }
         let model: Option<Arc<str>> = req.model().map(Arc::from);
         let span = tracing::info_span!(
+            target: "seawall::observe",
             "gen_ai.call",
             "gen_ai.operation.name" = "chat",
             "gen_ai.request.model" = model.as_deref(),

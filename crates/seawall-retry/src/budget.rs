@@ -6,15 +6,12 @@
 //! service can still retry at all.
 
 use std::fmt;
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
+use crate::sync::{AtomicU64, Ordering};
 
 /// Credit units per retry.
 const UNIT: u64 = 1_000_000;
@@ -136,6 +133,10 @@ impl RetryBudget {
         ok
     }
 
+    // Orderings: the balance and the floor's booking time are plain counters that publish no
+    // other data, so what keeps grants within deposits is atomicity, not ordering: each CAS
+    // succeeds only on the value it computed from, and the failed ones retry on the fresh
+    // value. A Relaxed first read is enough for that. The loom models check it.
     fn withdraw_credit(&self) -> bool {
         let mut cur = self.balance.load(Ordering::Relaxed);
         loop {

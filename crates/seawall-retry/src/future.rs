@@ -1,3 +1,6 @@
+//! The retry loop itself: one future per logical call that runs the attempts, sleeps the
+//! backoff, enforces the time budget and reports each retry and the final give-up.
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -119,6 +122,8 @@ where
                     }
                     this.state.set(State::Readying);
                 }
+                // Every retry is a new `call`, so the service is made ready again first: the
+                // readiness the caller saw was spent on the first attempt.
                 StateProj::Readying => match this.call.service.poll_ready(cx) {
                     Poll::Ready(Ok(())) => {
                         let request = this.call.next_request();

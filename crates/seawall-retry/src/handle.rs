@@ -1,3 +1,6 @@
+//! Runtime control of a retry layer: switch retries off or change the attempt cap during an
+//! incident without rebuilding the stack, and read the counters.
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 

@@ -1,3 +1,6 @@
+//! The retry layer's configuration: the policy, the budget and the jitter source that every
+//! service made by one layer shares, and the builder that checks them.
+
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};

@@ -113,6 +113,7 @@ mod handle;
 mod layer;
 mod policy;
 mod service;
+mod sync;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::RetryBudget;

@@ -127,6 +127,9 @@ impl Shared {
         if !allowed {
             return Decision::GiveUp(GiveUp::NotRetryable);
         }
+        // The switch, the cap and the counters are Relaxed: each is a value of its own that
+        // publishes nothing else, and a call that reads a handle's change one failure late is
+        // within what the handle promises ("at their next failure").
         if !self.enabled.load(Ordering::Relaxed) {
             return Decision::GiveUp(GiveUp::Disabled);
         }

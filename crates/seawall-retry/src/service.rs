@@ -1,3 +1,7 @@
+//! The retry service: pays the call's deposit into the retry budget, writes the idempotency
+//! key and attempt headers when asked to, then hands the call to the retry loop together with
+//! the inner service that made the first attempt (a fresh clone stays behind for the next call).
+
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -77,6 +81,10 @@ where
             cx.update(|facts| facts.attempts += 1);
         }
         let retained = req.clone();
+        // tower's contract: `call` only on a service that said it was ready. The one that did
+        // makes this attempt and goes with the future for the retries (which poll it ready
+        // again first); the fresh clone left here has not been polled, so the caller's next
+        // `poll_ready` asks it.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let future = inner.call(req);

@@ -1,4 +1,5 @@
-//! The service.
+//! The stream timeout service: notes when an attempt starts and whether it streams, and leaves
+//! the timing to the response future (until the commit point) and the body (after it).
 
 use std::task::{Context, Poll};
 

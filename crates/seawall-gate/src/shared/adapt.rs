@@ -19,6 +19,7 @@ impl Shared {
         let new = a.decreased(c.current);
         if new != c.current {
             tracing::debug!(
+                target: "seawall::gate",
                 from = c.current,
                 to = new,
                 "seawall gate: adaptive decrease"
@@ -44,7 +45,7 @@ impl Shared {
         self.successes.store(0, Ordering::Relaxed);
         if c.current < c.ceiling {
             let new = c.current + 1;
-            tracing::trace!(to = new, "seawall gate: adaptive increase");
+            tracing::trace!(target: "seawall::gate", to = new, "seawall gate: adaptive increase");
             self.apply(&mut c, new);
         }
     }

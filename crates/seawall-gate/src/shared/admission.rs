@@ -94,6 +94,7 @@ impl Shared {
             }
         };
         tracing::debug!(
+            target: "seawall::gate",
             reason = reason.as_str(),
             queue_depth = depth,
             key = key.name().map(|k| &**k),

@@ -128,6 +128,9 @@ impl OnComplete for GatePermit {
 }
 
 impl Drop for GatePermit {
+    // `finish` takes what the permit holds, so after the body-end hook this does nothing. A
+    // permit dropped unfired (the future or the body dropped) still goes back to the pool, and
+    // its tokens settle as if only the prompt was used.
     fn drop(&mut self) {
         self.finish(|h| h.settle(None));
     }

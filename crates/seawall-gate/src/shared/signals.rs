@@ -17,6 +17,7 @@ impl Shared {
             return;
         }
         tracing::debug!(
+            target: "seawall::gate",
             key = key.name().map(|k| &**k),
             pause_ms = d.as_millis() as u64,
             "seawall gate: upstream rate limit, pausing admissions for this key"
