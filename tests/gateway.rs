@@ -6,9 +6,7 @@
 mod gateway;
 
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use seawall::http::{ApiKey, OpenAiConfig};
 use seawall::mock::{Count, MockUpstream, Profile};
+use seawall_test_support::Captured;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -218,29 +217,9 @@ async fn upstream_rate_limit_and_organisation_headers_stay_behind() {
     }
 }
 
-/// A `MakeWriter` that keeps what the log wrote.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test]
 async fn budget_refusals_tell_the_client_nothing_of_the_limit() {
-    let log = Log::default();
+    let log = Captured::default();
     let writer = log.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())

@@ -7,8 +7,7 @@ mod gateway;
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -17,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use seawall::budget::{Budget, CostBudgetLayer, JsonlSink, Price, PriceTable, Usd};
 use seawall::http::{ApiKey, OpenAiConfig};
 use seawall::{FailureClass, LlmError};
+use seawall_test_support::Captured;
 use tower::{Layer, ServiceExt};
 
 /// A leak as an upstream, a proxy or a transport error might phrase it, and the secrets in it.
@@ -250,29 +250,6 @@ fn display_debug_and_the_source_chain_never_show_a_secret() {
                 "nothing redacted in {e:?}"
             );
         }
-    }
-}
-
-/// Where a test's log lines and ledger lines go.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
     }
 }
 
