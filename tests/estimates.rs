@@ -6,57 +6,19 @@
 //! it, and the spend is exactly what the per-attempt records (and the upstream's own bill) add
 //! up to.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use seawall::FailureClass;
-use seawall::budget::{
-    Admission, Budget, BudgetStore, Charge, CostBudgetLayer, MemorySink, MemoryStore, Price,
-    PriceTable, SoftLimitCrossed, Spend, Timestamp, Usd,
-};
+use seawall::budget::{Budget, CostBudgetLayer, MemorySink, Price, PriceTable, Usd};
 use seawall::classify::ClassifyLayer;
 use seawall::core::Usage;
 use seawall::mock::{Count, Delay, MockUpstream, Profile};
+use seawall_test_support::AuditStore;
 use tower::{ServiceBuilder, ServiceExt};
-
-/// A store that checks every budget line right after each admission, under one lock so the
-/// check sees exactly the state the admission left.
-#[derive(Default)]
-struct AuditStore {
-    inner: MemoryStore,
-    lock: Mutex<()>,
-    admissions: AtomicUsize,
-    violations: AtomicUsize,
-}
-
-impl BudgetStore for AuditStore {
-    fn reserve(&self, charge: &Charge<'_>) -> Admission {
-        let _g = self.lock.lock().unwrap();
-        let result = self.inner.reserve(charge);
-        if let Admission::Ready(Ok(())) = &result {
-            self.admissions.fetch_add(1, Ordering::Relaxed);
-            for (budget, key) in charge.lines() {
-                let s = self.inner.spend(budget, key.map(|k| &**k), charge.now());
-                if s.committed() > s.limit {
-                    self.violations.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        result
-    }
-
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed> {
-        let _g = self.lock.lock().unwrap();
-        self.inner.settle(charge, cost)
-    }
-
-    fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend {
-        self.inner.spend(budget, key, now)
-    }
-}
 
 const CALLS: usize = 300;
 const MAX_TOKENS: u32 = 200;

@@ -28,6 +28,7 @@ use seawall::mock::{
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::{StreamEnd, StreamStats, StreamTimeoutLayer, StreamTimeouts};
 use seawall::{FailureClass, LlmError};
+use seawall_test_support::start_mock;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -54,10 +55,7 @@ struct Mock {
 
 async fn start(profile: Profile) -> Mock {
     profile.validate().expect("a valid profile");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let upstream = MockUpstream::new(profile);
-    tokio::spawn(seawall::mock::serve(listener, upstream.clone()));
+    let (addr, upstream) = start_mock(profile).await;
     Mock { addr, upstream }
 }
 

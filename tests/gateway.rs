@@ -6,9 +6,7 @@
 mod gateway;
 
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use seawall::http::{ApiKey, OpenAiConfig};
 use seawall::mock::{Count, MockUpstream, Profile};
+use seawall_test_support::{Captured, global_log};
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -129,7 +128,7 @@ fn chat(model: &str) -> String {
 
 #[tokio::test]
 async fn requests_need_one_of_the_client_keys() {
-    captured_log();
+    global_log();
     let run = start(Profile::default(), settings(CLIENT_KEYS, false)).await;
     let missing = post(run.gateway, &[], chat("gpt-4o")).await;
     assert_eq!(missing.status, StatusCode::UNAUTHORIZED, "{}", missing.body);
@@ -164,7 +163,7 @@ async fn requests_need_one_of_the_client_keys() {
 
 #[tokio::test]
 async fn without_keys_the_gateway_serves_loopback_only() {
-    captured_log();
+    global_log();
     let none = ClientKeys::parse(" , ");
     assert!(none.is_empty());
     let err = gateway::bind("0.0.0.0:0", &none).await.unwrap_err();
@@ -186,7 +185,7 @@ async fn without_keys_the_gateway_serves_loopback_only() {
 
 #[tokio::test]
 async fn the_banner_and_debug_never_show_client_keys() {
-    captured_log();
+    global_log();
     let s = settings(CLIENT_KEYS, false);
     let banner = gateway::banner("127.0.0.1:8080".parse().unwrap(), "mock", &s);
     let debug = format!("{s:?}");
@@ -199,7 +198,7 @@ async fn the_banner_and_debug_never_show_client_keys() {
 
 #[tokio::test]
 async fn upstream_rate_limit_and_organisation_headers_stay_behind() {
-    captured_log();
+    global_log();
     let run = start(Profile::default(), settings("", false)).await;
     for body in [
         chat("gpt-4o"),
@@ -222,46 +221,10 @@ async fn upstream_rate_limit_and_organisation_headers_stay_behind() {
     }
 }
 
-/// A `MakeWriter` that keeps what the log wrote.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-/// The log of this whole test binary. One global subscriber, installed before any test logs:
-/// a per-test (thread-local) subscriber races with callsites that tests on other threads
-/// register at the same moment, and can miss the very event a test looks for.
-fn captured_log() -> &'static Log {
-    static LOG: std::sync::OnceLock<Log> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = Log::default();
-        let writer = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
-        log
-    })
-}
 
 #[tokio::test]
 async fn budget_refusals_tell_the_client_nothing_of_the_limit() {
-    let log = captured_log();
+    let log = global_log();
 
     let run = start(Profile::default(), settings("", false)).await;
     // 10M output tokens of gpt-4o cost $100, past the $5 daily budget.
@@ -295,7 +258,7 @@ async fn budget_refusals_tell_the_client_nothing_of_the_limit() {
 
 #[tokio::test]
 async fn upstream_errors_reach_the_client_as_a_class_level_message() {
-    captured_log();
+    global_log();
     // The upstream refuses the gateway's own key with its usual explanation.
     let profile = Profile::default().invalid_key(UPSTREAM_KEY);
     let run = start(profile, settings("", false)).await;
@@ -317,7 +280,7 @@ async fn upstream_errors_reach_the_client_as_a_class_level_message() {
 
 #[tokio::test]
 async fn request_bodies_over_the_cap_are_refused_with_413() {
-    captured_log();
+    global_log();
     let run = start(Profile::default(), settings("", false)).await;
     let padding = " ".repeat(MAX_REQUEST_BODY);
     let big = chat("gpt-4o").replacen('{', &format!("{{{padding}"), 1);
@@ -335,7 +298,7 @@ async fn request_bodies_over_the_cap_are_refused_with_413() {
 
 #[tokio::test]
 async fn unpriced_models_are_refused_unless_allowed() {
-    captured_log();
+    global_log();
     let run = start(Profile::default(), settings("", false)).await;
     let a = post(run.gateway, &[], chat("o1-pro")).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.body);
@@ -357,7 +320,7 @@ async fn unpriced_models_are_refused_unless_allowed() {
 
 #[tokio::test]
 async fn a_stream_that_fails_mid_way_ends_with_a_class_level_error_event() {
-    captured_log();
+    global_log();
     let profile = Profile::default()
         .output_tokens(Count::fixed(20))
         .mid_stream_errors(1.0, Count::fixed(3));

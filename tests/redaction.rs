@@ -7,8 +7,7 @@ mod gateway;
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -17,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use seawall::budget::{Budget, CostBudgetLayer, JsonlSink, Price, PriceTable, Usd};
 use seawall::http::{ApiKey, OpenAiConfig};
 use seawall::{FailureClass, LlmError};
+use seawall_test_support::{Captured, global_log};
 use tower::{Layer, ServiceExt};
 
 /// A leak as an upstream, a proxy or a transport error might phrase it, and the secrets in it.
@@ -155,7 +155,7 @@ const CORPUS: &[Leak] = &[
 
 #[test]
 fn the_corpus_is_large_and_its_secrets_are_in_their_texts() {
-    captured_log();
+    global_log();
     assert!(CORPUS.len() >= 20);
     for leak in CORPUS {
         for secret in leak.secrets {
@@ -235,7 +235,7 @@ fn chain(e: &(dyn StdError + 'static)) -> String {
 
 #[test]
 fn display_debug_and_the_source_chain_never_show_a_secret() {
-    captured_log();
+    global_log();
     for leak in CORPUS {
         for e in errors_of(leak) {
             assert_no_secret(&e.to_string(), "Display");
@@ -255,49 +255,9 @@ fn display_debug_and_the_source_chain_never_show_a_secret() {
     }
 }
 
-/// Where a test's log lines and ledger lines go.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-}
-
-/// The log of this whole test binary. One global subscriber, installed before any test logs:
-/// a per-test (thread-local) subscriber races with callsites that tests on other threads
-/// register at the same moment, and can miss the very event a test looks for.
-fn captured_log() -> &'static Captured {
-    static LOG: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = Captured::default();
-        let writer = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
-        log
-    })
-}
-
 #[test]
 fn tracing_records_never_show_a_secret() {
-    let log = captured_log();
+    let log = global_log();
     for leak in CORPUS {
         for e in errors_of(leak) {
             // As an error value (the subscriber walks its sources), by Display, by Debug.
@@ -316,7 +276,7 @@ fn tracing_records_never_show_a_secret() {
 
 #[tokio::test]
 async fn the_jsonl_ledger_never_shows_a_secret() {
-    captured_log();
+    global_log();
     let out = Captured::default();
     let sink = Arc::new(JsonlSink::from_writer(out.clone(), 1024).unwrap());
     let layer = CostBudgetLayer::builder(
@@ -356,7 +316,7 @@ async fn the_jsonl_ledger_never_shows_a_secret() {
 
 #[tokio::test]
 async fn the_gateway_error_body_and_log_never_show_a_secret() {
-    let log = captured_log();
+    let log = global_log();
     // An upstream whose error messages quote the corpus: the request says which entry.
     let upstream = axum::Router::new().fallback(|body: Bytes| async move {
         let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();

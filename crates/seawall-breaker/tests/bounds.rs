@@ -4,68 +4,27 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::Extensions;
 use http_body_util::BodyExt;
 use seawall_breaker::{BreakerGuard, CircuitBreakerLayer, State};
 use seawall_core::{FailureClass, HookedBody, LlmError, LlmRequest, MAX_KEY_LEN};
+use seawall_test_support::{Ask, Name, long_names};
 use tower::{Layer, Service, ServiceExt};
 
-/// A request keyed by its model name, which the fake upstream fails or answers.
-struct Named {
-    names: Arc<str>,
-    at: std::ops::Range<usize>,
-    fail: bool,
-    ext: Extensions,
+/// Marks a request the fake upstream fails.
+#[derive(Clone, Copy)]
+struct Fail;
+
+fn name(names: &Arc<str>, i: usize) -> Ask {
+    Ask::named(Name::long(names, i))
 }
 
-impl LlmRequest for Named {
-    fn model(&self) -> Option<&str> {
-        Some(&self.names[self.at.clone()])
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        None
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        0
-    }
-    fn extensions(&self) -> Option<&Extensions> {
-        Some(&self.ext)
-    }
-    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
-        Some(&mut self.ext)
-    }
-}
-
-const NAME_LEN: usize = 64 * 1024;
-
-/// `n` distinct model names of 64 KiB without 64 KiB of memory each: the counter 0, 1, 2, ...
-/// in 16 hex digits, end to end; name `i` is the 64 KiB that start at counter `i`.
-fn long_names(n: usize) -> Arc<str> {
-    let mut s = String::with_capacity(n * 16 + NAME_LEN);
-    for i in 0..(n + NAME_LEN / 16) as u64 {
-        s.push_str(&format!("{i:016x}"));
-    }
-    s.into()
-}
-
-fn name(names: &Arc<str>, i: usize) -> Named {
-    Named {
-        names: names.clone(),
-        at: i * 16..i * 16 + NAME_LEN,
-        fail: false,
-        ext: Extensions::new(),
-    }
-}
-
-async fn call<S>(svc: &mut S, mut req: Named, fail: bool) -> Result<(), LlmError>
+async fn call<S>(svc: &mut S, mut req: Ask, fail: bool) -> Result<(), LlmError>
 where
-    S: Service<
-            Named,
-            Response = http::Response<HookedBody<String, BreakerGuard>>,
-            Error = LlmError,
-        >,
+    S: Service<Ask, Response = http::Response<HookedBody<String, BreakerGuard>>, Error = LlmError>,
 {
-    req.fail = fail;
+    if fail {
+        req.ext.insert(Fail);
+    }
     let resp = svc.ready().await?.call(req).await?;
     resp.into_body()
         .collect()
@@ -84,8 +43,8 @@ async fn a_flood_of_long_model_names_stays_bounded_and_open_keys_stay_open() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let mut svc = layer.layer(tower::service_fn(|r: Named| async move {
-        if r.fail {
+    let mut svc = layer.layer(tower::service_fn(|r: Ask| async move {
+        if r.ext.get::<Fail>().is_some() {
             Err(LlmError::new(FailureClass::ServerError, "500"))
         } else {
             Ok(http::Response::new(String::from("ok")))
@@ -94,12 +53,7 @@ async fn a_flood_of_long_model_names_stays_bounded_and_open_keys_stay_open() {
 
     // Two keys tripped before the flood: a short one and a 64 KiB one.
     let long_victim = || name(&names, FLOOD);
-    let short_victim = || Named {
-        names: Arc::from("api.example/victim"),
-        at: 0..18,
-        fail: false,
-        ext: Extensions::new(),
-    };
+    let short_victim = || Ask::named("api.example/victim");
     for _ in 0..5 {
         call(&mut svc, short_victim(), true).await.unwrap_err();
         call(&mut svc, long_victim(), true).await.unwrap_err();
@@ -153,19 +107,14 @@ async fn concurrent_floods_never_pass_the_cap_nor_close_an_open_key() {
         .build()
         .unwrap();
     let handle = layer.handle();
-    let svc = layer.layer(tower::service_fn(|r: Named| async move {
-        if r.fail {
+    let svc = layer.layer(tower::service_fn(|r: Ask| async move {
+        if r.ext.get::<Fail>().is_some() {
             Err(LlmError::new(FailureClass::ServerError, "500"))
         } else {
             Ok(http::Response::new(String::from("ok")))
         }
     }));
-    let victim = || Named {
-        names: Arc::from("victim"),
-        at: 0..6,
-        fail: false,
-        ext: Extensions::new(),
-    };
+    let victim = || Ask::named("victim");
     let mut tripper = svc.clone();
     for _ in 0..5 {
         call(&mut tripper, victim(), true).await.unwrap_err();
@@ -177,12 +126,7 @@ async fn concurrent_floods_never_pass_the_cap_nor_close_an_open_key() {
             tokio::spawn(async move {
                 for i in 0..5_000 {
                     let model = format!("flood-{t}-{i}");
-                    let req = Named {
-                        at: 0..model.len(),
-                        names: Arc::from(model),
-                        fail: false,
-                        ext: Extensions::new(),
-                    };
+                    let req = Ask::named(model.as_str());
                     call(&mut svc, req, false).await.unwrap();
                     assert!(handle.len() <= MAX_KEYS);
                 }

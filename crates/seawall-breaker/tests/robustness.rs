@@ -1,9 +1,6 @@
 //! A caller's bug and extreme settings: a call polled after it finished panics with the
 //! shared message, and no configured duration panics a call.
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,6 +8,7 @@ use http_body_util::Empty;
 use proptest::prelude::*;
 use seawall_breaker::CircuitBreakerLayer;
 use seawall_core::{FailureClass, LlmError};
+use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_twice};
 use tower::{Layer, Service, ServiceExt};
 
 type Resp = http::Response<Empty<Bytes>>;
@@ -35,13 +33,6 @@ fn upstream(
     })
 }
 
-fn poll_twice<F: Future>(fut: F) {
-    let mut fut = pin!(fut);
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
-}
-
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_call_again_panics() {
@@ -62,18 +53,6 @@ async fn polling_a_rejected_call_again_panics() {
     poll_twice(svc.ready().await.unwrap().call(req()));
 }
 
-/// Durations at and near the edges of what a `Duration` holds.
-fn extreme() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_nanos(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        any::<u64>().prop_map(Duration::from_nanos),
-        any::<u64>().prop_map(Duration::from_secs),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -89,11 +68,7 @@ proptest! {
         hint in extreme(),
         pause in extreme(),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let built = CircuitBreakerLayer::builder()
             .time_window(window)
             .slow_calls(slow, 0.5)

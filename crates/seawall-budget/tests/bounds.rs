@@ -1,81 +1,19 @@
 //! A flood of distinct, long model names cannot grow a per-model budget's counters past what
 //! the operator set, nor wipe the spend of a key that has spent.
 
-use std::alloc::System;
 use std::sync::Arc;
 
-use http::Extensions;
 use seawall_budget::{Budget, CostBudgetLayer, MemoryStore, OVERFLOW_KEY, Price, PriceTable, Usd};
-use seawall_core::{FailureClass, LlmError, LlmRequest};
+use seawall_core::{FailureClass, LlmError};
+use seawall_test_support::{Ask, Name, long_names};
 use tower::{Layer, ServiceExt};
 
-/// The system allocator, counting the bytes live in the process. The tests of this file take
-/// [`SERIAL`] so that none allocates while the flood test measures.
-#[global_allocator]
-static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
+seawall_test_support::counting_allocator!();
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn live() -> isize {
-    ALLOC.allocated() as isize
-}
-
-/// A request whose model name is a slice of a shared buffer, so that a flood of 64 KiB names
-/// costs no 64 KiB allocation per request.
-struct Named {
-    names: Arc<str>,
-    at: std::ops::Range<usize>,
-    max_out: u32,
-    ext: Extensions,
-}
-
-impl Named {
-    fn new(model: &str, max_out: u32) -> Self {
-        Named {
-            names: Arc::from(model),
-            at: 0..model.len(),
-            max_out,
-            ext: Extensions::new(),
-        }
-    }
-}
-
-impl LlmRequest for Named {
-    fn model(&self) -> Option<&str> {
-        Some(&self.names[self.at.clone()])
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        Some(self.max_out)
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        0
-    }
-    fn extensions(&self) -> Option<&Extensions> {
-        Some(&self.ext)
-    }
-    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
-        Some(&mut self.ext)
-    }
-}
-
-const NAME_LEN: usize = 64 * 1024;
-
-/// `n` distinct model names of 64 KiB in one buffer: the counter 0, 1, 2, ... in 16 hex
-/// digits, end to end; name `i` is the 64 KiB that start at counter `i`.
-fn long_names(n: usize) -> Arc<str> {
-    let mut s = String::with_capacity(n * 16 + NAME_LEN);
-    for i in 0..(n + NAME_LEN / 16) as u64 {
-        s.push_str(&format!("{i:016x}"));
-    }
-    s.into()
-}
-
-fn name(names: &Arc<str>, i: usize, max_out: u32) -> Named {
-    Named {
-        names: names.clone(),
-        at: i * 16..i * 16 + NAME_LEN,
-        max_out,
-        ext: Extensions::new(),
+fn name(names: &Arc<str>, i: usize, max_out: u32) -> Ask {
+    Ask {
+        max: Some(max_out),
+        ..Ask::named(Name::long(names, i))
     }
 }
 
@@ -92,15 +30,15 @@ async fn a_flood_of_long_model_names_stays_bounded_and_spent_keys_keep_their_spe
         .store(store.clone())
         .build()
         .unwrap();
-    let svc = layer.layer(tower::service_fn(|_: Named| async {
+    let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))
     }));
     let names = long_names(FLOOD + 1);
 
     // Before the flood, two models (a short and a 64 KiB name) spend 90 cents each.
-    let victims = || [Named::new("victim", 0), name(&names, FLOOD, 0)];
+    let victims = || [Ask::new("victim", 0, 0), name(&names, FLOOD, 0)];
     for mut v in victims() {
-        v.max_out = 900_000;
+        v.max = Some(900_000);
         drop(svc.clone().oneshot(v).await.unwrap());
     }
 
@@ -130,7 +68,7 @@ async fn a_flood_of_long_model_names_stays_bounded_and_spent_keys_keep_their_spe
         Usd::from_cents(90)
     );
     for mut v in victims() {
-        v.max_out = 200_000;
+        v.max = Some(200_000);
         let err = svc.clone().oneshot(v).await.unwrap_err();
         assert_eq!(err.class(), FailureClass::BudgetExceeded, "{err}");
         assert!(!err.to_string().contains(OVERFLOW_KEY), "{err}");

@@ -3,9 +3,6 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use common::*;
@@ -13,6 +10,7 @@ use http_body_util::BodyExt;
 use proptest::prelude::*;
 use seawall_budget::*;
 use seawall_core::LlmError;
+use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_twice};
 use tower::{Layer, Service, ServiceExt};
 
 fn upstream() -> impl Service<Ask, Response = Resp, Error = LlmError, Future: Send> + Clone {
@@ -27,15 +25,12 @@ async fn polling_a_finished_call_again_panics() {
         .build()
         .unwrap();
     let mut svc = layer.layer(upstream());
-    let mut fut = pin!(
+    poll_twice(
         svc.ready()
             .await
             .unwrap()
-            .call(Ask::new("gpt-4o", 1_000, 100))
+            .call(Ask::new("gpt-4o", 1_000, 100)),
     );
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
 }
 
 #[tokio::test(start_paused = true)]
@@ -46,27 +41,12 @@ async fn polling_a_refused_call_again_panics() {
         .build()
         .unwrap();
     let mut svc = layer.layer(upstream());
-    let mut fut = pin!(
+    poll_twice(
         svc.ready()
             .await
             .unwrap()
-            .call(Ask::new("gpt-4o", 1_000, 100))
+            .call(Ask::new("gpt-4o", 1_000, 100)),
     );
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
-}
-
-/// Durations at and near the edges of what a `Duration` holds.
-fn extreme() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_nanos(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        any::<u64>().prop_map(Duration::from_nanos),
-        any::<u64>().prop_map(Duration::from_secs),
-    ]
 }
 
 proptest! {
@@ -74,11 +54,7 @@ proptest! {
 
     #[test]
     fn no_window_length_panics_a_call(window in extreme(), advance in extreme()) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let built = CostBudgetLayer::builder(prices())
             .budget(Budget::rolling("rolling", Usd::from_dollars(1), window))
             .wall_clock_origin(std::time::SystemTime::UNIX_EPOCH)

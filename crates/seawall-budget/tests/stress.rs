@@ -15,47 +15,8 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use seawall_budget::*;
 use seawall_core::{FailureClass, LlmError, Random, SeededRandom};
+use seawall_test_support::AuditStore;
 use tower::{Layer, ServiceExt};
-
-/// A store that checks every line of every admission, under its own lock so the check sees
-/// exactly the state the admission left.
-struct AuditStore {
-    inner: MemoryStore,
-    lock: Mutex<()>,
-    admissions: AtomicUsize,
-    violations: AtomicUsize,
-    most_committed: AtomicU64,
-}
-
-impl BudgetStore for AuditStore {
-    fn reserve(&self, charge: &Charge<'_>) -> Admission {
-        let _g = self.lock.lock().unwrap();
-        let result = self.inner.reserve(charge);
-        if let Admission::Ready(Ok(())) = &result {
-            self.admissions.fetch_add(1, Ordering::Relaxed);
-            for (budget, key) in charge.lines() {
-                let s = self.inner.spend(budget, key.map(|k| &**k), charge.now());
-                if s.committed() > s.limit {
-                    self.violations.fetch_add(1, Ordering::Relaxed);
-                }
-                if budget.name() == "total" {
-                    self.most_committed
-                        .fetch_max(s.committed().as_nanos(), Ordering::Relaxed);
-                }
-            }
-        }
-        result
-    }
-
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed> {
-        let _g = self.lock.lock().unwrap();
-        self.inner.settle(charge, cost)
-    }
-
-    fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend {
-        self.inner.spend(budget, key, now)
-    }
-}
 
 const TENANTS: [&str; 4] = ["acme", "globex", "initech", "umbrella"];
 const CALLS: u64 = 1_000;

@@ -42,7 +42,7 @@ impl WallClock {
 /// A layer with one daily budget that holds exactly one `Ask(1000, 100)`.
 fn one_call_a_day(
     clock: &WallClock,
-) -> impl Service<Ask, Response = http::Response<HookedBody<TestBody, BudgetGuard>>, Error = LlmError>
+) -> impl Service<Ask, Response = http::Response<HookedBody<ChanBody, BudgetGuard>>, Error = LlmError>
 + use<> {
     let layer = CostBudgetLayer::builder(prices())
         .budget(Budget::daily("daily", Usd::from_nanos(EST)))

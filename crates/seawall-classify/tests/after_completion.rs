@@ -2,12 +2,10 @@
 //! instead of returning an error the layers outside would act on.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Waker};
 
 use bytes::Bytes;
 use http_body_util::Full;
+use seawall_test_support::poll_twice;
 use tower::{Layer, Service, ServiceExt};
 
 #[tokio::test(start_paused = true)]
@@ -17,13 +15,10 @@ async fn polling_a_finished_call_again_panics() {
         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
     });
     let mut svc = seawall_classify::ClassifyLayer::default().layer(inner);
-    let mut fut = pin!(
+    poll_twice(
         svc.ready()
             .await
             .unwrap()
-            .call(http::Request::new(Bytes::new()))
+            .call(http::Request::new(Bytes::new())),
     );
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
 }

@@ -1,11 +1,8 @@
 //! A caller's bug and extreme settings: a call polled after it finished panics with the
 //! shared message, and no deadline or cache lifetime panics a call.
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +12,7 @@ use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use seawall_core::{FailureClass, LlmError, LlmRequest};
 use seawall_fallback::{FallbackLayer, ResponseCache, Target};
+use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_twice};
 use tower::{Layer, Service, ServiceExt};
 
 type Resp = Response<UnsyncBoxBody<Bytes, LlmError>>;
@@ -65,22 +63,7 @@ fn upstream(
 async fn polling_a_finished_call_again_panics() {
     let layer = FallbackLayer::new([Target::model("spare")]);
     let mut svc = layer.layer(upstream(0, Duration::ZERO));
-    let mut fut = pin!(svc.ready().await.unwrap().call(request()));
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
-}
-
-/// Durations at and near the edges of what a `Duration` holds.
-fn extreme() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_nanos(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        any::<u64>().prop_map(Duration::from_nanos),
-        any::<u64>().prop_map(Duration::from_secs),
-    ]
+    poll_twice(svc.ready().await.unwrap().call(request()));
 }
 
 proptest! {
@@ -93,11 +76,7 @@ proptest! {
         delay in 0u64..5,
         pause in extreme(),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let layer = FallbackLayer::builder()
             .target(Target::model("spare"))
             .deadline(deadline)

@@ -1,80 +1,18 @@
 //! A flood of distinct, long model names cannot grow the gate's key table past what the
 //! operator set, nor lift a key's pause or rate-limit debt.
 
-use std::alloc::System;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Extensions;
 use seawall_core::{LlmError, LlmRequest};
 use seawall_gate::{ConcurrencyGateLayer, Limit, Rates, RejectReason, Rejection};
+use seawall_test_support::{Ask, Name, long_names};
 use tower::{Layer, ServiceExt};
 
-/// The system allocator, counting the bytes live in the process. The tests of this file take
-/// [`SERIAL`] so that none allocates while the flood test measures.
-#[global_allocator]
-static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
+seawall_test_support::counting_allocator!();
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn live() -> isize {
-    ALLOC.allocated() as isize
-}
-
-/// A request keyed by its model name: a slice of a shared buffer, so that a flood of 64 KiB
-/// names costs no 64 KiB allocation per request.
-struct Named {
-    names: Arc<str>,
-    at: std::ops::Range<usize>,
-    ext: Extensions,
-}
-
-impl Named {
-    fn new(model: &str) -> Self {
-        Named {
-            names: Arc::from(model),
-            at: 0..model.len(),
-            ext: Extensions::new(),
-        }
-    }
-}
-
-impl LlmRequest for Named {
-    fn model(&self) -> Option<&str> {
-        Some(&self.names[self.at.clone()])
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        None
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        0
-    }
-    fn extensions(&self) -> Option<&Extensions> {
-        Some(&self.ext)
-    }
-    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
-        Some(&mut self.ext)
-    }
-}
-
-const NAME_LEN: usize = 64 * 1024;
-
-/// `n` distinct model names of 64 KiB in one buffer: the counter 0, 1, 2, ... in 16 hex
-/// digits, end to end; name `i` is the 64 KiB that start at counter `i`.
-fn long_names(n: usize) -> Arc<str> {
-    let mut s = String::with_capacity(n * 16 + NAME_LEN);
-    for i in 0..(n + NAME_LEN / 16) as u64 {
-        s.push_str(&format!("{i:016x}"));
-    }
-    s.into()
-}
-
-fn name(names: &Arc<str>, i: usize) -> Named {
-    Named {
-        names: names.clone(),
-        at: i * 16..i * 16 + NAME_LEN,
-        ext: Extensions::new(),
-    }
+fn name(names: &Arc<str>, i: usize) -> Ask {
+    Ask::named(Name::long(names, i))
 }
 
 fn reason(r: Result<http::Response<impl Sized>, LlmError>) -> RejectReason {
@@ -99,7 +37,7 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
         )
         .build();
     let handle = layer.handle();
-    let svc = layer.layer(tower::service_fn(|_: Named| async {
+    let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))
     }));
 
@@ -109,7 +47,7 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
     handle.pause_key(long_victim().model(), Duration::from_secs(3600));
     drop(
         svc.clone()
-            .oneshot(Named::new("api.example/debtor"))
+            .oneshot(Ask::named("api.example/debtor"))
             .await
             .unwrap(),
     );
@@ -127,14 +65,14 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
         "{grown} bytes more after the flood"
     );
 
-    for req in [Named::new("api.example/victim"), long_victim()] {
+    for req in [Ask::named("api.example/victim"), long_victim()] {
         assert_eq!(
             reason(svc.clone().oneshot(req).await),
             RejectReason::KeyPaused
         );
     }
     assert_eq!(
-        reason(svc.clone().oneshot(Named::new("api.example/debtor")).await),
+        reason(svc.clone().oneshot(Ask::named("api.example/debtor")).await),
         RejectReason::RateLimited
     );
 }
@@ -147,7 +85,7 @@ async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
         .max_wait(Duration::from_secs(1))
         .build();
     let handle = layer.handle();
-    let svc = layer.layer(tower::service_fn(|_: Named| async {
+    let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))
     }));
     handle.pause_key(Some("a"), Duration::from_secs(3600));
@@ -155,21 +93,26 @@ async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
     // The table is full of paused keys: new keys go through, under the unkeyed state.
     for i in 0..1_000 {
         let model = format!("new-{i}");
-        drop(svc.clone().oneshot(Named::new(&model)).await.unwrap());
+        drop(
+            svc.clone()
+                .oneshot(Ask::named(model.as_str()))
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(handle.keys(), 2);
     assert_eq!(
-        reason(svc.clone().oneshot(Named::new("a")).await),
+        reason(svc.clone().oneshot(Ask::named("a")).await),
         RejectReason::KeyPaused
     );
     // A pause of the unkeyed state holds every key beyond the table.
     handle.pause_key(None, Duration::from_secs(3600));
     assert_eq!(
-        reason(svc.clone().oneshot(Named::new("new-0")).await),
+        reason(svc.clone().oneshot(Ask::named("new-0")).await),
         RejectReason::KeyPaused
     );
     assert_eq!(
-        reason(svc.clone().oneshot(Named::new("yet another")).await),
+        reason(svc.clone().oneshot(Ask::named("yet another")).await),
         RejectReason::KeyPaused
     );
 }
@@ -183,7 +126,7 @@ async fn concurrent_floods_never_pass_the_cap_nor_lift_a_pause() {
         .max_wait(Duration::from_secs(1))
         .build();
     let handle = layer.handle();
-    let svc = layer.layer(tower::service_fn(|_: Named| async {
+    let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))
     }));
     handle.pause_key(Some("victim"), Duration::from_secs(3600));
@@ -194,7 +137,12 @@ async fn concurrent_floods_never_pass_the_cap_nor_lift_a_pause() {
             tokio::spawn(async move {
                 for i in 0..5_000 {
                     let model = format!("flood-{t}-{i}");
-                    drop(svc.clone().oneshot(Named::new(&model)).await.unwrap());
+                    drop(
+                        svc.clone()
+                            .oneshot(Ask::named(model.as_str()))
+                            .await
+                            .unwrap(),
+                    );
                     assert!(handle.keys() <= MAX_KEYS);
                 }
             })
@@ -204,7 +152,7 @@ async fn concurrent_floods_never_pass_the_cap_nor_lift_a_pause() {
         t.await.unwrap();
     }
     assert_eq!(
-        reason(svc.clone().oneshot(Named::new("victim")).await),
+        reason(svc.clone().oneshot(Ask::named("victim")).await),
         RejectReason::KeyPaused
     );
 }

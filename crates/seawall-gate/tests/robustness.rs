@@ -3,22 +3,13 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use common::{Reply, Req, Upstream};
 use proptest::prelude::*;
 use seawall_gate::{ConcurrencyGateLayer, Rates};
+use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_twice};
 use tower::{Layer, Service, ServiceExt};
-
-fn poll_twice<F: Future>(fut: F) {
-    let mut fut = pin!(fut);
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
-}
 
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
@@ -40,18 +31,6 @@ async fn polling_a_rejected_call_again_panics() {
     poll_twice(svc.ready().await.unwrap().call(Req::new(1)));
 }
 
-/// Durations at and near the edges of what a `Duration` holds.
-fn extreme() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_nanos(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        any::<u64>().prop_map(Duration::from_nanos),
-        any::<u64>().prop_map(Duration::from_secs),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -63,11 +42,7 @@ proptest! {
         latency in extreme(),
         rate in 0u64..3,
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let answered = rt.block_on(async {
             let up = Upstream::new(move |_| Reply::after(latency.min(Duration::from_secs(3600))));
             let layer = ConcurrencyGateLayer::builder()

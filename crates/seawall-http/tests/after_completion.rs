@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use seawall_http::HttpTransport;
+use seawall_test_support::poll_twice;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt};
 
@@ -55,8 +56,5 @@ async fn polling_a_refused_call_again_panics() {
     let req = Request::post("/v1/chat/completions")
         .body(Bytes::new())
         .unwrap();
-    let mut fut = pin!(t.ready().await.unwrap().call(req));
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
+    poll_twice(t.ready().await.unwrap().call(req));
 }

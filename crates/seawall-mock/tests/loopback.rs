@@ -8,16 +8,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use seawall_mock::{Count, Delay, KeepAliveStyle, MockUpstream, Profile};
+use seawall_mock::{Count, Delay, KeepAliveStyle, Profile};
+use seawall_test_support::start_mock as start;
 use serde_json::{Value, json};
-
-async fn start(profile: Profile) -> (SocketAddr, MockUpstream) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let upstream = MockUpstream::new(profile);
-    tokio::spawn(seawall_mock::serve(listener, upstream.clone()));
-    (addr, upstream)
-}
 
 fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()

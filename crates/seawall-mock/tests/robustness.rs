@@ -3,36 +3,19 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use common::{anthropic_body, anthropic_req, openai_body, openai_req, upstream};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use seawall_mock::{Count, Delay, ErrorRule, KeepAliveStyle, Profile};
+use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_twice};
 
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_response_again_panics() {
     let up = upstream(Profile::default());
-    let mut fut = pin!(up.respond(openai_req(&openai_body(false), "sk-a")));
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
-}
-
-/// Durations at and near the edges of what a `Duration` holds.
-fn extreme() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_nanos(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        any::<u64>().prop_map(Duration::from_nanos),
-        any::<u64>().prop_map(Duration::from_secs),
-    ]
+    poll_twice(up.respond(openai_req(&openai_body(false), "sk-a")));
 }
 
 proptest! {
@@ -55,11 +38,7 @@ proptest! {
             .output_tokens(Count::fixed(3))
             .keepalives(1.0, keepalive, KeepAliveStyle::Blank)
             .error(ErrorRule::outage(503, start, end).every(period).retry_after(retry_after));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let statuses = rt.block_on(async {
             let up = upstream(profile);
             let mut statuses = Vec::new();

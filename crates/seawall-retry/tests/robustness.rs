@@ -3,14 +3,12 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::{Ask, Mock, rate_limited, server_error};
 use proptest::prelude::*;
 use seawall_retry::{BackoffRetryBuilder, BackoffRetryLayer, LlmError};
+use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_again_after};
 use tower::{Layer, Service, ServiceExt};
 
 async fn call(builder: BackoffRetryBuilder, mock: Mock) -> Result<&'static str, LlmError> {
@@ -28,15 +26,13 @@ async fn polling_a_finished_call_again_panics() {
         .build()
         .unwrap()
         .layer(Mock::new(|_| Ok("ok")));
-    let mut fut = pin!(
+    poll_again_after(
         ServiceExt::<Ask>::ready(&mut svc)
             .await
             .unwrap()
-            .call(Ask::default())
+            .call(Ask::default()),
+        |out| assert!(matches!(out, Ok("ok"))),
     );
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok("ok"))));
-    let _ = fut.as_mut().poll(&mut cx);
 }
 
 #[tokio::test(start_paused = true)]
@@ -62,18 +58,6 @@ async fn a_server_hint_too_long_for_the_clock_waits_without_panicking() {
     assert_eq!(mock.calls(), 1);
 }
 
-/// Durations at and near the edges of what a `Duration` holds.
-fn extreme() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_nanos(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        any::<u64>().prop_map(Duration::from_nanos),
-        any::<u64>().prop_map(Duration::from_secs),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -87,11 +71,7 @@ proptest! {
         hint in extreme(),
         latency in prop_oneof![Just(Duration::ZERO), Just(Duration::from_secs(1))],
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let builder = BackoffRetryLayer::builder()
             .base_delay(base)
             .max_delay(max)

@@ -1,9 +1,6 @@
 //! A caller's bug and extreme settings: a call polled after it finished panics with the
 //! shared message, and no configured timeout panics a call.
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,6 +9,7 @@ use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use seawall_core::{FailureClass, LlmError};
 use seawall_stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall_test_support::{extreme_duration_or_none as extreme, paused_runtime, poll_twice};
 use tower::{Layer, Service, ServiceExt};
 
 /// An upstream whose head (an SSE stream of two events) arrives after `delay`.
@@ -33,23 +31,7 @@ fn upstream(
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_call_again_panics() {
     let mut svc = StreamTimeoutLayer::new(StreamTimeouts::new()).layer(upstream(Duration::ZERO));
-    let mut fut = pin!(svc.ready().await.unwrap().call(Request::new(Bytes::new())));
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(fut.as_mut().poll(&mut cx).is_ready());
-    let _ = fut.as_mut().poll(&mut cx);
-}
-
-/// Durations at and near the edges of what a `Duration` holds, or none.
-fn extreme() -> impl Strategy<Value = Option<Duration>> {
-    prop_oneof![
-        Just(None),
-        Just(Some(Duration::ZERO)),
-        Just(Some(Duration::from_nanos(1))),
-        Just(Some(Duration::MAX)),
-        Just(Some(Duration::from_secs(u64::MAX))),
-        any::<u64>().prop_map(|n| Some(Duration::from_nanos(n))),
-        any::<u64>().prop_map(|s| Some(Duration::from_secs(s))),
-    ]
+    poll_twice(svc.ready().await.unwrap().call(Request::new(Bytes::new())));
 }
 
 proptest! {
@@ -63,11 +45,7 @@ proptest! {
         total in extreme(),
         delay in 0u64..120,
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let config = StreamTimeouts::new()
             .with_attempt(attempt)
             .with_first_token(first_token)

@@ -1,5 +1,6 @@
-//! Test doubles: a request type, and an upstream whose replies a test scripts.
-#![allow(dead_code, unreachable_pub)]
+//! Test doubles: a request type, and an upstream whose replies a test scripts; its bodies
+//! are the shared test support's channel-fed bodies.
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,10 +10,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
+use http_body::Frame;
 use seawall_core::{LlmError, LlmRequest, MediaParts, RateLimitSnapshot, Usage};
 use seawall_gate::QueueWait;
-use tokio::sync::mpsc;
+pub use seawall_test_support::{ChanBody, Feed, settle};
 use tokio::time::Instant;
 
 /// A request with a key, a token estimate and extensions.
@@ -150,7 +151,6 @@ pub struct Seen {
 }
 
 type Script = Box<dyn Fn(&Req) -> Reply + Send + Sync>;
-type Feed = mpsc::UnboundedSender<Result<Bytes, LlmError>>;
 
 pub struct State {
     script: Script,
@@ -192,7 +192,8 @@ impl Upstream {
     pub fn send(&self, id: usize, chunk: &'static str) {
         let s = self.0.streams.lock().unwrap();
         let (_, tx) = s.iter().find(|(i, _)| *i == id).expect("no such stream");
-        tx.send(Ok(Bytes::from_static(chunk.as_bytes()))).unwrap();
+        tx.send(Ok(Frame::data(Bytes::from_static(chunk.as_bytes()))))
+            .unwrap();
     }
     /// Fails the open stream of call `id` with `err`.
     pub fn fail(&self, id: usize, err: LlmError) {
@@ -220,23 +221,6 @@ impl Live {
 impl Drop for Live {
     fn drop(&mut self) {
         self.0.live.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A body fed by a channel; counts as live until dropped.
-pub struct ChanBody {
-    rx: mpsc::UnboundedReceiver<Result<Bytes, LlmError>>,
-    _live: Live,
-}
-
-impl Body for ChanBody {
-    type Data = Bytes;
-    type Error = LlmError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
-        self.rx.poll_recv(cx).map(|c| c.map(|r| r.map(Frame::data)))
     }
 }
 
@@ -278,11 +262,11 @@ impl tower::Service<Req> for Upstream {
                     hold,
                 } => {
                     tokio::time::sleep(delay).await;
-                    let (tx, rx) = mpsc::unbounded_channel();
+                    let (tx, body) = ChanBody::channel();
                     if hold {
                         st.streams.lock().unwrap().push((req.id, tx));
                     }
-                    let mut resp = http::Response::new(ChanBody { rx, _live: live });
+                    let mut resp = http::Response::new(body.holding(live));
                     if let Some(u) = usage {
                         resp.extensions_mut().insert(u);
                     }
@@ -293,12 +277,5 @@ impl tower::Service<Req> for Upstream {
                 }
             }
         })
-    }
-}
-
-/// Lets every spawned task run as far as it can without moving the clock.
-pub async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
     }
 }

@@ -1,5 +1,6 @@
-//! A scripted upstream and a tiny request type, shared by the integration tests.
-#![allow(dead_code, unreachable_pub)]
+//! A scripted upstream shared by the integration tests; the typed request is the shared
+//! test support's.
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use seawall_core::{CallContext, FailureClass, LlmError, LlmRequest};
+use seawall_core::{FailureClass, LlmError};
+pub use seawall_test_support::Ask;
 use tokio::time::Instant;
 use tower::Service;
 
@@ -131,31 +133,6 @@ impl Service<http::Request<Bytes>> for Mock {
 
     fn call(&mut self, req: http::Request<Bytes>) -> MockFuture {
         self.respond(Some(req.headers().clone()))
-    }
-}
-
-/// A typed request: idempotent or not, with or without an observer's context.
-#[derive(Clone, Default)]
-pub struct Ask {
-    pub idempotent: bool,
-    pub context: Option<Arc<CallContext>>,
-}
-
-impl LlmRequest for Ask {
-    fn model(&self) -> Option<&str> {
-        Some("test-model")
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        None
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        1
-    }
-    fn is_idempotent(&self) -> bool {
-        self.idempotent
-    }
-    fn call_context(&self) -> Option<&Arc<CallContext>> {
-        self.context.as_ref()
     }
 }
 

@@ -1,0 +1,77 @@
+//! A response body a test feeds frame by frame, to hold a stream open, fail it mid-way or end
+//! it exactly when the test decides.
+
+use std::any::Any;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use seawall_core::LlmError;
+use tokio::sync::mpsc;
+
+/// The sending end of a [`ChanBody`]: each message is one frame, or the error that ends the
+/// body. Dropping it ends the body.
+pub type Feed = mpsc::UnboundedSender<Result<Frame<Bytes>, LlmError>>;
+
+/// A body that is empty, or fed from a channel; it may hold a guard (a test's "call still
+/// live" counter) until it is dropped.
+pub struct ChanBody {
+    rx: Option<mpsc::UnboundedReceiver<Result<Frame<Bytes>, LlmError>>>,
+    guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl ChanBody {
+    /// A body that has ended before it starts.
+    pub fn empty() -> Self {
+        ChanBody {
+            rx: None,
+            guard: None,
+        }
+    }
+
+    /// A body and the feed that sends its frames.
+    pub fn channel() -> (Feed, Self) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let body = ChanBody {
+            rx: Some(rx),
+            guard: None,
+        };
+        (tx, body)
+    }
+
+    /// Keeps `guard` alive as long as the body.
+    pub fn holding(mut self, guard: impl Any + Send + Sync) -> Self {
+        self.guard = Some(Box::new(guard));
+        self
+    }
+}
+
+impl fmt::Debug for ChanBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChanBody")
+            .field("fed", &self.rx.is_some())
+            .field("guarded", &self.guard.is_some())
+            .finish()
+    }
+}
+
+impl Body for ChanBody {
+    type Data = Bytes;
+    type Error = LlmError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
+        match &mut self.get_mut().rx {
+            None => Poll::Ready(None),
+            Some(rx) => rx.poll_recv(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rx.is_none()
+    }
+}

@@ -1,0 +1,35 @@
+//! Fixtures the workspace's tests share, so that each lives in one place instead of a copy per
+//! test file: a typed request, channel-fed bodies, a paused-time harness, the
+//! polled-after-completion check, extreme-duration strategies, a counting allocator, a
+//! captured log, and behind features an auditing budget store (`budget`) and a loopback chaos
+//! upstream (`mock`).
+//!
+//! Not published: only the workspace's own tests depend on it, as a dev-dependency.
+
+mod alloc;
+#[cfg(feature = "budget")]
+mod audit;
+mod body;
+mod captured;
+#[cfg(feature = "mock")]
+mod loopback;
+mod poll;
+mod request;
+mod strategy;
+mod time;
+
+#[doc(hidden)]
+pub use cap;
+#[doc(hidden)]
+pub use tokio;
+
+#[cfg(feature = "budget")]
+pub use audit::AuditStore;
+pub use body::{ChanBody, Feed};
+pub use captured::{Captured, global_log};
+#[cfg(feature = "mock")]
+pub use loopback::start_mock;
+pub use poll::{poll_again_after, poll_twice};
+pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
+pub use strategy::{extreme_duration, extreme_duration_or_none};
+pub use time::{paused_runtime, settle};
