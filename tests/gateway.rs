@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use seawall::http::{ApiKey, OpenAiConfig};
 use seawall::mock::{Count, MockUpstream, Profile};
-use seawall_test_support::{Captured, global_log};
+use seawall_test_support::global_log;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -220,7 +220,6 @@ async fn upstream_rate_limit_and_organisation_headers_stay_behind() {
         assert!(a.headers.contains_key("content-type"), "{names:?}");
     }
 }
-
 
 #[tokio::test]
 async fn budget_refusals_tell_the_client_nothing_of_the_limit() {
