@@ -54,7 +54,7 @@ where
 }
 
 /// No key function: every per-key budget would count all requests under one key, so the
-/// builder refuses per-key budgets without [`Builder::keys`](crate::Builder::keys).
+/// builder refuses per-key budgets without [`CostBudgetBuilder::keys`](crate::CostBudgetBuilder::keys).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoKeys;
 

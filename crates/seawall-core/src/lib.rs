@@ -16,10 +16,12 @@
 //! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
 //! - [`CallContext`], through which layers report to an observer;
 //! - [`Random`], an injectable, seedable jitter source;
+//! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`bound_key`], which caps the length of the keys per-key state is stored under.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 
 mod class;
+mod config;
 mod context;
 mod error;
 mod future;
@@ -31,6 +33,7 @@ mod response;
 mod time;
 
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
+pub use config::ConfigError;
 pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};

@@ -2,7 +2,7 @@
 //!
 //! Keys come from clients (the model name of a request body), so the table is bounded by the
 //! operator, not by them: keys are cut to [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by
-//! [`bound_key`], and at most [`GateBuilder::max_keys`](crate::GateBuilder::max_keys) keys
+//! [`bound_key`], and at most [`ConcurrencyGateBuilder::max_keys`](crate::ConcurrencyGateBuilder::max_keys) keys
 //! have a state of their own. At the cap a new key forgets every state that carries nothing
 //! (no call holds it, no pause, full rate buckets: a fresh state would start the same). A
 //! paused key, or one whose rate buckets are in debt, is never forgotten, so a flood of new
@@ -27,7 +27,7 @@ use crate::rate::{Bucket, Rates, Ready};
 /// How the gate finds a request's key: rate limits and upstream pauses are kept per key.
 ///
 /// The default, [`StateKey`], uses [`LlmRequest::state_key`] (`host/model` for HTTP requests).
-/// Use [`GateBuilder::key_fn`](crate::GateBuilder::key_fn) for your own.
+/// Use [`ConcurrencyGateBuilder::key_fn`](crate::ConcurrencyGateBuilder::key_fn) for your own.
 pub trait GateKey<Req> {
     /// The key of `req`; `None` puts the request under the shared unkeyed state.
     fn key<'a>(&'a self, req: &'a Req) -> Option<Cow<'a, str>>;
@@ -43,7 +43,7 @@ impl<Req: LlmRequest> GateKey<Req> for StateKey {
     }
 }
 
-/// A key computed by a function, made by [`GateBuilder::key_fn`](crate::GateBuilder::key_fn).
+/// A key computed by a function, made by [`ConcurrencyGateBuilder::key_fn`](crate::ConcurrencyGateBuilder::key_fn).
 #[derive(Clone)]
 pub struct KeyFn<F>(pub(crate) F);
 
@@ -356,8 +356,8 @@ impl Keys {
         if b.version == version && state.version.load(Ordering::Acquire) == version {
             return;
         }
-        refit(&mut b.requests, rates.get_requests(), now);
-        refit(&mut b.tokens, rates.get_tokens(), now);
+        refit(&mut b.requests, rates.requests(), now);
+        refit(&mut b.tokens, rates.tokens(), now);
         b.version = version;
         state
             .limited

@@ -1,3 +1,6 @@
+//! The response future of [`Observe`](crate::Observe), which emits the record when the call
+//! ends, fails or is dropped.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
