@@ -188,12 +188,9 @@ impl<Req, Resp> FallbackBuilder<Req, Resp> {
         self
     }
 
-    /// Checks the settings and builds the layer. A zero deadline (which would cancel every
-    /// call at once) is refused.
+    /// Builds the layer. Every combination is accepted today (a zero deadline leaves only
+    /// the last resort); the `Result` is the one every seawall builder returns.
     pub fn build(mut self) -> Result<FallbackLayer<Req, Resp>, ConfigError> {
-        if self.shared.deadline.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::new("deadline", "must be above zero"));
-        }
         self.shared.finish();
         Ok(FallbackLayer {
             shared: Arc::new(self.shared),
