@@ -41,7 +41,7 @@ use seawall::http::{AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, Upstre
 use seawall::mock::{Delay, ErrorRule, KeepAliveStyle, MockUpstream, Profile};
 use seawall::observe::{CallRecord, ObserveLayer};
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::StreamTimeoutLayer;
 use serde_json::{Value, json};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -85,9 +85,10 @@ async fn main() -> Result<(), BoxError> {
 
     let record: Arc<Mutex<Option<CallRecord>>> = Arc::default();
     let sink = record.clone();
-    let observe = ObserveLayer::new()
+    let observe = ObserveLayer::builder()
         .config_version("example-client")
-        .recorder(move |r: &CallRecord| *sink.lock().unwrap() = Some(r.clone()));
+        .recorder(move |r: &CallRecord| *sink.lock().unwrap() = Some(r.clone()))
+        .build()?;
     let fallbacks = std::env::var("FALLBACK_MODEL").ok().map(Target::model);
     let prices = prices()?;
     let retry = BackoffRetryLayer::builder()
@@ -105,9 +106,11 @@ async fn main() -> Result<(), BoxError> {
         )
         .layer(CircuitBreakerLayer::new())
         .layer(ConcurrencyGateLayer::new(4))
-        .layer(StreamTimeoutLayer::new(
-            StreamTimeouts::new().with_first_token(Duration::from_secs(30)),
-        ))
+        .layer(
+            StreamTimeoutLayer::builder()
+                .first_token(Duration::from_secs(30))
+                .build()?,
+        )
         .layer(ClassifyLayer::default())
         .service(
             HttpTransport::builder()

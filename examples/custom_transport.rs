@@ -222,8 +222,9 @@ async fn main() -> Result<(), BoxError> {
         .with("small-model", Price::per_million_f64(0.25, 1.25)?);
     let mut client = ServiceBuilder::new()
         .layer(
-            ObserveLayer::new()
-                .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone())),
+            ObserveLayer::builder()
+                .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
+                .build()?,
         )
         .layer(FallbackLayer::new([Target::model("small-model")]))
         .layer(

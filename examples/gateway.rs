@@ -65,13 +65,13 @@ use seawall::classify::ClassifyLayer;
 use seawall::core::{BoxError, ServedBy};
 use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::gate::ConcurrencyGateLayer;
-use seawall::http::{ApiKey, ConfigError, HttpTransport, OpenAiConfig};
+use seawall::http::{ApiKey, HttpTransport, OpenAiConfig};
 use seawall::mock::{
     Count, Delay, ErrorRule, KeepAliveStyle, MalformedKind, MockUpstream, Profile,
 };
 use seawall::observe::{ObserveLayer, TracingRecorder};
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::StreamTimeoutLayer;
 use seawall::{FailureClass, LlmError};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -104,7 +104,7 @@ async fn main() -> Result<(), BoxError> {
             let note = format!("{} (OPENAI_API_KEY)", config.base_url());
             (config, note)
         }
-        Err(ConfigError::MissingVar(_)) => {
+        Err(e) if e.field() == "OPENAI_API_KEY" => {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             let addr = listener.local_addr()?;
             tokio::spawn(seawall::mock::serve(listener, MockUpstream::new(chaos())));
@@ -283,14 +283,15 @@ pub(crate) fn client(config: &OpenAiConfig, settings: &Settings) -> Result<Clien
         .limit(PERMITS)
         .max_queue(256)
         .max_wait(Duration::from_secs(10))
-        .build();
-    let timeouts = StreamTimeouts::new()
-        .with_first_token(Duration::from_secs(30))
-        .with_idle(Duration::from_secs(30));
+        .build()?;
+    let timeouts = StreamTimeoutLayer::builder()
+        .first_token(Duration::from_secs(30))
+        .idle(Duration::from_secs(30))
+        .build()?;
 
     let stack = ServiceBuilder::new()
         .map_response(proxy_response)
-        .layer(ObserveLayer::new().recorder(TracingRecorder))
+        .layer(ObserveLayer::builder().recorder(TracingRecorder).build()?)
         .layer(FallbackLayer::new([Target::model(
             &settings.fallback_model,
         )]))
@@ -301,7 +302,7 @@ pub(crate) fn client(config: &OpenAiConfig, settings: &Settings) -> Result<Clien
         .layer(budget)
         .layer(CircuitBreakerLayer::new())
         .layer(gate)
-        .layer(StreamTimeoutLayer::new(timeouts))
+        .layer(timeouts)
         .layer(ClassifyLayer::default())
         .service(transport);
     Ok(BoxCloneSyncService::new(stack))

@@ -217,7 +217,8 @@ async fn a_call_served_by_hyper_counts_as_a_success_for_the_adaptive_gate() {
     let layer = ConcurrencyGateLayer::builder()
         .limit(2)
         .adaptive(Adaptive::new())
-        .build();
+        .build()
+        .unwrap();
     let gate = layer.handle();
     let svc = layer.layer(Upstream::failing_first(FailureClass::RateLimited));
 
@@ -255,9 +256,12 @@ async fn a_call_served_by_hyper_stays_charged_when_drops_are_released() {
 }
 
 fn observe(tx: mpsc::UnboundedSender<CallRecord>) -> ObserveLayer {
-    ObserveLayer::new().recorder(move |r: &CallRecord| {
-        let _ = tx.send(r.clone());
-    })
+    ObserveLayer::builder()
+        .recorder(move |r: &CallRecord| {
+            let _ = tx.send(r.clone());
+        })
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use seawall::gate::ConcurrencyGateLayer;
 use seawall::mock::{Delay, ErrorRule, MockUpstream, Profile};
 use seawall::observe::{CallOutcome, CallRecord, ObserveLayer};
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::StreamTimeoutLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 const FIRST_TOKEN: Duration = Duration::from_millis(400);
@@ -68,9 +68,11 @@ type Records = Arc<Mutex<Vec<CallRecord>>>;
 
 fn observe(records: &Records) -> ObserveLayer {
     let records = records.clone();
-    ObserveLayer::new()
+    ObserveLayer::builder()
         .config_version("e2e-1")
         .recorder(move |r: &CallRecord| records.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap()
 }
 
 fn only(records: &Records) -> CallRecord {
@@ -87,14 +89,15 @@ async fn every_field_is_filled_by_the_layer_that_knows_it() {
     let gate = ConcurrencyGateLayer::builder()
         .limit(1)
         .max_wait(secs(60))
-        .build();
+        .build()
+        .unwrap();
     let client = ServiceBuilder::new()
         .layer(observe(&records))
         .layer(FallbackLayer::new([Target::model("gpt-4o-mini")]))
         .layer(retry())
         .layer(budget())
         .layer(gate.clone())
-        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::default())
         .service(upstream.clone());
 
@@ -167,7 +170,7 @@ async fn a_fallback_records_the_target_and_model_that_served() {
         .layer(retry())
         .layer(budget())
         .layer(ConcurrencyGateLayer::new(4))
-        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::default())
         .service(upstream.clone());
 
@@ -194,7 +197,7 @@ async fn a_stack_without_a_gate_has_no_queue_time() {
     let client = ServiceBuilder::new()
         .layer(observe(&records))
         .layer(retry())
-        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::default())
         .service(upstream);
 

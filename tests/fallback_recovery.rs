@@ -16,7 +16,7 @@ use seawall::core::ServedBy;
 use seawall::fallback::{FallbackLayer, Target};
 use seawall::mock::{Delay, ErrorRule, MockUpstream, Profile};
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::StreamTimeoutLayer;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -85,13 +85,13 @@ async fn the_fallback_answers_during_an_outage_and_traffic_returns_after_it() {
                 .unwrap(),
         )
         .layer(breaker)
-        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::default())
         .service(primary.clone());
     let backup_stack = ServiceBuilder::new()
         .layer(BackoffRetryLayer::builder().seed(2).build().unwrap())
         .layer(CircuitBreakerLayer::new())
-        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::default())
         .service(backup.clone());
     let client = ServiceBuilder::new()

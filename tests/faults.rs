@@ -26,7 +26,7 @@ use seawall::mock::{
     Count, Delay, ErrorRule, KeepAliveStyle, MalformedKind, MockUpstream, Profile,
 };
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamEnd, StreamStats, StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::{StreamEnd, StreamStats, StreamTimeoutLayer};
 use seawall::{FailureClass, LlmError};
 use seawall_test_support::start_mock;
 use serde_json::json;
@@ -145,7 +145,7 @@ async fn a_healthy_upstream_answers_complete_and_streamed_in_both_wire_formats()
     bounded(async {
         let mock = start(Profile::default().seed(1)).await;
         let openai = ServiceBuilder::new()
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.openai());
 
@@ -170,7 +170,7 @@ async fn a_healthy_upstream_answers_complete_and_streamed_in_both_wire_formats()
         assert!(stats.time_to_first_token().is_some());
 
         let anthropic = ServiceBuilder::new()
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.anthropic());
         let resp = anthropic
@@ -335,7 +335,12 @@ async fn an_error_body_cut_short_is_still_classified_from_what_arrived() {
         // the status and headers must carry the classification on their own.
         let mock = start(Profile::default().error(ErrorRule::random(529, 1.0))).await;
         let svc = ServiceBuilder::new()
-            .layer(ClassifyLayer::default().with_error_body_limit(24))
+            .layer(
+                ClassifyLayer::builder()
+                    .error_body_limit(24)
+                    .build()
+                    .unwrap(),
+            )
             .service(mock.openai());
 
         let err = svc
@@ -387,7 +392,7 @@ async fn a_stream_cut_after_content_ends_with_stream_interrupted_and_is_not_retr
         .await;
         let svc = ServiceBuilder::new()
             .layer(retry(3))
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.openai());
 
@@ -427,7 +432,7 @@ async fn a_stream_reset_after_content_ends_with_stream_interrupted() {
         .await;
         let svc = ServiceBuilder::new()
             .layer(retry(3))
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.anthropic());
 
@@ -457,7 +462,7 @@ async fn keepalives_before_the_first_token_are_passed_on_but_do_not_commit_the_s
         )
         .await;
         let svc = ServiceBuilder::new()
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.openai());
 
@@ -488,9 +493,12 @@ async fn keepalives_do_not_satisfy_the_time_to_first_token_timeout() {
         )
         .await;
         let svc = ServiceBuilder::new()
-            .layer(StreamTimeoutLayer::new(
-                StreamTimeouts::new().with_first_token(ms(200)),
-            ))
+            .layer(
+                StreamTimeoutLayer::builder()
+                    .first_token(ms(200))
+                    .build()
+                    .unwrap(),
+            )
             .layer(ClassifyLayer::default())
             .service(mock.openai());
 
@@ -513,7 +521,7 @@ async fn an_overload_event_before_any_content_is_retried() {
         let mock = start(Profile::default().mid_stream_errors(1.0, Count::fixed(0))).await;
         let svc = ServiceBuilder::new()
             .layer(retry(3))
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.anthropic());
 
@@ -540,7 +548,7 @@ async fn an_overloaded_model_falls_back_to_another_model_before_the_first_byte()
         let svc = ServiceBuilder::new()
             .layer(FallbackLayer::new([Target::model("small-model")]))
             .layer(retry(2))
-            .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+            .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::default())
             .service(mock.openai());
 
@@ -569,7 +577,7 @@ async fn a_provider_down_falls_back_to_another_provider() {
             ServiceBuilder::new()
                 .map_response(box_response)
                 .layer(retry(2))
-                .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+                .layer(StreamTimeoutLayer::new())
                 .layer(ClassifyLayer::default())
                 .service(transport)
         };
@@ -602,12 +610,12 @@ async fn a_200_holding_an_error_or_nothing_is_retried_before_the_commit_point() 
             let mock = start(Profile::default().malformed(1.0, &[kind])).await;
             let openai = ServiceBuilder::new()
                 .layer(retry(3))
-                .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+                .layer(StreamTimeoutLayer::new())
                 .layer(ClassifyLayer::default())
                 .service(mock.openai());
             let anthropic = ServiceBuilder::new()
                 .layer(retry(3))
-                .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+                .layer(StreamTimeoutLayer::new())
                 .layer(ClassifyLayer::default())
                 .service(mock.anthropic());
             for stream in [false, true] {

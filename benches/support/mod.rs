@@ -22,7 +22,7 @@ use seawall::fallback::{FallbackLayer, Target};
 use seawall::gate::{ConcurrencyGateLayer, Rates};
 use seawall::observe::{NoopRecorder, ObserveLayer};
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::StreamTimeoutLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 /// A small chat request, OpenAI style, as an application builds it for every call.
@@ -237,10 +237,11 @@ fn gate() -> ConcurrencyGateLayer {
                 .tokens_per_minute(u64::MAX / 4),
         )
         .build()
+        .expect("the bench gate's settings are valid")
 }
 
 /// A fallback to a smaller model that a successful call never uses.
-fn fallback<S>(svc: S) -> seawall::fallback::FallbackService<S, Request<Bytes>, S::Response>
+fn fallback<S>(svc: S) -> seawall::fallback::Fallback<S, Request<Bytes>, S::Response>
 where
     S: Service<Request<Bytes>>,
 {
@@ -260,11 +261,13 @@ pub(crate) fn seawall_stack(
         .layer(budget())
         .layer(seawall::breaker::CircuitBreakerLayer::new())
         .layer(gate())
-        .layer(StreamTimeoutLayer::new(StreamTimeouts::new()))
+        .layer(StreamTimeoutLayer::new())
         .layer(seawall::classify::ClassifyLayer::default())
         .service(inner);
-    ObserveLayer::new()
+    ObserveLayer::builder()
         .recorder(NoopRecorder)
+        .build()
+        .expect("the bench observe settings are valid")
         .layer(fallback(inner))
 }
 
@@ -287,10 +290,7 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
         "seawall_classify",
         seawall::classify::ClassifyLayer::default().layer(NOOP),
     );
-    v.ok(
-        "seawall_stream",
-        StreamTimeoutLayer::new(StreamTimeouts::new()).layer(NOOP),
-    );
+    v.ok("seawall_stream", StreamTimeoutLayer::new().layer(NOOP));
     v.ok("seawall_gate", ConcurrencyGateLayer::new(64).layer(NOOP));
     v.ok("seawall_gate_rates", gate().layer(NOOP));
     v.ok(
@@ -302,7 +302,11 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
     v.ok("seawall_fallback", fallback(NOOP));
     v.ok(
         "seawall_observe",
-        ObserveLayer::new().recorder(NoopRecorder).layer(NOOP),
+        ObserveLayer::builder()
+            .recorder(NoopRecorder)
+            .build()
+            .expect("the bench observe settings are valid")
+            .layer(NOOP),
     );
     v.ok("seawall_stack", seawall_stack(NOOP));
 
@@ -329,7 +333,7 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
     v.ok("pending_baseline", NOOP_PENDING);
     v.ok(
         "pending_seawall_stream",
-        StreamTimeoutLayer::new(StreamTimeouts::new()).layer(NOOP_PENDING),
+        StreamTimeoutLayer::new().layer(NOOP_PENDING),
     );
     v.ok("pending_seawall_stack", seawall_stack(NOOP_PENDING));
     v.ok(

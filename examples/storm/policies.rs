@@ -24,7 +24,7 @@ use seawall::fallback::{FallbackLayer, Target};
 use seawall::gate::{ConcurrencyGateLayer, Rates};
 use seawall::observe::{ObserveLayer, Summary};
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::{StreamTimeoutLayer, StreamTimeouts};
+use seawall::stream::StreamTimeoutLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_resilience::bulkhead::{BulkheadLayer, BulkheadServiceError};
 use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
@@ -363,21 +363,30 @@ where
             format!("upstream/{BACKUP_MODEL}"),
             rates(scenario.backup_rpm, scenario.backup_tpm),
         )
-        .build();
-    let timeouts = StreamTimeouts::new()
-        .with_first_token(setup.first_token_timeout)
-        .with_idle(Duration::from_secs(10));
+        .build()
+        .map_err(|e| e.to_string())?;
+    let timeouts = StreamTimeoutLayer::builder()
+        .first_token(setup.first_token_timeout)
+        .idle(Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
     let fallback = FallbackLayer::builder()
         .target(Target::model(BACKUP_MODEL))
-        .build();
+        .build()
+        .map_err(|e| e.to_string())?;
     let svc = ServiceBuilder::new()
-        .layer(ObserveLayer::new().shared_recorder(summary))
+        .layer(
+            ObserveLayer::builder()
+                .shared_recorder(summary)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
         .layer(fallback)
         .layer(retry)
         .layer(budget)
         .layer(breaker)
         .layer(gate)
-        .layer(StreamTimeoutLayer::new(timeouts))
+        .layer(timeouts)
         .layer(ClassifyLayer::default())
         .service(transport);
     Ok(async move |req: Request<Bytes>| once(svc.clone(), req).await)

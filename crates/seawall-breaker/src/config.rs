@@ -12,7 +12,7 @@ use crate::window::WindowKind;
 pub(crate) type ChangeFn = dyn Fn(&StateChange) + Send + Sync;
 pub(crate) type HintFn = dyn Fn(&LlmError) -> Option<Duration> + Send + Sync;
 
-/// Everything a breaker reads. Built once by the [`Builder`](crate::Builder) and shared by
+/// Everything a breaker reads. Built once by the [`CircuitBreakerBuilder`](crate::CircuitBreakerBuilder) and shared by
 /// every key through an `Arc`.
 pub(crate) struct Config {
     pub(crate) window: WindowKind,

@@ -1,10 +1,10 @@
-//! [`CircuitBreakerLayer`] and its [`Builder`].
+//! [`CircuitBreakerLayer`] and its [`CircuitBreakerBuilder`]: the breaker's configuration.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{Dispositions, FailureClass, LlmError, Random, StateKey};
+use seawall_core::{ConfigError, Dispositions, FailureClass, LlmError, Random, StateKey};
 use tower_layer::Layer;
 
 use crate::config::Config;
@@ -33,8 +33,8 @@ impl CircuitBreakerLayer {
     }
 
     /// A builder starting from the default settings.
-    pub fn builder() -> Builder {
-        Builder {
+    pub fn builder() -> CircuitBreakerBuilder {
+        CircuitBreakerBuilder {
             cfg: Config::default(),
             key: StateKey,
         }
@@ -79,36 +79,14 @@ impl<K> fmt::Debug for CircuitBreakerLayer<K> {
     }
 }
 
-/// A setting the [`Builder`] refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    message: String,
-}
-
-impl ConfigError {
-    fn new(message: impl Into<String>) -> Self {
-        ConfigError {
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid circuit breaker setting: {}", self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 /// Settings of a [`CircuitBreakerLayer`]. Every setting starts at the default documented on
-/// its method; [`build`](Builder::build) checks them.
-pub struct Builder<K = StateKey> {
+/// its method; [`build`](CircuitBreakerBuilder::build) checks them.
+pub struct CircuitBreakerBuilder<K = StateKey> {
     cfg: Config,
     key: K,
 }
 
-impl<K> Builder<K> {
+impl<K> CircuitBreakerBuilder<K> {
     /// Trip when failures make up at least `rate` (in `(0, 1]`) of the counted calls in the
     /// window, once the window holds [`minimum_calls`](Self::minimum_calls). Default 0.5.
     pub fn failure_rate(mut self, rate: f64) -> Self {
@@ -287,8 +265,8 @@ impl<K> Builder<K> {
     }
 
     /// Keys requests with `key` instead of [`LlmRequest::state_key`](seawall_core::LlmRequest::state_key).
-    pub fn key_fn<K2>(self, key: K2) -> Builder<K2> {
-        Builder { cfg: self.cfg, key }
+    pub fn key_fn<K2>(self, key: K2) -> CircuitBreakerBuilder<K2> {
+        CircuitBreakerBuilder { cfg: self.cfg, key }
     }
 
     /// Checks the settings and builds the layer.
@@ -297,77 +275,93 @@ impl<K> Builder<K> {
         let rate_ok = |r: f64| r > 0.0 && r <= 1.0;
         if let Some(r) = c.failure_rate {
             if !rate_ok(r) {
-                return Err(ConfigError::new(format!(
-                    "failure_rate must be in (0, 1], got {r}"
-                )));
+                return Err(ConfigError::new(
+                    "failure_rate",
+                    format!("must be in (0, 1], got {r}"),
+                ));
             }
         }
         if let Some(t) = c.slow_threshold {
             if t.is_zero() {
-                return Err(ConfigError::new("slow-call threshold must be above zero"));
+                return Err(ConfigError::new(
+                    "slow_calls",
+                    "the slow-call threshold must be above zero",
+                ));
             }
             if !rate_ok(c.slow_rate) {
-                return Err(ConfigError::new(format!(
-                    "slow-call rate must be in (0, 1], got {}",
-                    c.slow_rate
-                )));
+                return Err(ConfigError::new(
+                    "slow_calls",
+                    format!("the slow-call rate must be in (0, 1], got {}", c.slow_rate),
+                ));
             }
         }
         match c.window {
             WindowKind::Count(n) if n == 0 || n > MAX_COUNT_WINDOW => {
-                return Err(ConfigError::new(format!(
-                    "count_window must be 1 to {MAX_COUNT_WINDOW} calls, got {n}"
-                )));
+                return Err(ConfigError::new(
+                    "count_window",
+                    format!("must be 1 to {MAX_COUNT_WINDOW} calls, got {n}"),
+                ));
             }
             WindowKind::Count(n) if c.minimum_calls > n => {
-                return Err(ConfigError::new(format!(
-                    "minimum_calls ({}) exceeds the count window ({n}): the rates could never trip",
-                    c.minimum_calls
-                )));
+                return Err(ConfigError::new(
+                    "minimum_calls",
+                    format!(
+                        "{} exceeds the count window ({n}): the rates could never trip",
+                        c.minimum_calls
+                    ),
+                ));
             }
             WindowKind::Time(d) if !(MIN_TIME_WINDOW..=MAX_TIME_WINDOW).contains(&d) => {
-                return Err(ConfigError::new(format!(
-                    "time_window must be 100ms to 1h, got {d:?}"
-                )));
+                return Err(ConfigError::new(
+                    "time_window",
+                    format!("must be 100ms to 1h, got {d:?}"),
+                ));
             }
             _ => {}
         }
         if c.minimum_calls == 0 {
-            return Err(ConfigError::new("minimum_calls must be at least 1"));
+            return Err(ConfigError::new("minimum_calls", "must be at least 1"));
         }
         if c.open_base.is_zero() || c.open_max < c.open_base {
             return Err(ConfigError::new(
-                "open duration must be above zero, and its maximum at least its base",
+                "open_backoff",
+                "the open duration must be above zero, and its maximum at least its base",
             ));
         }
         if !(c.open_factor.is_finite() && c.open_factor >= 1.0) {
-            return Err(ConfigError::new(format!(
-                "open backoff factor must be finite and at least 1, got {}",
-                c.open_factor
-            )));
-        }
-        if !(0.0..1.0).contains(&c.jitter) {
-            return Err(ConfigError::new(format!(
-                "jitter must be in [0, 1), got {}",
-                c.jitter
-            )));
-        }
-        if c.probes == 0 || c.probes > MAX_PROBES {
-            return Err(ConfigError::new(format!(
-                "probes must be 1 to {MAX_PROBES}, got {}",
-                c.probes
-            )));
-        }
-        if c.probe_successes == 0 || c.probe_failures == 0 {
             return Err(ConfigError::new(
-                "probe_successes and probe_failures must be at least 1",
+                "open_backoff",
+                format!(
+                    "the factor must be finite and at least 1, got {}",
+                    c.open_factor
+                ),
             ));
         }
+        if !(0.0..1.0).contains(&c.jitter) {
+            return Err(ConfigError::new(
+                "jitter",
+                format!("must be in [0, 1), got {}", c.jitter),
+            ));
+        }
+        if c.probes == 0 || c.probes > MAX_PROBES {
+            return Err(ConfigError::new(
+                "probes",
+                format!("must be 1 to {MAX_PROBES}, got {}", c.probes),
+            ));
+        }
+        if c.probe_successes == 0 || c.probe_failures == 0 {
+            let field = if c.probe_successes == 0 {
+                "probe_successes"
+            } else {
+                "probe_failures"
+            };
+            return Err(ConfigError::new(field, "must be at least 1"));
+        }
         if c.max_probe_wait.is_zero() {
-            return Err(ConfigError::new("max_probe_wait must be above zero"));
+            return Err(ConfigError::new("max_probe_wait", "must be above zero"));
         }
         if c.max_keys == 0 {
-            return Err(ConfigError::new("max_keys must be at least 1"));
+            return Err(ConfigError::new("max_keys", "must be at least 1"));
         }
         let mut cfg = self.cfg;
         cfg.start = tokio::time::Instant::now();
@@ -378,9 +372,9 @@ impl<K> Builder<K> {
     }
 }
 
-impl<K> fmt::Debug for Builder<K> {
+impl<K> fmt::Debug for CircuitBreakerBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("CircuitBreakerBuilder")
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
@@ -392,7 +386,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_clear_errors() {
-        let cases: Vec<(Builder, &str)> = vec![
+        let cases: Vec<(CircuitBreakerBuilder, &str)> = vec![
             (
                 CircuitBreakerLayer::builder().failure_rate(1.5),
                 "failure_rate",

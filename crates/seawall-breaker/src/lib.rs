@@ -18,7 +18,7 @@
 //! sickness), seawall's own rejections, and cancelled calls (a future or body dropped early).
 //! A 429 storm or a burst of bad requests never opens the breaker, and does not interrupt a
 //! run of consecutive failures either. Change this per class with
-//! [`Builder::verdict`], [`Builder::dispositions`] and [`Builder::on_cancel`].
+//! [`CircuitBreakerBuilder::verdict`], [`CircuitBreakerBuilder::dispositions`] and [`CircuitBreakerBuilder::on_cancel`].
 //!
 //! An outcome is known only when the body ends: a stream that breaks after its first token is
 //! a failure, one that ends normally a success. So an admitted call holds its place (a
@@ -39,16 +39,16 @@
 //! `Open` rejects calls for 10 s, doubling with each consecutive re-open up to 120 s, minus up
 //! to 10% jitter. An error can also open the breaker until the instant it names (a
 //! `retry-after`, or the reset of an exhausted rate-limit window) with
-//! [`Builder::open_on_retry_hint`]. Then `HalfOpen` admits exactly [`Builder::probes`] calls at
-//! once (1), however many callers race for them; [`Builder::probe_successes`] successes close
-//! it, [`Builder::probe_failures`] failures re-open it. A probe that neither ends nor is
-//! dropped loses its slot after [`Builder::max_probe_wait`] (60 s), so a breaker cannot stay
+//! [`CircuitBreakerBuilder::open_on_retry_hint`]. Then `HalfOpen` admits exactly [`CircuitBreakerBuilder::probes`] calls at
+//! once (1), however many callers race for them; [`CircuitBreakerBuilder::probe_successes`] successes close
+//! it, [`CircuitBreakerBuilder::probe_failures`] failures re-open it. A probe that neither ends nor is
+//! dropped loses its slot after [`CircuitBreakerBuilder::max_probe_wait`] (60 s), so a breaker cannot stay
 //! half-open forever.
 //!
 //! Through a [`BreakerHandle`] a key (or every key) can be switched at run time to
 //! `ForcedOpen`, `Disabled` or `MetricsOnly` (count, never trip) and back, and every key's
 //! state and counts can be read. Every state change is a `tracing` event (target
-//! `seawall::breaker`) and, optionally, a callback ([`Builder::on_state_change`]).
+//! `seawall::breaker`) and, optionally, a callback ([`CircuitBreakerBuilder::on_state_change`]).
 //!
 //! # Cost
 //!
@@ -56,7 +56,7 @@
 //! load of the state word, and on completion a ring-slot swap and a counter update: no lock
 //! taken for writing, no allocation. Transitions take a per-key mutex. Keys are cut to
 //! [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes and capped in number
-//! ([`Builder::max_keys`], 1024); at the cap, idle closed keys are evicted, open ones never,
+//! ([`CircuitBreakerBuilder::max_keys`], 1024); at the cap, idle closed keys are evicted, open ones never,
 //! and keys that find no room share the [`OVERFLOW_KEY`] breaker.
 //!
 //! # Example
@@ -107,11 +107,11 @@ mod sync;
 mod window;
 
 pub use future::{BreakerGuard, ResponseFuture};
-pub use layer::{Builder, CircuitBreakerLayer, ConfigError, MAX_PROBES};
+pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer, MAX_PROBES};
 pub use registry::{BreakerHandle, OVERFLOW_KEY};
 pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CircuitBreaker;
 pub use state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
 
 #[doc(no_inline)]
-pub use seawall_core::{LlmError, LlmRequest, LlmResponse};
+pub use seawall_core::{ConfigError, LlmError, LlmRequest, LlmResponse};

@@ -6,9 +6,9 @@
 //!
 //! Keys come from clients (the model name of a request body), so the map is bounded by the
 //! operator, not by them: keys are cut to [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by
-//! [`bound_key`], and at most [`Builder::max_keys`](crate::Builder::max_keys) keys have a
+//! [`bound_key`], and at most [`CircuitBreakerBuilder::max_keys`](crate::CircuitBreakerBuilder::max_keys) keys have a
 //! breaker of their own. At the cap a new key evicts the closed keys idle for
-//! [`Builder::idle_timeout`](crate::Builder::idle_timeout) first; if there are none, the least
+//! [`CircuitBreakerBuilder::idle_timeout`](crate::CircuitBreakerBuilder::idle_timeout) first; if there are none, the least
 //! recently used eighth of the closed keys with nothing against them (no failure or slow call
 //! in the window, no failure streak), so a stream of new keys scans the table only once per
 //! `max_keys / 8` keys. A key that is open, half-open or in a manual mode is never evicted,

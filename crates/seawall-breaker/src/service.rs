@@ -9,6 +9,7 @@ use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse, State
 use tower_service::Service;
 
 use crate::breaker::{Breaker, Refusal};
+use crate::config::Config;
 use crate::future::{BreakerGuard, Permit, ResponseFuture};
 use crate::registry::{BreakerHandle, Shared};
 
@@ -23,6 +24,16 @@ pub struct CircuitBreaker<S, K = StateKey> {
     shared: Arc<Shared>,
     key: K,
     last: Option<Arc<Breaker>>,
+}
+
+impl<S> CircuitBreaker<S> {
+    /// Wraps `inner` in breakers with the default settings, keyed by
+    /// [`LlmRequest::state_key`], as
+    /// [`CircuitBreakerLayer::new`](crate::CircuitBreakerLayer::new) does. The breakers are
+    /// this service's and its clones'; build a layer to share them or change the settings.
+    pub fn new(inner: S) -> Self {
+        Self::from_parts(inner, Arc::new(Shared::new(Config::default())), StateKey)
+    }
 }
 
 impl<S, K> CircuitBreaker<S, K> {

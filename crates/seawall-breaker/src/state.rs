@@ -154,7 +154,7 @@ impl fmt::Display for Reason {
 }
 
 /// One state change of one key's breaker, as given to the
-/// [`on_state_change`](crate::Builder::on_state_change) callback.
+/// [`on_state_change`](crate::CircuitBreakerBuilder::on_state_change) callback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StateChange {

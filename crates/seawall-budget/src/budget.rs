@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::ConfigError;
 use crate::money::Usd;
 use crate::time::{NANOS_PER_SEC, Timestamp};
+use seawall_core::ConfigError;
 
 /// A UTC calendar period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,7 +97,7 @@ pub enum Scope {
     /// Each model apart (the request's model name).
     Model,
     /// Each value of a named key apart (`"tenant"`, `"user"`, `"api_key"`): the layer's key
-    /// function ([`Builder::keys`](crate::Builder::keys)) reads the value from the request.
+    /// function ([`CostBudgetBuilder::keys`](crate::CostBudgetBuilder::keys)) reads the value from the request.
     Key(Arc<str>),
 }
 
@@ -212,27 +212,30 @@ impl Budget {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let name = &self.name;
         if name.is_empty() {
-            return Err(ConfigError::new("a budget needs a name"));
+            return Err(ConfigError::new("budget", "a budget needs a name"));
         }
         if let Window::Rolling(d) = self.window {
             if d < Duration::from_secs(1) {
-                return Err(ConfigError::new(format!(
-                    "budget {name:?}: a rolling window must be at least one second, not {d:?}"
-                )));
+                return Err(ConfigError::new(
+                    "budget",
+                    format!("{name:?}: a rolling window must be at least one second, not {d:?}"),
+                ));
             }
         }
         if let Some(p) = self.soft_percent {
             if !(1..=100).contains(&p) {
-                return Err(ConfigError::new(format!(
-                    "budget {name:?}: soft limit must be 1 to 100 percent, not {p}"
-                )));
+                return Err(ConfigError::new(
+                    "budget",
+                    format!("{name:?}: the soft limit must be 1 to 100 percent, not {p}"),
+                ));
             }
         }
         if let Scope::Key(k) = &self.scope {
             if k.is_empty() {
-                return Err(ConfigError::new(format!(
-                    "budget {name:?}: the key scope needs a name"
-                )));
+                return Err(ConfigError::new(
+                    "budget",
+                    format!("{name:?}: the key scope needs a name"),
+                ));
             }
         }
         Ok(())

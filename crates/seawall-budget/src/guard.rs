@@ -7,9 +7,10 @@ use seawall_core::{CallContext, Completion, FailureClass, LlmError, OnComplete, 
 
 use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
 use crate::budget::Scope;
-use crate::layer::{Core, Settlement};
+use crate::config::Settlement;
 use crate::money::Usd;
 use crate::price::Price;
+use crate::state::Core;
 use crate::store::{Charge, Exceeded};
 use crate::time::Timestamp;
 

@@ -24,7 +24,7 @@ use seawall_core::{KeyFn, bound_key};
 
 /// No key function: every request is without a key. Every per-key budget would count all
 /// requests under one key, so the builder refuses per-key budgets without
-/// [`Builder::keys`](crate::Builder::keys).
+/// [`CostBudgetBuilder::keys`](crate::CostBudgetBuilder::keys).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoKeys;
 

@@ -1,109 +1,21 @@
-//! [`CostBudgetLayer`], its [`Builder`], and the choices a user can make.
+//! [`CostBudgetLayer`] and its [`CostBudgetBuilder`]: the budget's configuration.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use seawall_core::{FailureClass, PartEstimate};
+use seawall_core::{ConfigError, FailureClass, PartEstimate};
 use tower_layer::Layer;
 
 use crate::accounting::AccountingSink;
 use crate::budget::{Budget, Scope};
-use crate::error::ConfigError;
+use crate::config::{MissingMaxOutput, Settlement};
 use crate::keys::NoKeys;
 use crate::price::PriceTable;
 use crate::service::CostBudget;
+use crate::state::{Core, SoftFn, UNKEYED};
 use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend};
 use crate::time::{Clock, Timestamp, WallFn};
-
-/// What to do with a request that does not say how many tokens it may produce.
-///
-/// Without a maximum the cost of an attempt has no upper bound, so nothing can be reserved.
-/// A maximum that bounds nothing (negative, not a number) counts as none; see
-/// [`RequestMeta::parse`](seawall_core::RequestMeta::parse) for the values that are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MissingMaxOutput {
-    /// Refuse it with `BudgetExceeded` (code `max_output_tokens_required`). The default: the
-    /// layer does not change what a request asks for unless told to.
-    #[default]
-    Reject,
-    /// Write this maximum into the request (`LlmRequest::set_max_output_tokens`) and reserve
-    /// for it.
-    Default(u32),
-}
-
-/// What an attempt that reported no usage is charged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settlement {
-    /// Nothing: the reservation is released.
-    Release,
-    /// The reservation (the estimate, an upper bound of what it may have cost).
-    ChargeEstimate,
-}
-
-/// The default settlement of a failed attempt that reported no usage.
-///
-/// Charged the estimate: the outcomes after which the upstream may have done, and billed,
-/// the work: our attempt timeout (`Timeout`), `UpstreamTimeout` (504), `Disconnected` (lost
-/// after sending) and `StreamInterrupted` (content had begun). Released: everything else,
-/// which fails before the upstream bills: connection failures, 4xx, 429, 5xx rejections,
-/// and local rejections by inner layers. A dropped call or body is charged the estimate too
-/// (see [`Builder::on_drop`]).
-pub const fn default_settlement(class: FailureClass) -> Settlement {
-    match class {
-        FailureClass::Timeout
-        | FailureClass::UpstreamTimeout
-        | FailureClass::Disconnected
-        | FailureClass::StreamInterrupted => Settlement::ChargeEstimate,
-        _ => Settlement::Release,
-    }
-}
-
-pub(crate) type SoftFn = dyn Fn(&SoftLimitCrossed) + Send + Sync;
-
-/// Everything the services of one layer share.
-pub(crate) struct Core {
-    pub(crate) prices: PriceTable,
-    pub(crate) budgets: Box<[Budget]>,
-    pub(crate) keyed: bool,
-    pub(crate) store: Arc<dyn BudgetStore>,
-    pub(crate) sink: Option<Arc<dyn AccountingSink>>,
-    pub(crate) on_soft: Option<Arc<SoftFn>>,
-    pub(crate) missing_max: MissingMaxOutput,
-    pub(crate) input_margin_percent: u32,
-    pub(crate) parts: PartEstimate,
-    pub(crate) overrides: Vec<(FailureClass, Settlement)>,
-    pub(crate) on_drop: Settlement,
-    pub(crate) clock: Clock,
-    pub(crate) unkeyed: Arc<str>,
-}
-
-impl Core {
-    pub(crate) fn settlement_for(&self, class: FailureClass) -> Settlement {
-        self.overrides
-            .iter()
-            .rev()
-            .find(|(c, _)| *c == class)
-            .map_or_else(|| default_settlement(class), |(_, s)| *s)
-    }
-}
-
-impl fmt::Debug for Core {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CostBudget")
-            .field("models", &self.prices.len())
-            .field("budgets", &self.budgets)
-            .field("missing_max", &self.missing_max)
-            .field("input_margin_percent", &self.input_margin_percent)
-            .field("parts", &self.parts)
-            .field("on_drop", &self.on_drop)
-            .field("sink", &self.sink.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// The key under which a keyed budget counts requests for which no key was found.
-pub const UNKEYED: &str = "(none)";
 
 /// A tower layer that prices every attempt before it goes out, reserves its worst-case cost
 /// against every budget it falls under, refuses it with `BudgetExceeded` if any budget would
@@ -131,9 +43,20 @@ pub struct CostBudgetLayer<K = NoKeys> {
 }
 
 impl CostBudgetLayer<NoKeys> {
-    /// Starts a layer with these prices.
-    pub fn builder(prices: PriceTable) -> Builder<NoKeys> {
-        Builder {
+    /// A layer with these prices and the defaults: no budgets (add them with the
+    /// [builder](Self::builder)), requests without a maximum output refused, counters in a
+    /// [`MemoryStore`] of its own.
+    pub fn new(prices: PriceTable) -> Self {
+        CostBudgetLayer {
+            core: Arc::new(Core::new(prices)),
+            keys: Arc::new(NoKeys),
+        }
+    }
+
+    /// Starts a builder with these prices: the price table is the one setting without a
+    /// default, so it is the argument of both `new` and `builder`.
+    pub fn builder(prices: PriceTable) -> CostBudgetBuilder<NoKeys> {
+        CostBudgetBuilder {
             prices,
             budgets: Vec::new(),
             keys: NoKeys,
@@ -200,12 +123,12 @@ impl<S, K> Layer<S> for CostBudgetLayer<K> {
     type Service = CostBudget<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CostBudget::new(inner, self.core.clone(), self.keys.clone())
+        CostBudget::from_parts(inner, self.core.clone(), self.keys.clone())
     }
 }
 
 /// Configures a [`CostBudgetLayer`].
-pub struct Builder<K = NoKeys> {
+pub struct CostBudgetBuilder<K = NoKeys> {
     prices: PriceTable,
     budgets: Vec<Budget>,
     keys: K,
@@ -221,9 +144,9 @@ pub struct Builder<K = NoKeys> {
     wall: Option<Arc<WallFn>>,
 }
 
-impl<K> fmt::Debug for Builder<K> {
+impl<K> fmt::Debug for CostBudgetBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("CostBudgetBuilder")
             .field("models", &self.prices.len())
             .field("budgets", &self.budgets)
             .field("missing_max", &self.missing_max)
@@ -231,7 +154,7 @@ impl<K> fmt::Debug for Builder<K> {
     }
 }
 
-impl<K> Builder<K> {
+impl<K> CostBudgetBuilder<K> {
     /// Adds a budget. Every attempt is checked against all of them at once.
     pub fn budget(mut self, budget: Budget) -> Self {
         self.budgets.push(budget);
@@ -245,8 +168,8 @@ impl<K> Builder<K> {
     ///
     /// Keys appear in errors, events and spend records: return an identifier, never a secret
     /// (use [`fingerprint`](crate::fingerprint) to key by API key).
-    pub fn keys<F>(self, keys: F) -> Builder<F> {
-        Builder {
+    pub fn keys<F>(self, keys: F) -> CostBudgetBuilder<F> {
+        CostBudgetBuilder {
             prices: self.prices,
             budgets: self.budgets,
             keys,
@@ -305,7 +228,7 @@ impl<K> Builder<K> {
     ///
     /// A request's text is estimated from its characters; its non-text parts cannot be (a
     /// base64 image is not prose), so each is reserved at this estimate, and the margin of
-    /// [`Builder::input_margin_percent`] applies to them too.
+    /// [`CostBudgetBuilder::input_margin_percent`] applies to them too.
     pub fn part_estimate(mut self, parts: PartEstimate) -> Self {
         self.parts = parts;
         self
@@ -337,7 +260,7 @@ impl<K> Builder<K> {
     }
 
     /// A wall clock that reads `origin` now and then advances with tokio's clock, so tests on
-    /// paused time can place a calendar boundary exactly (see [`Builder::wall_clock`]).
+    /// paused time can place a calendar boundary exactly (see [`CostBudgetBuilder::wall_clock`]).
     pub fn wall_clock_origin(mut self, origin: SystemTime) -> Self {
         self.wall = Some(Clock::from_origin(origin));
         self
@@ -349,10 +272,10 @@ impl<K> Builder<K> {
         for (i, b) in self.budgets.iter().enumerate() {
             b.validate()?;
             if self.budgets[..i].iter().any(|o| o.name() == b.name()) {
-                return Err(ConfigError::new(format!(
-                    "two budgets are named {:?}; names must be unique",
-                    b.name()
-                )));
+                return Err(ConfigError::new(
+                    "budget",
+                    format!("two budgets are named {:?}; names must be unique", b.name()),
+                ));
             }
             match b.scope() {
                 Scope::Global => {}
@@ -360,25 +283,32 @@ impl<K> Builder<K> {
                 Scope::Key(scope) => {
                     keyed = true;
                     if !self.keys_set {
-                        return Err(ConfigError::new(format!(
-                            "budget {:?} is kept per {scope:?}, but no key function was set \
-                             (Builder::keys)",
-                            b.name()
-                        )));
+                        return Err(ConfigError::new(
+                            "keys",
+                            format!(
+                                "budget {:?} is kept per {scope:?}, but no key function was set \
+                                 (CostBudgetBuilder::keys)",
+                                b.name()
+                            ),
+                        ));
                     }
                 }
             }
         }
         if let MissingMaxOutput::Default(0) = self.missing_max {
             return Err(ConfigError::new(
+                "missing_max_output",
                 "the default max output tokens must be more than zero",
             ));
         }
         if self.input_margin_percent > 1000 {
-            return Err(ConfigError::new(format!(
-                "an input margin of {}% is not plausible (at most 1000%)",
-                self.input_margin_percent
-            )));
+            return Err(ConfigError::new(
+                "input_margin_percent",
+                format!(
+                    "{}% is not plausible (at most 1000%)",
+                    self.input_margin_percent
+                ),
+            ));
         }
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
         Ok(CostBudgetLayer {

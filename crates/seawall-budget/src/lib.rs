@@ -13,7 +13,7 @@
 //!    JSON, or built in code), times the request's estimated input tokens and the most
 //!    output tokens it may be billed: its maximum output times the answers it asks for
 //!    (OpenAI's `n` and `best_of`). Input is its text (characters / 4) plus a fixed estimate
-//!    per image, audio part and file ([`Builder::part_estimate`]), since base64 data is not
+//!    per image, audio part and file ([`CostBudgetBuilder::part_estimate`]), since base64 data is not
 //!    text. An unknown model gets the table's default price or is refused; a request
 //!    without a maximum gets a configured default written into it or is refused
 //!    ([`MissingMaxOutput`]).
@@ -31,7 +31,7 @@
 //!    (connection refused, 4xx, 429, 5xx) is released; one that may still be billed (our
 //!    timeout, a 504, a connection lost after sending, a broken stream, a call or body
 //!    dropped in flight) is charged the estimate by default ([`default_settlement`],
-//!    [`Builder::on_failure`], [`Builder::on_drop`]).
+//!    [`CostBudgetBuilder::on_failure`], [`CostBudgetBuilder::on_drop`]).
 //! 4. **Account**: one [`SpendRecord`] per attempt (refusals included) to an
 //!    [`AccountingSink`], for instance [`JsonlSink`], which writes JSON Lines from a
 //!    background thread and never blocks a call. The cost is also added to the call's
@@ -54,7 +54,7 @@
 //! is an estimate, and so are images, audio and files. An
 //! attempt whose real cost exceeds its reservation is still charged in full, so spend can end
 //! above a limit by the under-estimates of the attempts in flight at that moment (and the
-//! next attempts are refused). [`Builder::input_margin_percent`] reserves extra input to make
+//! next attempts are refused). [`CostBudgetBuilder::input_margin_percent`] reserves extra input to make
 //! that unlikely; a request type with an exact token count removes it. Cache-write surcharges
 //! (Anthropic's 1.25×) are not in [`seawall_core::Usage`] and so are not priced.
 //!
@@ -110,7 +110,7 @@
 
 mod accounting;
 mod budget;
-mod error;
+mod config;
 mod future;
 mod guard;
 mod keys;
@@ -118,23 +118,26 @@ mod layer;
 mod money;
 mod price;
 mod service;
+mod state;
 mod store;
 mod time;
 
 pub use accounting::{AccountingSink, AttemptOutcome, Charged, JsonlSink, MemorySink, SpendRecord};
 pub use budget::{Budget, Period, Scope, Window};
-pub use error::ConfigError;
+pub use config::{MissingMaxOutput, Settlement, default_settlement};
 pub use future::ResponseFuture;
 pub use guard::BudgetGuard;
 pub use keys::{DEFAULT_MAX_KEYS, NoKeys, OVERFLOW_KEY, ScopeKeys, fingerprint};
-pub use layer::{
-    Builder, CostBudgetLayer, MissingMaxOutput, Settlement, UNKEYED, default_settlement,
-};
+pub use layer::{CostBudgetBuilder, CostBudgetLayer};
 pub use money::Usd;
 pub use price::{Price, PriceTable};
 pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CostBudget;
+pub use state::UNKEYED;
 pub use store::{
     Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, SoftLimitCrossed, Spend,
 };
 pub use time::Timestamp;
+
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::ConfigError;
+use seawall_core::ConfigError;
 
 const NANOS_PER_DOLLAR: u64 = 1_000_000_000;
 
@@ -58,13 +58,17 @@ impl Usd {
     /// too large (over $18 billion) values are an error.
     pub fn from_f64(dollars: f64) -> Result<Usd, ConfigError> {
         if !dollars.is_finite() || dollars < 0.0 {
-            return Err(ConfigError::new(format!(
-                "{dollars} is not a valid amount of dollars (must be finite and not negative)"
-            )));
+            return Err(ConfigError::new(
+                "dollars",
+                format!("{dollars} is not a valid amount (must be finite and not negative)"),
+            ));
         }
         let nanos = (dollars * NANOS_PER_DOLLAR as f64).round();
         if nanos >= u64::MAX as f64 {
-            return Err(ConfigError::new(format!("{dollars} dollars is too large")));
+            return Err(ConfigError::new(
+                "dollars",
+                format!("{dollars} is too large"),
+            ));
         }
         Ok(Usd(nanos as u64))
     }
@@ -124,7 +128,12 @@ impl FromStr for Usd {
     /// Parses a decimal amount exactly: `"2.50"`, `"$0.0375"`, `"15"`. At most nine decimal
     /// places; no sign, exponent or thousands separator.
     fn from_str(s: &str) -> Result<Usd, ConfigError> {
-        let bad = || ConfigError::new(format!("{s:?} is not an amount of dollars like \"2.50\""));
+        let bad = || {
+            ConfigError::new(
+                "dollars",
+                format!("{s:?} is not an amount of dollars like \"2.50\""),
+            )
+        };
         let t = s.trim();
         let t = t.strip_prefix('$').unwrap_or(t);
         let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
@@ -135,9 +144,10 @@ impl FromStr for Usd {
             return Err(bad());
         }
         if frac.len() > 9 {
-            return Err(ConfigError::new(format!(
-                "{s:?} has more than nine decimal places"
-            )));
+            return Err(ConfigError::new(
+                "dollars",
+                format!("{s:?} has more than nine decimal places"),
+            ));
         }
         let whole: u64 = if whole.is_empty() {
             0
@@ -152,7 +162,7 @@ impl FromStr for Usd {
             .checked_mul(NANOS_PER_DOLLAR)
             .and_then(|w| w.checked_add(nanos))
             .map(Usd)
-            .ok_or_else(|| ConfigError::new(format!("{s:?} dollars is too large")))
+            .ok_or_else(|| ConfigError::new("dollars", format!("{s:?} is too large")))
     }
 }
 

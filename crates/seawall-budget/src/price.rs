@@ -7,8 +7,8 @@ use std::sync::Arc;
 use seawall_core::Usage;
 use serde::Deserialize;
 
-use crate::error::ConfigError;
 use crate::money::Usd;
+use seawall_core::ConfigError;
 
 const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 
@@ -228,7 +228,7 @@ impl PriceTable {
     /// optional `[default]` section of the same shape. Unknown keys are an error.
     pub fn from_toml_str(text: &str) -> Result<PriceTable, ConfigError> {
         let file: PriceFile = toml::from_str(text)
-            .map_err(|e| ConfigError::with_source("invalid price table (TOML)", e))?;
+            .map_err(|e| ConfigError::new("prices", "invalid price table (TOML)").with_source(e))?;
         file.into_table()
     }
 
@@ -236,7 +236,7 @@ impl PriceTable {
     /// `{"models": {"gpt-4o": {"input": 2.5, "output": 10}}, "default": {...}}`.
     pub fn from_json_str(text: &str) -> Result<PriceTable, ConfigError> {
         let file: PriceFile = serde_json::from_str(text)
-            .map_err(|e| ConfigError::with_source("invalid price table (JSON)", e))?;
+            .map_err(|e| ConfigError::new("prices", "invalid price table (JSON)").with_source(e))?;
         file.into_table()
     }
 
@@ -244,7 +244,11 @@ impl PriceTable {
     pub fn from_file(path: impl AsRef<Path>) -> Result<PriceTable, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::with_source(format!("cannot read price table {}", path.display()), e)
+            ConfigError::new(
+                "prices",
+                format!("cannot read price table {}", path.display()),
+            )
+            .with_source(e)
         })?;
         let ext = path
             .extension()
@@ -254,13 +258,15 @@ impl PriceTable {
             Some("toml") => Self::from_toml_str(&text),
             Some("json") => Self::from_json_str(&text),
             _ => {
-                return Err(ConfigError::new(format!(
-                    "price table {} must end in .toml or .json",
-                    path.display()
-                )));
+                return Err(ConfigError::new(
+                    "prices",
+                    format!("price table {} must end in .toml or .json", path.display()),
+                ));
             }
         };
-        parsed.map_err(|e| ConfigError::new(format!("price table {}: {e}", path.display())))
+        parsed.map_err(|e| {
+            ConfigError::new("prices", format!("price table {}", path.display())).with_source(e)
+        })
     }
 }
 
@@ -295,7 +301,7 @@ impl Amount {
             Amount::Number(n) => Usd::from_f64(*n),
             Amount::Text(t) => t.parse(),
         }
-        .map_err(|e| ConfigError::new(format!("model {model:?}, {field}: {e}")))
+        .map_err(|e| ConfigError::new("prices", format!("model {model:?}, {field}")).with_source(e))
     }
 }
 
@@ -315,9 +321,10 @@ impl PriceFile {
         let mut table = PriceTable::new();
         for (model, p) in &self.models {
             if model.is_empty() || model == "*" {
-                return Err(ConfigError::new(format!(
-                    "model name {model:?} is empty; use [default] for unlisted models"
-                )));
+                return Err(ConfigError::new(
+                    "prices",
+                    format!("model name {model:?} is empty; use [default] for unlisted models"),
+                ));
             }
             table.insert(model, p.to_price(model)?);
         }

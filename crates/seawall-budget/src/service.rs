@@ -9,9 +9,13 @@ use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse};
 use tower_service::Service;
 
 use crate::budget::Scope;
+use crate::config::MissingMaxOutput;
 use crate::future::ResponseFuture;
 use crate::guard::BudgetGuard;
-use crate::layer::{Core, MissingMaxOutput};
+use crate::config::MissingMaxOutput;
+use crate::keys::NoKeys;
+use crate::price::PriceTable;
+use crate::state::Core;
 use crate::store::Admission;
 
 /// Checks every attempt against the budgets before calling the inner service, and settles it
@@ -26,8 +30,18 @@ pub struct CostBudget<S, K> {
     keys: Arc<K>,
 }
 
+impl<S> CostBudget<S, NoKeys> {
+    /// Wraps `inner` with `prices` and the defaults, as
+    /// [`CostBudgetLayer::new`](crate::CostBudgetLayer::new) does: no budgets yet (only the
+    /// pricing and the maximum-output rule apply) and counters of its own. Build a layer to add
+    /// budgets or share the counters.
+    pub fn new(inner: S, prices: PriceTable) -> Self {
+        Self::from_parts(inner, Arc::new(Core::new(prices)), Arc::new(NoKeys))
+    }
+}
+
 impl<S, K> CostBudget<S, K> {
-    pub(crate) fn new(inner: S, core: Arc<Core>, keys: Arc<K>) -> Self {
+    pub(crate) fn from_parts(inner: S, core: Arc<Core>, keys: Arc<K>) -> Self {
         CostBudget { inner, core, keys }
     }
 

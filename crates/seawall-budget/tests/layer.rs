@@ -231,7 +231,10 @@ enum Ending {
 }
 
 /// Runs one attempt that ends as told; returns what it was charged and its record.
-async fn charged_for(ending: Ending, tweak: fn(Builder) -> Builder) -> (Usd, SpendRecord) {
+async fn charged_for(
+    ending: Ending,
+    tweak: fn(CostBudgetBuilder) -> CostBudgetBuilder,
+) -> (Usd, SpendRecord) {
     let sink = Arc::new(MemorySink::new());
     let layer = tweak(
         CostBudgetLayer::builder(prices())
@@ -302,7 +305,7 @@ async fn charged_for(ending: Ending, tweak: fn(Builder) -> Builder) -> (Usd, Spe
 async fn failed_attempts_release_unless_they_may_have_been_billed() {
     use FailureClass::*;
     let est = Usd::from_nanos(EST);
-    let keep = |b: Builder| b;
+    let keep = |b: CostBudgetBuilder| b;
     for (ending, expected, outcome) in [
         (
             Ending::Err(Connect),
@@ -365,7 +368,7 @@ async fn failed_attempts_release_unless_they_may_have_been_billed() {
         assert_eq!(record.charged, charged, "{ending:?}");
     }
     // Both choices are configurable.
-    let release = |b: Builder| {
+    let release = |b: CostBudgetBuilder| {
         b.on_failure(Timeout, Settlement::Release)
             .on_drop(Settlement::Release)
     };
@@ -374,7 +377,7 @@ async fn failed_attempts_release_unless_they_may_have_been_billed() {
         Usd::ZERO
     );
     assert_eq!(charged_for(Ending::DropFuture, release).await.0, Usd::ZERO);
-    let charge = |b: Builder| b.on_failure(ServerError, Settlement::ChargeEstimate);
+    let charge = |b: CostBudgetBuilder| b.on_failure(ServerError, Settlement::ChargeEstimate);
     assert_eq!(charged_for(Ending::Err(ServerError), charge).await.0, est);
 }
 
@@ -824,7 +827,11 @@ fn bad_configurations_are_errors() {
         .budget(Budget::total("t", Usd::from_dollars(1)).per_key("tenant"))
         .build()
         .unwrap_err();
-    assert!(nokeys.to_string().contains("Builder::keys"), "{nokeys}");
+    assert!(
+        nokeys.to_string().contains("CostBudgetBuilder::keys"),
+        "{nokeys}"
+    );
+    assert_eq!(nokeys.field(), "keys");
     let zero = CostBudgetLayer::builder(prices())
         .missing_max_output(MissingMaxOutput::Default(0))
         .build()
@@ -857,7 +864,7 @@ async fn input_margin_enlarges_the_reservation() {
 }
 
 /// The reservation of one HTTP JSON body sent to gpt-4o through `builder`, or the refusal.
-async fn reserved_for(builder: Builder, body: String) -> Result<u64, LlmError> {
+async fn reserved_for(builder: CostBudgetBuilder, body: String) -> Result<u64, LlmError> {
     let sink = Arc::new(MemorySink::new());
     let layer = builder.sink(sink.clone()).build().unwrap();
     let mut svc = layer.layer(tower::service_fn(|_req: http::Request<Bytes>| async {
@@ -870,7 +877,7 @@ async fn reserved_for(builder: Builder, body: String) -> Result<u64, LlmError> {
     Ok(sink.records()[0].reserved_nanos)
 }
 
-fn dollar_budget() -> Builder {
+fn dollar_budget() -> CostBudgetBuilder {
     CostBudgetLayer::builder(prices()).budget(Budget::total("all", Usd::from_dollars(1)))
 }
 

@@ -62,7 +62,7 @@
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Any HTTP transport; here, one that always answers a quota error.
 //! let transport = tower::service_fn(|_req: http::Request<Bytes>| async {
 //!     let body = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
@@ -71,7 +71,7 @@
 //!     )
 //! });
 //! let service = ServiceBuilder::new()
-//!     .layer(ClassifyLayer::default().with_error_body_limit(16 * 1024))
+//!     .layer(ClassifyLayer::builder().error_body_limit(16 * 1024).build()?)
 //!     .service(transport);
 //!
 //! let request = http::Request::post("https://api.openai.com/v1/chat/completions")
@@ -80,6 +80,7 @@
 //! let err = service.oneshot(request).await.unwrap_err();
 //! assert_eq!(err.class(), FailureClass::QuotaExhausted); // a 429 that must not be retried
 //! assert_eq!(err.code(), Some("insufficient_quota"));
+//! # Ok(())
 //! # }
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-classify/0.1.0")]
@@ -101,6 +102,9 @@ pub use classifier::{
 };
 pub use error_body::ProviderError;
 pub use future::ResponseFuture;
-pub use layer::{ClassifyLayer, DEFAULT_ERROR_BODY_LIMIT};
-pub use service::Classify;
+pub use layer::{ClassifyBuilder, ClassifyLayer};
+pub use service::{Classify, DEFAULT_ERROR_BODY_LIMIT};
 pub use transport::classify_transport_error;
+
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;

@@ -14,7 +14,9 @@ use tower_service::Service;
 use crate::body::ClassifiedBody;
 use crate::classifier::{AutoClassifier, Classifier};
 use crate::future::ResponseFuture;
-use crate::layer::DEFAULT_ERROR_BODY_LIMIT;
+
+/// The default error-body limit: 64 KiB.
+pub const DEFAULT_ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// Classifies the outcome of an HTTP transport: `Ok` with a [`ClassifiedBody`] for a
 /// successful response, else an [`LlmError`]. Made by [`ClassifyLayer`](crate::ClassifyLayer).
@@ -25,20 +27,21 @@ pub struct Classify<S, C = AutoClassifier> {
     error_body_limit: usize,
 }
 
+impl<S> Classify<S> {
+    /// Wraps `inner` with the defaults, as [`ClassifyLayer::new`](crate::ClassifyLayer::new)
+    /// does: the [`AutoClassifier`] and a 64 KiB error-body limit.
+    pub fn new(inner: S) -> Self {
+        Self::from_parts(inner, AutoClassifier, DEFAULT_ERROR_BODY_LIMIT)
+    }
+}
+
 impl<S, C> Classify<S, C> {
-    /// Wraps `inner`, classifying with `classifier` and the default error-body limit (64 KiB).
-    pub fn new(inner: S, classifier: C) -> Self {
+    pub(crate) fn from_parts(inner: S, classifier: C, error_body_limit: usize) -> Self {
         Classify {
             inner,
             classifier,
-            error_body_limit: DEFAULT_ERROR_BODY_LIMIT,
+            error_body_limit,
         }
-    }
-
-    /// Sets the most bytes of an error body read before classifying.
-    pub fn with_error_body_limit(mut self, bytes: usize) -> Self {
-        self.error_body_limit = bytes;
-        self
     }
 
     /// The classifier.

@@ -90,8 +90,10 @@ async fn an_answer_longer_than_the_limit_passes_through_unread() {
             async move { Ok::<_, std::io::Error>(response(200, JSON, Chunks::new(chunks))) }
         }
     });
-    let resp = ClassifyLayer::default()
-        .with_error_body_limit(64)
+    let resp = ClassifyLayer::builder()
+        .error_body_limit(64)
+        .build()
+        .unwrap()
         .layer(transport)
         .oneshot(common::chat_request(false))
         .await

@@ -98,7 +98,10 @@ async fn error_body_limit_is_configurable() {
         let r = cell.lock().unwrap().take().unwrap();
         async move { Ok::<_, std::io::Error>(r) }
     });
-    let layer = ClassifyLayer::default().with_error_body_limit(2048);
+    let layer = ClassifyLayer::builder()
+        .error_body_limit(2048)
+        .build()
+        .unwrap();
     assert_eq!(layer.error_body_limit(), 2048);
     let err = layer
         .layer(transport)

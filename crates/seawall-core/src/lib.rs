@@ -18,11 +18,13 @@
 //!   [`FinishReason::from_provider`], the one reading of the providers' finish reasons;
 //! - [`CallContext`], through which layers report to an observer;
 //! - [`Random`], an injectable, seedable jitter source;
+//! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
 //!   default), and [`bound_key`], which caps the length of the keys their state is stored under.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 
 mod class;
+mod config;
 mod context;
 mod error;
 mod finish;
@@ -37,6 +39,7 @@ mod sse;
 mod time;
 
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
+pub use config::ConfigError;
 pub use context::{CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};

@@ -62,7 +62,8 @@ async fn main() {
             let msg = format!("{{\"degraded\":\"{}\"}}", err.message());
             box_response(Response::new(Full::new(Bytes::from(msg))))
         })
-        .build();
+        .build()
+        .expect("the fallback settings are valid");
     let client = ServiceBuilder::new()
         .layer(fallback)
         .map_response(box_response)

@@ -17,11 +17,11 @@ use tower_service::Service;
 
 use crate::cache::{BoxFuture, LastResort};
 use crate::error::{FallbackError, Tried};
-use crate::layer::Shared;
+use crate::state::Shared;
 use crate::target::Route;
 
 pin_project! {
-    /// The response future of [`FallbackService`](crate::FallbackService).
+    /// The response future of [`Fallback`](crate::Fallback).
     ///
     /// Dropping it cancels the target running at that moment, and no further target is
     /// called: nothing runs in the background.

@@ -5,44 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{Dispositions, Fallback, LlmError};
+use seawall_core::{ConfigError, Dispositions, LlmError};
 use tower_layer::Layer;
 
-use crate::cache::{Cache, CacheOps, Replay, RequestKey, ResponseCache};
-use crate::service::FallbackService;
+use crate::cache::{Cache, Replay, RequestKey, ResponseCache};
+use crate::service::Fallback;
+use crate::state::{Shared, debug_shared};
 use crate::target::Target;
-
-type Degraded<Req, Resp> = Box<dyn Fn(&Req, &LlmError) -> Resp + Send + Sync>;
-
-/// The configuration every service made by one [`FallbackLayer`] shares.
-pub(crate) struct Shared<Req, Resp> {
-    /// `"primary"`: the name [`ServedBy`](seawall_core::ServedBy) gives the primary path.
-    pub(crate) primary_name: Arc<str>,
-    pub(crate) regular: Vec<Target<Req, Resp>>,
-    pub(crate) larger_context: Vec<Target<Req, Resp>>,
-    pub(crate) content_policy: Vec<Target<Req, Resp>>,
-    pub(crate) dispositions: Dispositions,
-    pub(crate) max_fallbacks: usize,
-    pub(crate) deadline: Option<Duration>,
-    pub(crate) cache: Option<Box<dyn CacheOps<Req, Resp>>>,
-    pub(crate) degraded: Option<Degraded<Req, Resp>>,
-    /// Some target sends to the wrapped service: each call keeps a clone of it.
-    pub(crate) uses_primary: bool,
-    /// Some target or the degraded response needs the caller's request: each call keeps a
-    /// clone of it.
-    pub(crate) keeps_request: bool,
-}
-
-impl<Req, Resp> Shared<Req, Resp> {
-    pub(crate) fn list(&self, which: Fallback) -> &[Target<Req, Resp>] {
-        match which {
-            Fallback::Yes => &self.regular,
-            Fallback::LargerContext => &self.larger_context,
-            Fallback::ContentPolicy => &self.content_policy,
-            Fallback::No => &[],
-        }
-    }
-}
 
 /// Sends a request to the next target of a fallback chain when the primary path has failed
 /// for good, and answers from a cache or a degraded response as a last resort.
@@ -60,25 +29,15 @@ pub struct FallbackLayer<Req, Resp> {
 impl<Req, Resp> FallbackLayer<Req, Resp> {
     /// A layer with a regular fallback chain and the defaults otherwise.
     pub fn new(targets: impl IntoIterator<Item = Target<Req, Resp>>) -> Self {
-        Self::builder().targets(targets).build()
+        FallbackLayer {
+            shared: Arc::new(Shared::with_targets(targets)),
+        }
     }
 
     /// A builder with the defaults.
     pub fn builder() -> FallbackBuilder<Req, Resp> {
         FallbackBuilder {
-            shared: Shared {
-                primary_name: Arc::from("primary"),
-                regular: Vec::new(),
-                larger_context: Vec::new(),
-                content_policy: Vec::new(),
-                dispositions: Dispositions::new(),
-                max_fallbacks: 3,
-                deadline: None,
-                cache: None,
-                degraded: None,
-                uses_primary: false,
-                keeps_request: false,
-            },
+            shared: Shared::new(),
         }
     }
 
@@ -128,25 +87,11 @@ impl<Req, Resp> fmt::Debug for FallbackLayer<Req, Resp> {
     }
 }
 
-pub(crate) fn debug_shared<Req, Resp>(
-    s: &Shared<Req, Resp>,
-    mut d: fmt::DebugStruct<'_, '_>,
-) -> fmt::Result {
-    d.field("targets", &s.regular)
-        .field("larger_context", &s.larger_context)
-        .field("content_policy", &s.content_policy)
-        .field("max_fallbacks", &s.max_fallbacks)
-        .field("deadline", &s.deadline)
-        .field("cache", &s.cache.is_some())
-        .field("degraded", &s.degraded.is_some())
-        .finish()
-}
-
 impl<S, Req, Resp> Layer<S> for FallbackLayer<Req, Resp> {
-    type Service = FallbackService<S, Req, Resp>;
+    type Service = Fallback<S, Req, Resp>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FallbackService::new(inner, self.shared.clone())
+        Fallback::from_shared(inner, self.shared.clone())
     }
 }
 
@@ -166,8 +111,9 @@ impl<S, Req, Resp> Layer<S> for FallbackLayer<Req, Resp> {
 ///     .deadline(Duration::from_secs(60))
 ///     .cache(ResponseCache::new(Duration::from_secs(300)))
 ///     .degraded(|_req, _err| Response::new(Full::from("{\"degraded\":true}")))
-///     .build();
+///     .build()?;
 /// assert_eq!(layer.max_fallbacks(), 2);
+/// # Ok::<(), seawall_fallback::ConfigError>(())
 /// ```
 pub struct FallbackBuilder<Req, Resp> {
     shared: Shared<Req, Resp>,
@@ -175,7 +121,7 @@ pub struct FallbackBuilder<Req, Resp> {
 
 impl<Req, Resp> FallbackBuilder<Req, Resp> {
     /// Appends a target to the regular chain, tried in order for failures whose disposition
-    /// is [`Fallback::Yes`].
+    /// is [`Fallback::Yes`](seawall_core::Fallback::Yes).
     pub fn target(mut self, target: Target<Req, Resp>) -> Self {
         self.shared.regular.push(target);
         self
@@ -188,14 +134,14 @@ impl<Req, Resp> FallbackBuilder<Req, Resp> {
     }
 
     /// Appends a larger-context model, tried in order for failures whose disposition is
-    /// [`Fallback::LargerContext`] (`ContextLengthExceeded`).
+    /// [`Fallback::LargerContext`](seawall_core::Fallback::LargerContext) (`ContextLengthExceeded`).
     pub fn larger_context(mut self, target: Target<Req, Resp>) -> Self {
         self.shared.larger_context.push(target);
         self
     }
 
     /// Appends a target to the content-policy list, tried for failures whose disposition is
-    /// [`Fallback::ContentPolicy`] (`ContentFiltered`). Without one, filtered requests fail.
+    /// [`Fallback::ContentPolicy`](seawall_core::Fallback::ContentPolicy) (`ContentFiltered`). Without one, filtered requests fail.
     pub fn content_policy(mut self, target: Target<Req, Resp>) -> Self {
         self.shared.content_policy.push(target);
         self
@@ -243,22 +189,13 @@ impl<Req, Resp> FallbackBuilder<Req, Resp> {
         self
     }
 
-    /// The layer.
-    pub fn build(mut self) -> FallbackLayer<Req, Resp> {
-        let s = &mut self.shared;
-        let all = || {
-            s.regular
-                .iter()
-                .chain(&s.larger_context)
-                .chain(&s.content_policy)
-        };
-        let uses_primary = all().any(Target::uses_primary);
-        let keeps_request = all().next().is_some() || s.degraded.is_some();
-        s.uses_primary = uses_primary;
-        s.keeps_request = keeps_request;
-        FallbackLayer {
+    /// Builds the layer. Every combination is accepted today (a zero deadline leaves only
+    /// the last resort); the `Result` is the one every seawall builder returns.
+    pub fn build(mut self) -> Result<FallbackLayer<Req, Resp>, ConfigError> {
+        self.shared.finish();
+        Ok(FallbackLayer {
             shared: Arc::new(self.shared),
-        }
+        })
     }
 }
 

@@ -92,14 +92,18 @@ mod error;
 mod future;
 mod layer;
 mod service;
+mod state;
 mod target;
 
 pub use cache::{HttpSnapshot, LastResort, Replay, ReplayBody, RequestKey, ResponseCache};
 pub use error::{FallbackError, Tried};
 pub use future::ResponseFuture;
 pub use layer::{FallbackBuilder, FallbackLayer};
-pub use service::FallbackService;
+pub use service::Fallback;
 pub use target::Target;
+
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;
 
 use bytes::Bytes;
 use http_body::Body;

@@ -9,18 +9,25 @@ use seawall_core::{LlmError, LlmRequest, LlmResponse};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
-use crate::layer::{Shared, debug_shared};
+use crate::state::{Shared, debug_shared};
+use crate::target::Target;
 
 /// The service made by [`FallbackLayer`](crate::FallbackLayer): calls the wrapped service
 /// (the primary path), and on a failure worth it, the targets of the matching fallback list.
-pub struct FallbackService<S, Req, Resp> {
+pub struct Fallback<S, Req, Resp> {
     inner: S,
     shared: Arc<Shared<Req, Resp>>,
 }
 
-impl<S, Req, Resp> FallbackService<S, Req, Resp> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<Req, Resp>>) -> Self {
-        FallbackService { inner, shared }
+impl<S, Req, Resp> Fallback<S, Req, Resp> {
+    /// Wraps `inner` (the primary path) with a regular chain of `targets` and the defaults
+    /// otherwise, as [`FallbackLayer::new`](crate::FallbackLayer::new) does.
+    pub fn new(inner: S, targets: impl IntoIterator<Item = Target<Req, Resp>>) -> Self {
+        Self::from_shared(inner, Arc::new(Shared::with_targets(targets)))
+    }
+
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<Req, Resp>>) -> Self {
+        Fallback { inner, shared }
     }
 
     /// The wrapped service.
@@ -39,7 +46,7 @@ impl<S, Req, Resp> FallbackService<S, Req, Resp> {
     }
 }
 
-impl<S, Req, Resp> Service<Req> for FallbackService<S, Req, Resp>
+impl<S, Req, Resp> Service<Req> for Fallback<S, Req, Resp>
 where
     S: Service<Req, Response = Resp> + Clone,
     S::Error: Into<LlmError>,
@@ -69,18 +76,18 @@ where
     }
 }
 
-impl<S: Clone, Req, Resp> Clone for FallbackService<S, Req, Resp> {
+impl<S: Clone, Req, Resp> Clone for Fallback<S, Req, Resp> {
     fn clone(&self) -> Self {
-        FallbackService {
+        Fallback {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, Req, Resp> fmt::Debug for FallbackService<S, Req, Resp> {
+impl<S: fmt::Debug, Req, Resp> fmt::Debug for Fallback<S, Req, Resp> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("FallbackService");
+        let mut d = f.debug_struct("Fallback");
         d.field("inner", &self.inner);
         debug_shared(&self.shared, d)
     }

@@ -244,7 +244,8 @@ async fn invalid_request_never_falls_back_nor_degrades() {
     let layer = FallbackLayer::builder()
         .target(Target::model("other-model"))
         .degraded(|_, _| text("degraded"))
-        .build();
+        .build()
+        .unwrap();
     let err = layer
         .layer(primary.clone())
         .oneshot(request("gpt-4o"))
@@ -266,7 +267,8 @@ async fn context_length_goes_to_the_larger_context_list_only() {
     let layer = FallbackLayer::builder()
         .target(Target::service("regular", regular.clone()))
         .larger_context(Target::model("big-context"))
-        .build();
+        .build()
+        .unwrap();
     let resp = layer
         .layer(primary.clone())
         .oneshot(request("small"))
@@ -307,7 +309,8 @@ async fn the_last_resort_is_for_availability_failures_only() {
     let layer = FallbackLayer::builder()
         .target(Target::model("regular"))
         .degraded(|_, _| text("degraded"))
-        .build();
+        .build()
+        .unwrap();
     // A prompt too long for every model is an answer the caller must see, not a degraded one.
     let err = layer
         .layer(primary)
@@ -324,7 +327,8 @@ async fn the_deadline_passing_on_the_primary_leads_to_the_last_resort() {
     let layer = FallbackLayer::builder()
         .deadline(Duration::from_secs(5))
         .degraded(|_, err: &LlmError| text(err.class().as_str()))
-        .build();
+        .build()
+        .unwrap();
     let start = Instant::now();
     let resp = layer
         .layer(primary.clone())
@@ -355,7 +359,8 @@ async fn content_policy_list_is_optional() {
     let with = FallbackLayer::builder()
         .target(Target::service("regular", regular.clone()))
         .content_policy(Target::service("lenient", lenient.clone()).with_model("open-model"))
-        .build();
+        .build()
+        .unwrap();
     let resp = with.layer(primary).oneshot(request("m")).await.unwrap();
     assert_eq!(&*served(&resp).target, "lenient");
     assert_eq!(served(&resp).model.as_deref(), Some("open-model"));
@@ -380,7 +385,8 @@ async fn one_chain_mixes_model_key_and_service_targets() {
             Ok(())
         }))
         .target(Target::service("anthropic", anthropic.clone()).with_model("claude-haiku-4-5"))
-        .build();
+        .build()
+        .unwrap();
     let req = request("gpt-4o");
     let cx = context(&req);
     let resp = layer.layer(primary).oneshot(req).await.unwrap();
@@ -430,7 +436,8 @@ async fn max_fallbacks_bounds_the_chain_and_the_error_lists_every_target() {
             Target::service("third", third.clone()),
         ])
         .max_fallbacks(2)
-        .build();
+        .build()
+        .unwrap();
     let err = layer
         .layer(primary)
         .oneshot(request("gpt-4o"))
@@ -583,7 +590,8 @@ async fn the_deadline_cancels_a_running_target_and_starts_no_other() {
         .target(Target::service("slow", slow.clone()))
         .target(Target::service("never", never.clone()))
         .deadline(Duration::from_secs(10))
-        .build();
+        .build()
+        .unwrap();
     let start = Instant::now();
     let err = layer
         .layer(primary)
@@ -617,7 +625,8 @@ async fn no_target_starts_once_the_deadline_has_passed() {
     let layer = FallbackLayer::builder()
         .target(Target::service("backup", backup.clone()))
         .deadline(Duration::from_secs(10))
-        .build();
+        .build()
+        .unwrap();
     let err = layer
         .layer(primary)
         .oneshot(request("m"))
@@ -640,7 +649,8 @@ async fn cached_answer_is_served_until_its_ttl() {
     });
     let layer = FallbackLayer::builder()
         .cache(ResponseCache::new(Duration::from_secs(60)))
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(primary);
 
     let resp = svc.clone().oneshot(request("m")).await.unwrap();
@@ -707,7 +717,8 @@ async fn cache_is_bounded_in_entries_and_bytes_and_skips_streams() {
                 .with_max_entries(2)
                 .with_max_entry_bytes(1000),
         )
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(primary);
     for prompt in ["a", "b", "c"] {
         let resp = svc
@@ -764,7 +775,8 @@ async fn degraded_response_is_the_last_resort_and_marked() {
             let tried = FallbackError::of(err).map_or(0, |d| d.tried().len());
             text(format!("{} ({tried} tried)", err.message()))
         })
-        .build();
+        .build()
+        .unwrap();
     let req = request("m");
     let cx = context(&req);
     let resp = layer.layer(primary).oneshot(req).await.unwrap();
@@ -800,7 +812,8 @@ async fn the_cache_comes_before_the_degraded_response() {
     let layer = FallbackLayer::builder()
         .cache(ResponseCache::new(Duration::from_secs(60)))
         .degraded(|_, _| text("static"))
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(primary);
     assert_eq!(
         body_of(svc.clone().oneshot(request("m")).await.unwrap()).await,
@@ -866,7 +879,8 @@ async fn a_stream_failing_after_its_first_byte_passes_through() {
     let layer = FallbackLayer::builder()
         .target(Target::service("backup", backup.clone()))
         .cache(ResponseCache::new(Duration::from_secs(60)))
-        .build();
+        .build()
+        .unwrap();
     let resp = layer
         .layer(primary)
         .oneshot(request_with("m", "p", true))
@@ -980,7 +994,8 @@ fn layer_service_and_future_are_send_and_the_layer_is_sync() {
     let layer: FallbackLayer<Req, Resp> = FallbackLayer::builder()
         .target(Target::model("m"))
         .cache(ResponseCache::new(Duration::from_secs(1)))
-        .build();
+        .build()
+        .unwrap();
     send_sync(&layer);
     let mut svc = layer.layer(Mock::new("p", &log, |_, _| ok("x")));
     send_sync(&svc);
@@ -1015,7 +1030,8 @@ async fn concurrent_calls_keep_the_cache_bounded_and_never_mix_answers() {
     let layer = FallbackLayer::builder()
         .target(Target::service("backup", backup))
         .cache(ResponseCache::new(Duration::from_secs(600)).with_max_entries(16))
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(primary);
     let mut tasks = Vec::new();
     for t in 0..8 {

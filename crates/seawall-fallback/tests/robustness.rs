@@ -81,7 +81,8 @@ proptest! {
             .target(Target::model("spare"))
             .deadline(deadline)
             .cache(ResponseCache::new(ttl))
-            .build();
+            .build()
+            .unwrap();
         let answers = rt.block_on(async {
             // The first call is answered by `main` (and cached), the next two fall back.
             let svc = layer.layer(upstream(usize::MAX, Duration::from_secs(delay)));

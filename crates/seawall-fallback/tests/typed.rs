@@ -110,7 +110,8 @@ async fn typed_requests_switch_models_and_typed_answers_are_cached_and_marked() 
     let layer = FallbackLayer::builder()
         .target(Target::model("small"))
         .cache(ResponseCache::new(Duration::from_secs(60)))
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(upstream);
     let ask = |prompt: &str| Ask {
         model: "big".into(),
@@ -132,7 +133,8 @@ async fn typed_requests_switch_models_and_typed_answers_are_cached_and_marked() 
 
     let no_small = FallbackLayer::builder()
         .cache(ResponseCache::new(Duration::from_secs(60)))
-        .build();
+        .build()
+        .unwrap();
     let only_big = no_small.layer(tower::service_fn(|ask: Ask| async move {
         match ask.prompt.as_str() {
             "warm" => Ok(Answer {
@@ -171,7 +173,8 @@ async fn a_typed_cached_answer_is_marked_degraded() {
     });
     let layer = FallbackLayer::builder()
         .cache(ResponseCache::new(Duration::from_secs(60)))
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(upstream);
     let ask = Ask {
         model: "m".into(),

@@ -100,6 +100,7 @@ fn bench(c: &mut Criterion, group: &str, limit: usize, tasks: u64, threads: usiz
             .limit(limit)
             .max_queue(1 << 20)
             .build()
+            .unwrap()
             .layer(noop());
         b.iter_custom(|iters| drive(svc.clone(), iters, tasks, threads));
     });
@@ -113,6 +114,7 @@ fn bench(c: &mut Criterion, group: &str, limit: usize, tasks: u64, threads: usiz
                     .tokens_per_minute(u64::MAX / 4),
             )
             .build()
+            .unwrap()
             .layer(noop());
         b.iter_custom(|iters| drive(svc.clone(), iters, tasks, threads));
     });

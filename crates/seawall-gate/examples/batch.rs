@@ -23,7 +23,8 @@ async fn main() {
         .max_wait(Duration::from_secs(300))
         .rates(Rates::new().requests_per_minute(120))
         .adaptive(Adaptive::new())
-        .build();
+        .build()
+        .expect("the gate settings are valid");
     let handle = gate.handle();
 
     let calls = Arc::new(AtomicUsize::new(0));

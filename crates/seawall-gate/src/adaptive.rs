@@ -1,5 +1,7 @@
 //! Adaptive concurrency: additive increase, multiplicative decrease (AIMD).
 
+use seawall_core::ConfigError;
+
 /// Settings of the adaptive mode, which lowers the concurrency limit when the upstream pushes
 /// back and raises it again slowly.
 ///
@@ -17,9 +19,12 @@
 ///
 /// ```
 /// use seawall_gate::Adaptive;
-/// let a = Adaptive::new().min_limit(2).decrease_factor(0.5);
-/// assert_eq!(a.get_min_limit(), 2);
-/// assert_eq!(Adaptive::new().decrease_factor(f64::NAN).get_decrease_factor(), 0.7);
+/// let a = Adaptive::new().with_min_limit(2).with_decrease_factor(0.5);
+/// assert_eq!(a.min_limit(), 2);
+/// assert_eq!(a.decrease_factor(), 0.5);
+/// // Out-of-range values are refused when the gate is built, never clamped.
+/// let bad = Adaptive::new().with_decrease_factor(f64::NAN);
+/// assert!(seawall_gate::ConcurrencyGateLayer::builder().adaptive(bad).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Adaptive {
@@ -42,28 +47,47 @@ impl Adaptive {
         Self::default()
     }
 
-    /// The lowest limit a decrease goes to (at least 1).
-    pub fn min_limit(mut self, n: usize) -> Self {
-        self.min_limit = n.max(1);
+    /// Sets the lowest limit a decrease goes to (at least 1; the gate's builder refuses 0).
+    pub fn with_min_limit(mut self, n: usize) -> Self {
+        self.min_limit = n;
         self
     }
 
-    /// The factor of a decrease, clamped to `[0.1, 0.95]`; a NaN keeps the default.
-    pub fn decrease_factor(mut self, f: f64) -> Self {
-        if !f.is_nan() {
-            self.decrease_factor = f.clamp(0.1, 0.95);
-        }
+    /// Sets the factor of a decrease, in `[0.1, 0.95]` (the gate's builder refuses other
+    /// values and NaN).
+    pub fn with_decrease_factor(mut self, f: f64) -> Self {
+        self.decrease_factor = f;
         self
     }
 
     /// The lowest limit a decrease goes to.
-    pub fn get_min_limit(&self) -> usize {
+    pub fn min_limit(&self) -> usize {
         self.min_limit
     }
 
     /// The factor of a decrease.
-    pub fn get_decrease_factor(&self) -> f64 {
+    pub fn decrease_factor(&self) -> f64 {
         self.decrease_factor
+    }
+
+    /// Refuses a minimum of 0 and a factor outside `[0.1, 0.95]`.
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        if self.min_limit == 0 {
+            return Err(ConfigError::new(
+                "adaptive",
+                "the minimum limit must be at least 1",
+            ));
+        }
+        if !(0.1..=0.95).contains(&self.decrease_factor) {
+            return Err(ConfigError::new(
+                "adaptive",
+                format!(
+                    "the decrease factor must be in [0.1, 0.95], got {}",
+                    self.decrease_factor
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The limit after a decrease from `limit`.
@@ -85,9 +109,27 @@ mod tests {
         assert_eq!(a.decreased(10), 7);
         assert_eq!(a.decreased(2), 1);
         assert_eq!(a.decreased(1), 1);
-        assert_eq!(a.min_limit(3).decreased(4), 3);
-        assert_eq!(a.min_limit(3).decreased(2), 2, "never raises");
-        assert_eq!(a.decrease_factor(2.0).get_decrease_factor(), 0.95);
-        assert_eq!(a.decrease_factor(0.95).decreased(10), 9);
+        assert_eq!(a.with_min_limit(3).decreased(4), 3);
+        assert_eq!(a.with_min_limit(3).decreased(2), 2, "never raises");
+        assert_eq!(a.with_decrease_factor(0.95).decreased(10), 9);
+    }
+
+    #[test]
+    fn out_of_range_settings_are_refused_not_clamped() {
+        for bad in [
+            Adaptive::new().with_decrease_factor(2.0),
+            Adaptive::new().with_decrease_factor(0.05),
+            Adaptive::new().with_decrease_factor(f64::NAN),
+            Adaptive::new().with_min_limit(0),
+        ] {
+            let err = bad.check().unwrap_err();
+            assert_eq!(err.field(), "adaptive", "{err}");
+        }
+        assert_eq!(
+            Adaptive::new().with_decrease_factor(2.0).decrease_factor(),
+            2.0
+        );
+        assert!(Adaptive::new().with_decrease_factor(0.95).check().is_ok());
+        assert!(Adaptive::new().with_decrease_factor(0.1).check().is_ok());
     }
 }

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use seawall_core::ConfigError;
+
 use crate::adaptive::Adaptive;
 use crate::rate::Rates;
 use crate::shared::{GateStats, Shared};
@@ -87,9 +89,13 @@ impl GateHandle {
     }
 
     /// Turns the adaptive (AIMD) mode on with these settings, or off (restoring the configured
-    /// limit).
-    pub fn set_adaptive(&self, adaptive: Option<Adaptive>) {
+    /// limit). Settings the builder would refuse are refused here too, and change nothing.
+    pub fn set_adaptive(&self, adaptive: Option<Adaptive>) -> Result<(), ConfigError> {
+        if let Some(a) = &adaptive {
+            a.check()?;
+        }
         self.shared.set_adaptive(adaptive);
+        Ok(())
     }
 
     /// The adaptive mode's settings, if it is on.

@@ -4,7 +4,7 @@
 //! ([`StateKey`](seawall_core::StateKey) by default); requests without one share the unkeyed
 //! state. Keys come from clients (the model name of a request body), so the table is bounded
 //! by the operator, not by them: keys are cut to [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes by
-//! [`bound_key`], and at most [`GateBuilder::max_keys`](crate::GateBuilder::max_keys) keys
+//! [`bound_key`], and at most [`ConcurrencyGateBuilder::max_keys`](crate::ConcurrencyGateBuilder::max_keys) keys
 //! have a state of their own. At the cap a new key forgets every state that carries nothing
 //! (no call holds it, no pause, full rate buckets: a fresh state would start the same). A
 //! paused key, or one whose rate buckets are in debt, is never forgotten, so a flood of new
@@ -324,8 +324,8 @@ impl Keys {
         if b.version == version && state.version.load(Ordering::Acquire) == version {
             return;
         }
-        refit(&mut b.requests, rates.get_requests(), now);
-        refit(&mut b.tokens, rates.get_tokens(), now);
+        refit(&mut b.requests, rates.requests(), now);
+        refit(&mut b.tokens, rates.tokens(), now);
         b.version = version;
         state
             .limited

@@ -3,26 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{PartEstimate, StateKey};
+use seawall_core::{ConfigError, PartEstimate, StateKey};
 use tower_layer::Layer;
 
 use crate::adaptive::Adaptive;
+use crate::config::{DEFAULT_LIMIT, check, default_settings};
 use crate::handle::GateHandle;
 use crate::rate::Rates;
 use crate::service::ConcurrencyGate;
 use crate::shared::{Settings, Shared};
-
-/// The default concurrency limit of [`ConcurrencyGateLayer::builder`].
-pub const DEFAULT_LIMIT: usize = 16;
-/// The default maximum number of waiting calls.
-pub const DEFAULT_MAX_QUEUE: usize = 1024;
-/// The default maximum wait in the queue.
-pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
-/// The default longest pause an upstream signal can impose on a key (Envoy ignores rate-limit
-/// resets beyond 300 s too).
-pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(300);
-/// The default number of keys with their own state; more keys share the unkeyed state.
-pub const DEFAULT_MAX_KEYS: usize = 1024;
 
 /// Applies a [`ConcurrencyGate`]: shared concurrency permits, a bounded FIFO wait queue,
 /// per-key request and token rates, pauses the upstream asks for, and an optional adaptive
@@ -42,8 +31,9 @@ pub const DEFAULT_MAX_KEYS: usize = 1024;
 ///     .max_wait(Duration::from_secs(10))
 ///     .rates(Rates::new().requests_per_minute(500).tokens_per_minute(200_000))
 ///     .adaptive(Adaptive::new())
-///     .build();
+///     .build()?;
 /// assert_eq!(gate.handle().stats().limit, 32);
+/// # Ok::<(), seawall_gate::ConfigError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct ConcurrencyGateLayer<K = StateKey> {
@@ -53,26 +43,24 @@ pub struct ConcurrencyGateLayer<K = StateKey> {
 
 impl ConcurrencyGateLayer {
     /// A gate of `limit` permits with the default queue bound, wait and no rates.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is more than the gate can count (`tokio`'s semaphore maximum, about
+    /// 2^61); use the [builder](Self::builder) to get that as an error.
     pub fn new(limit: usize) -> Self {
-        Self::builder().limit(limit).build()
+        Self::builder()
+            .limit(limit)
+            .build()
+            .expect("a gate of this limit with the default settings is valid")
     }
 
-    /// A builder with the defaults: limit [`DEFAULT_LIMIT`], queue [`DEFAULT_MAX_QUEUE`], wait
-    /// [`DEFAULT_MAX_WAIT`], no rates, no adaptive mode, keys from
+    /// A builder with the defaults: limit [`DEFAULT_LIMIT`], queue [`DEFAULT_MAX_QUEUE`](crate::DEFAULT_MAX_QUEUE), wait
+    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT), no rates, no adaptive mode, keys from
     /// `LlmRequest::state_key`.
-    pub fn builder() -> GateBuilder {
-        GateBuilder {
-            settings: Settings {
-                limit: DEFAULT_LIMIT,
-                max_queue: DEFAULT_MAX_QUEUE,
-                max_wait: DEFAULT_MAX_WAIT,
-                max_pause: DEFAULT_MAX_PAUSE,
-                rates: Rates::new(),
-                key_rates: Vec::new(),
-                adaptive: None,
-                max_keys: DEFAULT_MAX_KEYS,
-                parts: PartEstimate::DEFAULT,
-            },
+    pub fn builder() -> ConcurrencyGateBuilder {
+        ConcurrencyGateBuilder {
+            settings: default_settings(DEFAULT_LIMIT),
             key: StateKey,
         }
     }
@@ -89,18 +77,18 @@ impl<S, K: Clone> Layer<S> for ConcurrencyGateLayer<K> {
     type Service = ConcurrencyGate<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ConcurrencyGate::new(inner, self.shared.clone(), self.key.clone())
+        ConcurrencyGate::from_parts(inner, self.shared.clone(), self.key.clone())
     }
 }
 
 /// Builds a [`ConcurrencyGateLayer`].
 #[derive(Debug, Clone)]
-pub struct GateBuilder<K = StateKey> {
+pub struct ConcurrencyGateBuilder<K = StateKey> {
     settings: Settings,
     key: K,
 }
 
-impl<K> GateBuilder<K> {
+impl<K> ConcurrencyGateBuilder<K> {
     /// The concurrency limit (0 admits nothing until raised with the handle).
     pub fn limit(mut self, limit: usize) -> Self {
         self.settings.limit = limit;
@@ -146,7 +134,7 @@ impl<K> GateBuilder<K> {
     /// How many keys keep their own state (idle ones are forgotten first, paused or rate-limited
     /// ones never); calls under further keys share the unkeyed state. Keys are also cut to
     /// [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes. Protects memory when keys come from
-    /// user input. Default [`DEFAULT_MAX_KEYS`].
+    /// user input. Default [`DEFAULT_MAX_KEYS`](crate::DEFAULT_MAX_KEYS).
     pub fn max_keys(mut self, max: usize) -> Self {
         self.settings.max_keys = max;
         self
@@ -168,21 +156,24 @@ impl<K> GateBuilder<K> {
     /// // One key per provider host rather than per model.
     /// let gate = ConcurrencyGateLayer::builder()
     ///     .key_fn(|req: &http::Request<bytes::Bytes>| req.uri().host().map(str::to_owned))
-    ///     .build();
+    ///     .build()?;
     /// # let _ = gate;
+    /// # Ok::<(), seawall_gate::ConfigError>(())
     /// ```
-    pub fn key_fn<K2>(self, key: K2) -> GateBuilder<K2> {
-        GateBuilder {
+    pub fn key_fn<K2>(self, key: K2) -> ConcurrencyGateBuilder<K2> {
+        ConcurrencyGateBuilder {
             settings: self.settings,
             key,
         }
     }
 
-    /// The layer.
-    pub fn build(self) -> ConcurrencyGateLayer<K> {
-        ConcurrencyGateLayer {
+    /// Checks the settings and builds the layer. A limit above what the gate can count,
+    /// a rate with a burst of 0 and adaptive settings out of range are refused, never clamped.
+    pub fn build(self) -> Result<ConcurrencyGateLayer<K>, ConfigError> {
+        check(&self.settings)?;
+        Ok(ConcurrencyGateLayer {
             shared: Arc::new(Shared::new(self.settings)),
             key: self.key,
-        }
+        })
     }
 }

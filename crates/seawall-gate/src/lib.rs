@@ -59,13 +59,13 @@
 //! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), LlmError> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let gate = ConcurrencyGateLayer::builder()
 //!     .limit(8)
 //!     .max_queue(100)
 //!     .max_wait(Duration::from_secs(5))
 //!     .rates(Rates::new().requests_per_minute(500).tokens_per_minute(100_000))
-//!     .build();
+//!     .build()?;
 //! let transport = service_fn(|_req: Request<Bytes>| async {
 //!     Ok::<_, LlmError>(Response::new(Full::new(Bytes::from_static(b"{}"))))
 //! });
@@ -92,6 +92,8 @@ mod sync;
 #[cfg(not(loom))]
 mod adaptive;
 #[cfg(not(loom))]
+mod config;
+#[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
 mod future;
@@ -111,16 +113,17 @@ mod shared;
 #[cfg(not(loom))]
 pub use adaptive::Adaptive;
 #[cfg(not(loom))]
+pub use config::{
+    DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT,
+};
+#[cfg(not(loom))]
 pub use error::{QueueWait, RejectReason, Rejection};
 #[cfg(not(loom))]
 pub use future::ResponseFuture;
 #[cfg(not(loom))]
 pub use handle::GateHandle;
 #[cfg(not(loom))]
-pub use layer::{
-    ConcurrencyGateLayer, DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE,
-    DEFAULT_MAX_WAIT, GateBuilder,
-};
+pub use layer::{ConcurrencyGateBuilder, ConcurrencyGateLayer};
 #[cfg(not(loom))]
 pub use rate::{Limit, Rates};
 /// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
@@ -134,3 +137,7 @@ pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::ConcurrencyGate;
 #[cfg(not(loom))]
 pub use shared::{GatePermit, GateStats};
+
+#[cfg(not(loom))]
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;

@@ -48,8 +48,13 @@ impl Limit {
     }
 
     /// The rate, in units a minute.
-    pub const fn get_per_minute(&self) -> u64 {
+    pub const fn units_per_minute(&self) -> u64 {
         self.per_minute
+    }
+
+    /// The burst as set, if it was (the builder refuses 0).
+    pub(crate) const fn configured_burst(&self) -> Option<u64> {
+        self.burst
     }
 
     /// The burst: the bucket's size.
@@ -66,7 +71,7 @@ impl Limit {
 ///
 /// A request costs one request and its estimated tokens: the prompt's text estimate, each
 /// image, audio part and file at the gate's
-/// [`part_estimate`](crate::GateBuilder::part_estimate), and its maximum output times the
+/// [`part_estimate`](crate::ConcurrencyGateBuilder::part_estimate), and its maximum output times the
 /// answers it asks for (`n`, `best_of`). A request without a maximum output is charged
 /// `u32::MAX` output tokens: it waits for a full bucket and holds the key until it ends,
 /// never passing for free. The charge is settled against the reported usage when the call
@@ -77,8 +82,8 @@ impl Limit {
 /// use seawall_gate::{Limit, Rates};
 /// let rates = Rates::new()
 ///     .requests_per_minute(500)
-///     .tokens(Limit::per_minute(200_000).with_burst(50_000));
-/// assert_eq!(rates.get_requests().unwrap().get_per_minute(), 500);
+///     .with_tokens(Limit::per_minute(200_000).with_burst(50_000));
+/// assert_eq!(rates.requests().unwrap().units_per_minute(), 500);
 /// assert!(!rates.is_unlimited());
 /// assert!(Rates::new().is_unlimited());
 /// ```
@@ -98,34 +103,34 @@ impl Rates {
     }
 
     /// Sets the request limit.
-    pub const fn requests(mut self, limit: Limit) -> Self {
+    pub const fn with_requests(mut self, limit: Limit) -> Self {
         self.requests = Some(limit);
         self
     }
 
     /// Sets the token limit.
-    pub const fn tokens(mut self, limit: Limit) -> Self {
+    pub const fn with_tokens(mut self, limit: Limit) -> Self {
         self.tokens = Some(limit);
         self
     }
 
-    /// Shorthand for `requests(Limit::per_minute(n))`.
+    /// Shorthand for `with_requests(Limit::per_minute(n))`.
     pub const fn requests_per_minute(self, n: u64) -> Self {
-        self.requests(Limit::per_minute(n))
+        self.with_requests(Limit::per_minute(n))
     }
 
-    /// Shorthand for `tokens(Limit::per_minute(n))`.
+    /// Shorthand for `with_tokens(Limit::per_minute(n))`.
     pub const fn tokens_per_minute(self, n: u64) -> Self {
-        self.tokens(Limit::per_minute(n))
+        self.with_tokens(Limit::per_minute(n))
     }
 
     /// The request limit.
-    pub const fn get_requests(&self) -> Option<Limit> {
+    pub const fn requests(&self) -> Option<Limit> {
         self.requests
     }
 
     /// The token limit.
-    pub const fn get_tokens(&self) -> Option<Limit> {
+    pub const fn tokens(&self) -> Option<Limit> {
         self.tokens
     }
 

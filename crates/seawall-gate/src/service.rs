@@ -9,6 +9,7 @@ use seawall_core::{KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
 use tokio::time::Instant;
 use tower_service::Service;
 
+use crate::config::{check, default_settings};
 use crate::error::RejectReason;
 use crate::future::{ResponseFuture, note_admitted, note_rejected};
 use crate::handle::GateHandle;
@@ -30,8 +31,26 @@ pub struct ConcurrencyGate<S, K = StateKey> {
     key: K,
 }
 
+impl<S> ConcurrencyGate<S> {
+    /// Wraps `inner` in a gate of `limit` permits with the default queue bound, wait and no
+    /// rates, keyed by [`LlmRequest::state_key`], as
+    /// [`ConcurrencyGateLayer::new`](crate::ConcurrencyGateLayer::new) does. The gate is this
+    /// service's and its clones'; build a layer to share it or change the settings.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is more than the gate can count (`tokio`'s semaphore maximum, about 2^61).
+    pub fn new(inner: S, limit: usize) -> Self {
+        let settings = default_settings(limit);
+        if let Err(e) = check(&settings) {
+            panic!("{e}");
+        }
+        Self::from_parts(inner, Arc::new(Shared::new(settings)), StateKey)
+    }
+}
+
 impl<S, K> ConcurrencyGate<S, K> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>, key: K) -> Self {
+    pub(crate) fn from_parts(inner: S, shared: Arc<Shared>, key: K) -> Self {
         ConcurrencyGate { inner, shared, key }
     }
 

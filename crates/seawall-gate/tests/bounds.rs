@@ -33,9 +33,10 @@ async fn a_flood_of_long_model_names_stays_bounded_and_paused_keys_stay_paused()
         .max_wait(Duration::from_secs(1))
         .key_rates(
             "api.example/debtor",
-            Rates::new().requests(Limit::per_minute(1).with_burst(1)),
+            Rates::new().with_requests(Limit::per_minute(1).with_burst(1)),
         )
-        .build();
+        .build()
+        .unwrap();
     let handle = layer.handle();
     let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))
@@ -83,7 +84,8 @@ async fn keys_beyond_a_table_of_paused_keys_share_the_unkeyed_state() {
     let layer = ConcurrencyGateLayer::builder()
         .max_keys(2)
         .max_wait(Duration::from_secs(1))
-        .build();
+        .build()
+        .unwrap();
     let handle = layer.handle();
     let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))
@@ -124,7 +126,8 @@ async fn concurrent_floods_never_pass_the_cap_nor_lift_a_pause() {
     let layer = ConcurrencyGateLayer::builder()
         .max_keys(MAX_KEYS)
         .max_wait(Duration::from_secs(1))
-        .build();
+        .build()
+        .unwrap();
     let handle = layer.handle();
     let svc = layer.layer(tower::service_fn(|_: Ask| async {
         Ok::<_, LlmError>(http::Response::new(String::from("ok")))

@@ -9,16 +9,16 @@ use seawall_core::{
     FailureClass, LlmError, MediaParts, PartEstimate, RateLimitSnapshot, RateLimitWindow,
 };
 use seawall_gate::{
-    Adaptive, ConcurrencyGate, ConcurrencyGateLayer, GateBuilder, Limit, QueueWait, Rates,
-    RejectReason, Rejection,
+    Adaptive, ConcurrencyGate, ConcurrencyGateBuilder, ConcurrencyGateLayer, Limit, QueueWait,
+    Rates, RejectReason, Rejection,
 };
 use tokio::time::{Instant, advance};
 use tower::{Layer, Service, ServiceExt};
 
 type Gate = ConcurrencyGate<Upstream>;
 
-fn gate(b: GateBuilder, up: &Upstream) -> Gate {
-    b.build().layer(up.clone())
+fn gate(b: ConcurrencyGateBuilder, up: &Upstream) -> Gate {
+    b.build().unwrap().layer(up.clone())
 }
 
 fn secs(n: u64) -> Duration {
@@ -93,7 +93,8 @@ async fn permits_are_shared_by_every_service_of_the_layer() {
     let layer = ConcurrencyGateLayer::builder()
         .limit(2)
         .max_queue(0)
-        .build();
+        .build()
+        .unwrap();
     let a = layer.layer(up.clone());
     let b = layer.layer(up.clone());
     let _r1 = call(&a, Req::new(1)).await.unwrap();
@@ -169,7 +170,7 @@ async fn dropped_waiters_leave_no_trace() {
         ConcurrencyGateLayer::builder()
             .limit(1)
             .max_wait(secs(3600))
-            .rates(Rates::new().requests(Limit::per_minute(1).with_burst(2))),
+            .rates(Rates::new().with_requests(Limit::per_minute(1).with_burst(2))),
         &up,
     );
     let first = call(&svc, Req::new(0)).await.unwrap();
@@ -288,7 +289,7 @@ async fn rpm_limit_holds_over_simulated_minutes() {
             .limit(1000)
             .max_queue(10_000)
             .max_wait(secs(3600))
-            .rates(Rates::new().requests(Limit::per_minute(60).with_burst(10))),
+            .rates(Rates::new().with_requests(Limit::per_minute(60).with_burst(10))),
         &up,
     );
     let tasks: Vec<_> = (0..250).map(|i| spawn_call(&svc, Req::new(i))).collect();
@@ -334,7 +335,7 @@ async fn tpm_limit_settles_with_real_usage() {
                 .limit(1000)
                 .max_queue(10_000)
                 .max_wait(secs(3600))
-                .rates(Rates::new().tokens(Limit::per_minute(6000).with_burst(1000))),
+                .rates(Rates::new().with_tokens(Limit::per_minute(6000).with_burst(1000))),
             &up,
         );
         let start = Instant::now();
@@ -534,7 +535,7 @@ async fn adaptive_mode_lowers_on_pushback_once_per_round_trip_and_recovers() {
     // Turning it off restores the configured limit.
     assert!(call(&svc, Req::new(150)).await.is_err());
     assert_eq!(h.limit(), 7);
-    h.set_adaptive(None);
+    h.set_adaptive(None).unwrap();
     assert_eq!(h.limit(), 10);
 }
 
@@ -622,14 +623,14 @@ async fn runtime_rates_per_key() {
             .max_wait(secs(3600))
             .key_rates(
                 "slow",
-                Rates::new().requests(Limit::per_minute(6).with_burst(1)),
+                Rates::new().with_requests(Limit::per_minute(6).with_burst(1)),
             ),
         &up,
     );
     let h = svc.handle();
     assert!(h.rates().is_unlimited());
     assert_eq!(
-        h.rates_for("slow").get_requests().unwrap().get_per_minute(),
+        h.rates_for("slow").requests().unwrap().units_per_minute(),
         6
     );
     let t0 = Instant::now();
@@ -641,7 +642,7 @@ async fn runtime_rates_per_key() {
     drop(call(&svc, Req::new(11).key("slow")).await.unwrap());
     assert_eq!(t0.elapsed(), secs(10));
     // Limit every key at run time; lift the slow key's own limit.
-    h.set_rates(Rates::new().requests(Limit::per_minute(60).with_burst(1)));
+    h.set_rates(Rates::new().with_requests(Limit::per_minute(60).with_burst(1)));
     h.set_key_rates("slow", None);
     let t1 = Instant::now();
     drop(call(&svc, Req::new(20).key("fast")).await.unwrap());
@@ -659,7 +660,7 @@ async fn a_rate_wait_beyond_max_wait_rejects_at_once_with_a_hint() {
     let svc = gate(
         ConcurrencyGateLayer::builder()
             .max_wait(secs(5))
-            .rates(Rates::new().requests(Limit::per_minute(6).with_burst(1))),
+            .rates(Rates::new().with_requests(Limit::per_minute(6).with_burst(1))),
         &up,
     );
     drop(call(&svc, Req::new(0)).await.unwrap());
@@ -682,7 +683,7 @@ async fn inner_errors_release_the_permit_and_give_back_output_tokens() {
     let svc = gate(
         ConcurrencyGateLayer::builder()
             .limit(1)
-            .rates(Rates::new().tokens(Limit::per_minute(60).with_burst(1000))),
+            .rates(Rates::new().with_tokens(Limit::per_minute(60).with_burst(1000))),
         &up,
     );
     assert!(call(&svc, Req::new(0).tokens(100, 900)).await.is_err());
@@ -699,9 +700,10 @@ async fn key_fn_and_the_key_table_bound() {
     let layer = ConcurrencyGateLayer::builder()
         .max_keys(4)
         .max_wait(secs(3600))
-        .rates(Rates::new().requests(Limit::per_minute(1).with_burst(1)))
+        .rates(Rates::new().with_requests(Limit::per_minute(1).with_burst(1)))
         .key_fn(|r: &Req| Some(format!("tenant-{}", r.id % 10)))
-        .build();
+        .build()
+        .unwrap();
     let h = layer.handle();
     let svc = layer.layer(up.clone());
     // Ten tenants, four slots: tenants 0-3 get their own state; 4 and 5 share the unkeyed
@@ -717,13 +719,13 @@ async fn key_fn_and_the_key_table_bound() {
 }
 
 /// A gate of 1,000 tokens, refilled at 100 a second.
-fn tpm_gate(b: GateBuilder, up: &Upstream) -> Gate {
-    let rates = Rates::new().tokens(Limit::per_minute(6_000).with_burst(1_000));
+fn tpm_gate(b: ConcurrencyGateBuilder, up: &Upstream) -> Gate {
+    let rates = Rates::new().with_tokens(Limit::per_minute(6_000).with_burst(1_000));
     gate(b.limit(100).max_wait(secs(5)).rates(rates), up)
 }
 
 /// When a call of `tokens(0, 100)` is admitted after `first` holds its stream open.
-async fn wait_behind(b: GateBuilder, first: Req) -> Result<Duration, LlmError> {
+async fn wait_behind(b: ConcurrencyGateBuilder, first: Req) -> Result<Duration, LlmError> {
     let up = Upstream::new(|r| {
         if r.id == 0 {
             Reply::stream()

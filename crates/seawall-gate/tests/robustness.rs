@@ -15,7 +15,7 @@ use tower::{Layer, Service, ServiceExt};
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_call_again_panics() {
     let up = Upstream::new(|_| Reply::ok());
-    let mut svc = ConcurrencyGateLayer::builder().build().layer(up);
+    let mut svc = ConcurrencyGateLayer::builder().build().unwrap().layer(up);
     poll_twice(svc.ready().await.unwrap().call(Req::new(1)));
 }
 
@@ -26,7 +26,8 @@ async fn polling_a_rejected_call_again_panics() {
     let layer = ConcurrencyGateLayer::builder()
         .limit(0)
         .max_queue(0)
-        .build();
+        .build()
+        .unwrap();
     let mut svc = layer.layer(up);
     poll_twice(svc.ready().await.unwrap().call(Req::new(1)));
 }
@@ -50,7 +51,8 @@ proptest! {
                 .max_wait(max_wait)
                 .max_pause(max_pause)
                 .rates(Rates::new().requests_per_minute(rate))
-                .build();
+                .build()
+                .unwrap();
             layer.handle().pause_key(Some("m"), pause);
             let svc = layer.layer(up);
             // Two calls for one permit: the second waits in the queue.

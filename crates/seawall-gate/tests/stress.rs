@@ -29,9 +29,10 @@ async fn run(tasks: usize, resize: bool, seed: u64) {
         // Key "a" is rated (so its calls go through the key's line); it never runs dry.
         .key_rates(
             "a",
-            Rates::new().requests(Limit::per_minute(u64::MAX / 2).with_burst(u64::MAX / 4)),
+            Rates::new().with_requests(Limit::per_minute(u64::MAX / 2).with_burst(u64::MAX / 4)),
         )
-        .build();
+        .build()
+        .unwrap();
     let h = layer.handle();
     let svc: ConcurrencyGate<Upstream> = layer.layer(up.clone());
     let rng = Arc::new(SeededRandom::new(seed));

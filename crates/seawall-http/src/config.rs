@@ -6,38 +6,26 @@ use std::sync::Arc;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Uri};
+use seawall_core::ConfigError;
 
-/// Why a configuration was refused. Never holds a credential.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A required environment variable is not set (or is empty).
-    MissingVar(&'static str),
-    /// The base URL is not an absolute `http://` or `https://` URL without a query.
-    InvalidBaseUrl(String),
-    /// The API key is empty or holds characters a header cannot carry.
-    InvalidApiKey,
-    /// A header name or value is not valid.
-    InvalidHeader(String),
-    /// The TLS setup failed.
-    Tls(String),
+/// The variable an environment lookup reads is missing (or empty).
+const NOT_SET: &str = "the environment variable is not set (or is empty)";
+
+fn missing(var: &'static str) -> ConfigError {
+    ConfigError::new(var, NOT_SET)
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::MissingVar(v) => write!(f, "environment variable {v} is not set"),
-            ConfigError::InvalidBaseUrl(why) => write!(f, "invalid base URL: {why}"),
-            ConfigError::InvalidApiKey => {
-                f.write_str("invalid API key: empty, or not valid in an HTTP header")
-            }
-            ConfigError::InvalidHeader(name) => write!(f, "invalid header {name}"),
-            ConfigError::Tls(why) => write!(f, "TLS setup failed: {why}"),
-        }
-    }
+fn bad_base_url(why: impl Into<String>) -> ConfigError {
+    ConfigError::new("base_url", why.into())
 }
 
-impl std::error::Error for ConfigError {}
+fn bad_header(name: &str) -> ConfigError {
+    ConfigError::new("header", format!("{name:?} is not a valid header"))
+}
+
+fn bad_api_key() -> ConfigError {
+    ConfigError::new("api_key", "empty, or not valid in an HTTP header")
+}
 
 /// An API key. Its `Debug` shows `ApiKey([REDACTED])`; it has no `Display`.
 ///
@@ -55,7 +43,7 @@ impl ApiKey {
     pub fn new(key: impl AsRef<str>) -> Result<Self, ConfigError> {
         let key = key.as_ref().trim();
         if key.is_empty() || HeaderValue::from_str(key).is_err() {
-            return Err(ConfigError::InvalidApiKey);
+            return Err(bad_api_key());
         }
         Ok(ApiKey(key.into()))
     }
@@ -100,27 +88,23 @@ impl Upstream {
         let uri: Uri = base_url
             .trim()
             .parse()
-            .map_err(|e| ConfigError::InvalidBaseUrl(format!("{e}")))?;
+            .map_err(|e: http::uri::InvalidUri| bad_base_url(e.to_string()))?;
         let scheme = uri
             .scheme()
             .filter(|s| **s == Scheme::HTTP || **s == Scheme::HTTPS)
             .cloned()
-            .ok_or_else(|| {
-                ConfigError::InvalidBaseUrl("the scheme must be http or https".into())
-            })?;
+            .ok_or_else(|| bad_base_url("the scheme must be http or https"))?;
         let authority = uri
             .authority()
             .cloned()
-            .ok_or_else(|| ConfigError::InvalidBaseUrl("no host".into()))?;
+            .ok_or_else(|| bad_base_url("no host"))?;
         if authority.as_str().contains('@') {
-            return Err(ConfigError::InvalidBaseUrl(
-                "credentials in the URL are not supported; use an API key".into(),
+            return Err(bad_base_url(
+                "credentials in the URL are not supported; use an API key",
             ));
         }
         if uri.query().is_some() {
-            return Err(ConfigError::InvalidBaseUrl(
-                "a query is not supported in a base URL".into(),
-            ));
+            return Err(bad_base_url("a query is not supported in a base URL"));
         }
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -141,15 +125,14 @@ impl Upstream {
     /// Adds a header whose value is a credential (`x-api-key`, Azure's `api-key`): marked
     /// sensitive, never shown by `Debug`.
     pub fn with_key_header(mut self, name: &str, key: &ApiKey) -> Result<Self, ConfigError> {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ConfigError::InvalidHeader(name.to_owned()))?;
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad_header(name))?;
         self.headers.insert(name, key.header(""));
         Ok(self)
     }
 
     /// Adds a plain header (`anthropic-version`, `OpenAI-Organization`, ...).
     pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, ConfigError> {
-        let bad = || ConfigError::InvalidHeader(name.to_owned());
+        let bad = || bad_header(name);
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
         let value = HeaderValue::from_str(value).map_err(|_| bad())?;
         self.headers.insert(name, value);
@@ -254,8 +237,7 @@ impl OpenAiConfig {
     pub fn from_lookup(
         mut lookup: impl FnMut(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let key =
-            var(&mut lookup, "OPENAI_API_KEY").ok_or(ConfigError::MissingVar("OPENAI_API_KEY"))?;
+        let key = var(&mut lookup, "OPENAI_API_KEY").ok_or_else(|| missing("OPENAI_API_KEY"))?;
         let mut cfg = OpenAiConfig::new(ApiKey::new(key)?);
         if let Some(url) = var(&mut lookup, "OPENAI_BASE_URL") {
             cfg.base_url = url;
@@ -345,8 +327,8 @@ impl AnthropicConfig {
     pub fn from_lookup(
         mut lookup: impl FnMut(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let key = var(&mut lookup, "ANTHROPIC_API_KEY")
-            .ok_or(ConfigError::MissingVar("ANTHROPIC_API_KEY"))?;
+        let key =
+            var(&mut lookup, "ANTHROPIC_API_KEY").ok_or_else(|| missing("ANTHROPIC_API_KEY"))?;
         let mut cfg = AnthropicConfig::new(ApiKey::new(key)?);
         if let Some(url) = var(&mut lookup, "ANTHROPIC_BASE_URL") {
             cfg.base_url = url;
@@ -416,22 +398,19 @@ mod tests {
     fn missing_or_bad_variables_are_clear_errors() {
         assert_eq!(
             OpenAiConfig::from_lookup(env(&[])).unwrap_err(),
-            ConfigError::MissingVar("OPENAI_API_KEY")
+            missing("OPENAI_API_KEY")
         );
         assert_eq!(
             AnthropicConfig::from_lookup(env(&[("ANTHROPIC_API_KEY", "")])).unwrap_err(),
-            ConfigError::MissingVar("ANTHROPIC_API_KEY")
+            missing("ANTHROPIC_API_KEY")
         );
         let err = AnthropicConfig::from_lookup(env(&[
             ("ANTHROPIC_API_KEY", "k"),
             ("ANTHROPIC_BASE_URL", "ftp://x"),
         ]))
         .unwrap_err();
-        assert!(matches!(err, ConfigError::InvalidBaseUrl(_)), "{err}");
-        assert_eq!(
-            ApiKey::new("a\u{7}b").unwrap_err(),
-            ConfigError::InvalidApiKey
-        );
+        assert_eq!(err.field(), "base_url", "{err}");
+        assert_eq!(ApiKey::new("a\u{7}b").unwrap_err(), bad_api_key());
         for bad in [
             "",
             "not a url",

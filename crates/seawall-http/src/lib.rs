@@ -44,5 +44,7 @@
 mod config;
 mod transport;
 
-pub use config::{AnthropicConfig, ApiKey, ConfigError, OpenAiConfig, Upstream};
+pub use config::{AnthropicConfig, ApiKey, OpenAiConfig, Upstream};
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;
 pub use transport::{HttpTransport, HttpTransportBuilder, ResponseFuture, into_llm_error};

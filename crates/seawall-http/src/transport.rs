@@ -15,10 +15,10 @@ use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{self, Client, connect::HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use seawall_core::{BoxError, FailureClass, LlmError};
+use seawall_core::{BoxError, ConfigError, FailureClass, LlmError};
 use tower_service::Service;
 
-use crate::config::{ConfigError, Upstream};
+use crate::config::Upstream;
 
 type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -295,7 +295,7 @@ fn default_tls() -> Result<rustls::ClientConfig, ConfigError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::Tls(e.to_string()))?
+        .map_err(|e| ConfigError::new("tls", "the TLS setup failed").with_source(e))?
         .with_root_certificates(roots)
         .with_no_client_auth())
 }

@@ -66,7 +66,11 @@ fn stack(url: &str) -> seawall_stream::StreamTimeout<HttpTransport> {
         .build()
         .unwrap();
     // Real sockets and real time: no timeouts here (they are tested on paused time).
-    StreamTimeoutLayer::new(StreamTimeouts::none()).layer(transport)
+    StreamTimeoutLayer::builder()
+        .timeouts(StreamTimeouts::none())
+        .build()
+        .unwrap()
+        .layer(transport)
 }
 
 fn chat() -> Request<Bytes> {

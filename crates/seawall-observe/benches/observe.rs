@@ -34,7 +34,11 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("observe_noop_recorder", |b| {
-        let mut svc = ObserveLayer::new().recorder(NoopRecorder).layer(inner);
+        let mut svc = ObserveLayer::builder()
+            .recorder(NoopRecorder)
+            .build()
+            .expect("the observe settings are valid")
+            .layer(inner);
         b.iter(|| {
             rt.block_on(async {
                 let resp = svc.ready().await.unwrap().call(request()).await.unwrap();

@@ -19,7 +19,12 @@ async fn main() {
         .install_recorder()
         .expect("no other metrics recorder is installed");
     let mut svc = ServiceBuilder::new()
-        .layer(ObserveLayer::new().recorder(MetricsRecorder::new()))
+        .layer(
+            ObserveLayer::builder()
+                .recorder(MetricsRecorder::new())
+                .build()
+                .expect("the observe settings are valid"),
+        )
         .service_fn(|req: http::Request<Bytes>| async move {
             // Stand-in upstream: every third call is rate limited after two attempts.
             let n = req.estimated_input_tokens();

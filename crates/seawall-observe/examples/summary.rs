@@ -15,7 +15,12 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 async fn main() {
     let summary = Arc::new(Summary::new());
     let mut svc = ServiceBuilder::new()
-        .layer(ObserveLayer::new().shared_recorder(summary.clone()))
+        .layer(
+            ObserveLayer::builder()
+                .shared_recorder(summary.clone())
+                .build()
+                .expect("the observe settings are valid"),
+        )
         .service_fn(|req: http::Request<Bytes>| async move {
             // A stand-in upstream with a latency tail, some retries, costs and failures.
             let n = u64::from(req.estimated_input_tokens());

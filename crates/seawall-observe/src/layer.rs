@@ -1,8 +1,10 @@
 //! The observe layer's configuration: which recorder receives the records and which
 //! configuration version they are stamped with, shared by every service the layer makes.
 
+use std::fmt;
 use std::sync::Arc;
 
+use seawall_core::ConfigError;
 use tower_layer::Layer;
 
 use crate::record::{NoopRecorder, Recorder};
@@ -11,6 +13,19 @@ use crate::service::Observe;
 /// Applies [`Observe`] to a service: one record per logical call.
 ///
 /// Every service this layer makes shares its recorder.
+///
+/// ```
+/// use std::sync::Arc;
+/// use seawall_observe::{ObserveLayer, Summary};
+///
+/// let summary = Arc::new(Summary::new());
+/// let layer = ObserveLayer::builder()
+///     .shared_recorder(summary.clone())
+///     .config_version("v42")
+///     .build()?;
+/// # let _ = layer;
+/// # Ok::<(), seawall_observe::ConfigError>(())
+/// ```
 #[derive(Clone)]
 pub struct ObserveLayer {
     recorder: Arc<dyn Recorder>,
@@ -18,7 +33,7 @@ pub struct ObserveLayer {
 }
 
 impl ObserveLayer {
-    /// A layer that only fills its `tracing` span (no recorder).
+    /// A layer that only fills its `tracing` span (no recorder, no configuration version).
     pub fn new() -> Self {
         ObserveLayer {
             recorder: Arc::new(NoopRecorder),
@@ -26,6 +41,51 @@ impl ObserveLayer {
         }
     }
 
+    /// A builder starting from the defaults of [`new`](Self::new).
+    pub fn builder() -> ObserveBuilder {
+        ObserveBuilder {
+            recorder: Arc::new(NoopRecorder),
+            config_version: None,
+        }
+    }
+
+    /// The configuration version every record is tagged with, if any.
+    pub fn config_version(&self) -> Option<&str> {
+        self.config_version.as_deref()
+    }
+}
+
+impl Default for ObserveLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ObserveLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObserveLayer")
+            .field("config_version", &self.config_version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Observe::from_parts(inner, self.recorder.clone(), self.config_version.clone())
+    }
+}
+
+/// Settings of an [`ObserveLayer`]: by default no recorder (only the `tracing` span) and no
+/// configuration version.
+#[derive(Clone)]
+pub struct ObserveBuilder {
+    recorder: Arc<dyn Recorder>,
+    config_version: Option<Arc<str>>,
+}
+
+impl ObserveBuilder {
     /// Sends every record to `recorder` as well (combine several with a tuple).
     pub fn recorder(mut self, recorder: impl Recorder) -> Self {
         self.recorder = Arc::new(recorder);
@@ -43,26 +103,24 @@ impl ObserveLayer {
         self.config_version = Some(version.into());
         self
     }
-}
 
-impl Default for ObserveLayer {
-    fn default() -> Self {
-        Self::new()
+    /// Checks the settings and builds the layer. An empty configuration version is refused:
+    /// it would tag records with nothing to compare.
+    pub fn build(self) -> Result<ObserveLayer, ConfigError> {
+        if self.config_version.as_deref() == Some("") {
+            return Err(ConfigError::new("config_version", "must not be empty"));
+        }
+        Ok(ObserveLayer {
+            recorder: self.recorder,
+            config_version: self.config_version,
+        })
     }
 }
 
-impl std::fmt::Debug for ObserveLayer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObserveLayer")
+impl fmt::Debug for ObserveBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObserveBuilder")
             .field("config_version", &self.config_version)
             .finish_non_exhaustive()
-    }
-}
-
-impl<S> Layer<S> for ObserveLayer {
-    type Service = Observe<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Observe::new(inner, self.recorder.clone(), self.config_version.clone())
     }
 }

@@ -27,10 +27,14 @@
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
+//! # async fn main() -> Result<(), seawall_observe::ConfigError> {
 //! let summary = Arc::new(Summary::new());
+//! let observe = ObserveLayer::builder()
+//!     .shared_recorder(summary.clone())
+//!     .config_version("v42")
+//!     .build()?;
 //! let mut svc = ServiceBuilder::new()
-//!     .layer(ObserveLayer::new().shared_recorder(summary.clone()).config_version("v42"))
+//!     .layer(observe)
 //!     .service_fn(|_req: http::Request<Bytes>| async {
 //!         Ok::<_, seawall_core::LlmError>(http::Response::new(http_body_util::Full::new(Bytes::from("{}"))))
 //!     });
@@ -40,6 +44,7 @@
 //! let resp = svc.ready().await.unwrap().call(req).await.unwrap();
 //! drop(resp); // the record is emitted when the body ends or is dropped
 //! assert_eq!(summary.report().calls, 1);
+//! # Ok(())
 //! # }
 //! ```
 
@@ -51,8 +56,11 @@ mod service;
 mod summary;
 
 pub use future::{Finish, ResponseFuture};
-pub use layer::ObserveLayer;
+pub use layer::{ObserveBuilder, ObserveLayer};
 pub use metrics::{DEFAULT_MAX_MODELS, MetricsRecorder, OTHER_MODEL};
 pub use record::{CallOutcome, CallRecord, NoopRecorder, Recorder, TracingRecorder};
 pub use service::Observe;
 pub use summary::{Summary, SummaryReport, percentile};
+
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;

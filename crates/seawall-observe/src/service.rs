@@ -8,7 +8,7 @@ use seawall_core::{CallContext, LlmError, LlmRequest, LlmResponse};
 use tower_service::Service;
 
 use crate::future::{Finish, Pending, ResponseFuture};
-use crate::record::Recorder;
+use crate::record::{NoopRecorder, Recorder};
 
 /// Produces one [`CallRecord`](crate::CallRecord) per logical call and fills a `tracing` span
 /// named `gen_ai.call` with OpenTelemetry GenAI field names.
@@ -25,8 +25,17 @@ pub struct Observe<S> {
 }
 
 impl<S> Observe<S> {
-    /// Wraps `inner`, sending records to `recorder`.
-    pub fn new(inner: S, recorder: Arc<dyn Recorder>, config_version: Option<Arc<str>>) -> Self {
+    /// Wraps `inner` with the defaults, as [`ObserveLayer::new`](crate::ObserveLayer::new)
+    /// does: the `tracing` span only, no recorder.
+    pub fn new(inner: S) -> Self {
+        Self::from_parts(inner, Arc::new(NoopRecorder), None)
+    }
+
+    pub(crate) fn from_parts(
+        inner: S,
+        recorder: Arc<dyn Recorder>,
+        config_version: Option<Arc<str>>,
+    ) -> Self {
         Observe {
             inner,
             recorder,

@@ -17,9 +17,11 @@ type Records = Arc<Mutex<Vec<CallRecord>>>;
 
 fn layer(records: &Records) -> ObserveLayer {
     let records = records.clone();
-    ObserveLayer::new()
+    ObserveLayer::builder()
         .config_version("cfg-7")
         .recorder(move |r: &CallRecord| records.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap()
 }
 
 fn request(stream: bool) -> http::Request<Bytes> {
@@ -324,8 +326,10 @@ fn summary_and_metrics_recorders() {
         tokio::time::sleep(Duration::from_millis(10 * u64::from(n))).await;
         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::new())))
     });
-    let mut svc = ObserveLayer::new()
+    let mut svc = ObserveLayer::builder()
         .recorder((summary.clone(), metrics.clone()))
+        .build()
+        .unwrap()
         .layer(inner);
     metrics::with_local_recorder(&recorder, || {
         let rt = tokio::runtime::Builder::new_current_thread()

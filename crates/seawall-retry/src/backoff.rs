@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use seawall_core::Random;
 
-use crate::error::ConfigError;
+use seawall_core::ConfigError;
 
 /// How a computed delay is randomised, so that clients failing together do not come back
 /// together.
@@ -89,14 +89,16 @@ impl Backoff {
         jitter: Jitter,
     ) -> Result<Self, ConfigError> {
         if !multiplier.is_finite() || multiplier < 1.0 {
-            return Err(ConfigError::new(format!(
-                "backoff multiplier must be a finite number >= 1, got {multiplier}"
-            )));
+            return Err(ConfigError::new(
+                "multiplier",
+                format!("must be a finite number >= 1, got {multiplier}"),
+            ));
         }
         if max_delay < base {
-            return Err(ConfigError::new(format!(
-                "max delay ({max_delay:?}) is shorter than the base delay ({base:?})"
-            )));
+            return Err(ConfigError::new(
+                "max_delay",
+                format!("{max_delay:?} is shorter than the base delay ({base:?})"),
+            ));
         }
         Ok(Backoff {
             base,

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::ConfigError;
+use seawall_core::ConfigError;
+
 use crate::sync::{AtomicU64, Ordering};
 
 /// Credit units per retry.
@@ -73,13 +74,15 @@ impl RetryBudget {
     /// `per` must not be zero when `min_retries` is not.
     pub fn new(ratio: f64, min_retries: u32, per: Duration) -> Result<Self, ConfigError> {
         if !ratio.is_finite() || !(0.0..=100.0).contains(&ratio) {
-            return Err(ConfigError::new(format!(
-                "retry budget ratio must be a number in [0, 100], got {ratio}"
-            )));
+            return Err(ConfigError::new(
+                "ratio",
+                format!("the retry budget ratio must be a number in [0, 100], got {ratio}"),
+            ));
         }
         if min_retries > 0 && per.is_zero() {
             return Err(ConfigError::new(
-                "retry budget floor period must not be zero",
+                "per",
+                "the retry budget floor period must not be zero",
             ));
         }
         let per_nanos = u64::try_from(per.as_nanos()).unwrap_or(u64::MAX);

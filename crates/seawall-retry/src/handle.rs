@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::budget::RetryBudget;
-use crate::error::ConfigError;
 use crate::policy::Shared;
+use seawall_core::ConfigError;
 
 /// The runtime switch and counters of one [`BackoffRetryLayer`](crate::BackoffRetryLayer).
 ///
@@ -52,7 +52,8 @@ impl RetryHandle {
     pub fn set_max_attempts(&self, attempts: u32) -> Result<(), ConfigError> {
         if attempts == 0 {
             return Err(ConfigError::new(
-                "max_attempts counts the first call and must be at least 1",
+                "max_attempts",
+                "must be at least 1 (it counts the first call)",
             ));
         }
         self.shared.max_attempts.store(attempts, Ordering::Relaxed);

@@ -3,18 +3,17 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::time::Duration;
 
 use http::HeaderName;
-use seawall_core::{Dispositions, FailureClass, Random, SeededRandom};
+use seawall_core::{ConfigError, Dispositions, FailureClass, Random, SeededRandom};
 use tower_layer::Layer;
 
 use crate::backoff::{Backoff, Jitter};
 use crate::budget::RetryBudget;
-use crate::error::ConfigError;
+use crate::config::Settings;
 use crate::handle::RetryHandle;
-use crate::policy::{CLASSES, Policy, Shared, default_max_retries};
+use crate::policy::Shared;
 use crate::service::BackoffRetry;
 
 /// The conventional `Idempotency-Key` header name, for
@@ -97,6 +96,8 @@ impl BackoffRetryLayer {
         self.shared.budget.as_ref()
     }
 
+    /// The state the layer's services share, for the decision's unit tests.
+    #[cfg(test)]
     pub(crate) fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
     }
@@ -127,49 +128,20 @@ impl fmt::Debug for BackoffRetryLayer {
 /// Builds a [`BackoffRetryLayer`]; every setter has a default, and [`build`](Self::build)
 /// checks the values.
 pub struct BackoffRetryBuilder {
-    max_attempts: u32,
-    max_retries: [u32; CLASSES],
-    dispositions: Dispositions,
-    base: Duration,
-    multiplier: f64,
-    max_delay: Duration,
-    jitter: Jitter,
-    max_hint: Duration,
-    hint_jitter: f64,
-    overload_min: Duration,
-    time_budget: Option<Duration>,
-    budget: Option<Arc<RetryBudget>>,
-    idempotency_header: Option<HeaderName>,
-    attempt_header: Option<HeaderName>,
-    random: Option<Arc<dyn Random>>,
+    settings: Settings,
 }
 
 impl BackoffRetryBuilder {
     fn new() -> Self {
-        let backoff = Backoff::default();
         BackoffRetryBuilder {
-            max_attempts: 4,
-            max_retries: default_max_retries(),
-            dispositions: Dispositions::default(),
-            base: backoff.base(),
-            multiplier: backoff.multiplier(),
-            max_delay: backoff.max_delay(),
-            jitter: backoff.jitter(),
-            max_hint: Duration::from_secs(60),
-            hint_jitter: 0.1,
-            overload_min: Duration::from_secs(5),
-            time_budget: Some(Duration::from_secs(120)),
-            budget: Some(Arc::new(RetryBudget::default())),
-            idempotency_header: None,
-            attempt_header: None,
-            random: None,
+            settings: Settings::default(),
         }
     }
 
     /// The most upstream calls per logical call, **the first call included** (default 4: one
     /// call and up to three retries). `1` turns retries off. Per-class maximums apply too.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts;
+        self.settings.max_attempts = attempts;
         self
     }
 
@@ -179,37 +151,37 @@ impl BackoffRetryBuilder {
     /// `x-should-retry: true` asks for a retry). Local classes are never retried. At most 255
     /// ([`build`](Self::build) refuses more).
     pub fn max_retries(mut self, class: FailureClass, retries: u32) -> Self {
-        self.max_retries[class.index()] = retries;
+        self.settings.max_retries[class.index()] = retries;
         self
     }
 
     /// Which classes may be retried (default: DESIGN.md's table, [`Dispositions::default`]).
     pub fn dispositions(mut self, dispositions: Dispositions) -> Self {
-        self.dispositions = dispositions;
+        self.settings.dispositions = dispositions;
         self
     }
 
     /// The delay before the first retry, before jitter (default 0.5 s).
     pub fn base_delay(mut self, base: Duration) -> Self {
-        self.base = base;
+        self.settings.base = base;
         self
     }
 
     /// The growth of the delay per retry (default 2.0; at least 1).
     pub fn multiplier(mut self, multiplier: f64) -> Self {
-        self.multiplier = multiplier;
+        self.settings.multiplier = multiplier;
         self
     }
 
     /// The longest computed delay (default 8 s). Server hints have their own cap.
     pub fn max_delay(mut self, max: Duration) -> Self {
-        self.max_delay = max;
+        self.settings.max_delay = max;
         self
     }
 
     /// The jitter mode (default [`Jitter::Full`]).
     pub fn jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
+        self.settings.jitter = jitter;
         self
     }
 
@@ -224,21 +196,21 @@ impl BackoffRetryBuilder {
     /// The longest server-requested delay honoured (default 60 s, as anthropic-python and most
     /// gateways). A longer hint fails the call at once with the hint in the error.
     pub fn max_server_hint(mut self, max: Duration) -> Self {
-        self.max_hint = max;
+        self.settings.max_hint = max;
         self
     }
 
     /// The random extra added to a server hint and to the overload minimum, as a fraction of
     /// it (default 0.1: up to +10%). Only ever added, so a hint is never cut short.
     pub fn hint_jitter(mut self, fraction: f64) -> Self {
-        self.hint_jitter = fraction;
+        self.settings.hint_jitter = fraction;
         self
     }
 
     /// The least wait after an overload (503 / 529) when the server gave no hint (default
     /// 5 s, plus the hint jitter): an overloaded upstream needs seconds, not milliseconds.
     pub fn overload_min_delay(mut self, min: Duration) -> Self {
-        self.overload_min = min;
+        self.settings.overload_min = min;
         self
     }
 
@@ -246,13 +218,13 @@ impl BackoffRetryBuilder {
     /// commit point) and every wait (default 120 s). No wait crosses it, and an attempt in
     /// flight when it runs out is cancelled.
     pub fn time_budget(mut self, budget: Duration) -> Self {
-        self.time_budget = Some(budget);
+        self.settings.time_budget = Some(budget);
         self
     }
 
     /// No total time budget: attempts and waits are bounded only by the caps.
     pub fn no_time_budget(mut self) -> Self {
-        self.time_budget = None;
+        self.settings.time_budget = None;
         self
     }
 
@@ -264,13 +236,13 @@ impl BackoffRetryBuilder {
 
     /// A retry budget shared with other layers too (a primary and a fallback path, say).
     pub fn shared_retry_budget(mut self, budget: Arc<RetryBudget>) -> Self {
-        self.budget = Some(budget);
+        self.settings.budget = Some(budget);
         self
     }
 
     /// No retry budget: only the per-call caps limit retries.
     pub fn no_retry_budget(mut self) -> Self {
-        self.budget = None;
+        self.settings.budget = None;
         self
     }
 
@@ -279,20 +251,20 @@ impl BackoffRetryBuilder {
     /// (off by default; [`IDEMPOTENCY_KEY`] is the usual name). For HTTP requests the
     /// `idempotency-key` header also marks the request idempotent.
     pub fn idempotency_key(mut self, header: HeaderName) -> Self {
-        self.idempotency_header = Some(header);
+        self.settings.idempotency_header = Some(header);
         self
     }
 
     /// Sets a header to the attempt number (1 for the first call) on every attempt (off by
     /// default).
     pub fn attempt_header(mut self, header: HeaderName) -> Self {
-        self.attempt_header = Some(header);
+        self.settings.attempt_header = Some(header);
         self
     }
 
     /// The jitter source (default: [`SeededRandom::from_entropy`]).
     pub fn random(mut self, random: impl Random) -> Self {
-        self.random = Some(Arc::new(random));
+        self.settings.random = Some(Arc::new(random));
         self
     }
 
@@ -304,56 +276,8 @@ impl BackoffRetryBuilder {
 
     /// Checks the values and builds the layer.
     pub fn build(self) -> Result<BackoffRetryLayer, ConfigError> {
-        if self.max_attempts == 0 {
-            return Err(ConfigError::new(
-                "max_attempts counts the first call and must be at least 1",
-            ));
-        }
-        if let Some(i) = self.max_retries.iter().position(|n| *n > 255) {
-            return Err(ConfigError::new(format!(
-                "at most 255 retries per class, got {} for {}",
-                self.max_retries[i],
-                FailureClass::ALL[i]
-            )));
-        }
-        let backoff = Backoff::new(self.base, self.multiplier, self.max_delay, self.jitter)?;
-        if !self.hint_jitter.is_finite() || !(0.0..=1.0).contains(&self.hint_jitter) {
-            return Err(ConfigError::new(format!(
-                "hint jitter must be a fraction in [0, 1], got {}",
-                self.hint_jitter
-            )));
-        }
-        if self.time_budget.is_some_and(|b| b.is_zero()) {
-            return Err(ConfigError::new(
-                "the time budget must not be zero (use no_time_budget to remove it)",
-            ));
-        }
-        let writes_headers = self.idempotency_header.is_some() || self.attempt_header.is_some();
-        let policy = Policy {
-            dispositions: self.dispositions,
-            max_retries: self.max_retries,
-            backoff,
-            max_hint: self.max_hint,
-            hint_jitter: self.hint_jitter,
-            overload_min: self.overload_min,
-            time_budget: self.time_budget,
-            idempotency_header: self.idempotency_header,
-            attempt_header: self.attempt_header,
-            writes_headers,
-        };
         Ok(BackoffRetryLayer {
-            shared: Arc::new(Shared {
-                policy,
-                enabled: AtomicBool::new(true),
-                max_attempts: AtomicU32::new(self.max_attempts),
-                budget: self.budget,
-                random: self
-                    .random
-                    .unwrap_or_else(|| Arc::new(SeededRandom::from_entropy())),
-                keys: SeededRandom::from_entropy(),
-                retries: AtomicU64::new(0),
-                budget_refusals: AtomicU64::new(0),
-            }),
+            shared: Arc::new(self.settings.into_shared()?),
         })
     }
 }
@@ -361,13 +285,13 @@ impl BackoffRetryBuilder {
 impl fmt::Debug for BackoffRetryBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackoffRetryBuilder")
-            .field("max_attempts", &self.max_attempts)
-            .field("base", &self.base)
-            .field("multiplier", &self.multiplier)
-            .field("max_delay", &self.max_delay)
-            .field("jitter", &self.jitter)
-            .field("max_hint", &self.max_hint)
-            .field("time_budget", &self.time_budget)
+            .field("max_attempts", &self.settings.max_attempts)
+            .field("base", &self.settings.base)
+            .field("multiplier", &self.settings.multiplier)
+            .field("max_delay", &self.settings.max_delay)
+            .field("jitter", &self.settings.jitter)
+            .field("max_hint", &self.settings.max_hint)
+            .field("time_budget", &self.settings.time_budget)
             .finish_non_exhaustive()
     }
 }

@@ -107,7 +107,7 @@
 
 mod backoff;
 mod budget;
-mod error;
+mod config;
 mod future;
 mod handle;
 mod layer;
@@ -117,11 +117,10 @@ mod sync;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::RetryBudget;
-pub use error::ConfigError;
 pub use future::ResponseFuture;
 pub use handle::RetryHandle;
 pub use layer::{BackoffRetryBuilder, BackoffRetryLayer, IDEMPOTENCY_KEY};
 pub use service::BackoffRetry;
 
 #[doc(no_inline)]
-pub use seawall_core::{Attempt, FailureClass, GiveUp, LlmError, LlmRequest};
+pub use seawall_core::{Attempt, ConfigError, FailureClass, GiveUp, LlmError, LlmRequest};

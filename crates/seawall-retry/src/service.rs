@@ -10,14 +10,14 @@ use http::HeaderValue;
 use seawall_core::{LlmError, LlmRequest};
 use tower_service::Service;
 
+use crate::config::Settings;
 use crate::future::ResponseFuture;
-use crate::layer::BackoffRetryLayer;
 use crate::policy::Shared;
 
 /// Retries failed calls to the inner service as the classification allows: see the
 /// [crate docs](crate).
 ///
-/// Made by [`BackoffRetryLayer`]; clones share the layer's budget, switch and jitter source.
+/// Made by [`BackoffRetryLayer`](crate::BackoffRetryLayer); clones share the layer's budget, switch and jitter source.
 #[derive(Clone)]
 pub struct BackoffRetry<S> {
     inner: S,
@@ -25,9 +25,14 @@ pub struct BackoffRetry<S> {
 }
 
 impl<S> BackoffRetry<S> {
-    /// Wraps `inner` with the defaults; use [`BackoffRetryLayer::builder`] to change them.
+    /// Wraps `inner` with the defaults, as
+    /// [`BackoffRetryLayer::new`](crate::BackoffRetryLayer::new) does; use
+    /// [`BackoffRetryLayer::builder`](crate::BackoffRetryLayer::builder) to change them.
     pub fn new(inner: S) -> Self {
-        Self::from_shared(inner, BackoffRetryLayer::new().shared())
+        let shared = Settings::default()
+            .into_shared()
+            .expect("the default configuration is valid");
+        Self::from_shared(inner, Arc::new(shared))
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
@@ -152,8 +157,7 @@ mod tests {
 
     #[test]
     fn keys_are_v4_uuids_and_differ() {
-        let layer = BackoffRetryLayer::new();
-        let shared = layer.shared();
+        let shared = Settings::default().into_shared().unwrap();
         let a = idempotency_key(&shared);
         let b = idempotency_key(&shared);
         assert_ne!(a, b);

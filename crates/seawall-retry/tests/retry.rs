@@ -753,21 +753,27 @@ impl<S: Service<Ask, Error = seawall_core::BoxError>> Service<Ask> for BrokenRea
 
 #[test]
 fn bad_configuration_is_a_clear_error() {
-    let cases: Vec<(BackoffRetryBuilder, &str)> = vec![
-        (builder().max_attempts(0), "at least 1"),
-        (builder().multiplier(f64::NAN), "multiplier"),
-        (builder().multiplier(0.5), "multiplier"),
-        (builder().base_delay(secs(10.0)), "shorter than the base"),
-        (builder().hint_jitter(1.5), "hint jitter"),
-        (builder().hint_jitter(f64::NAN), "hint jitter"),
-        (builder().time_budget(Duration::ZERO), "time budget"),
+    let cases: Vec<(BackoffRetryBuilder, &str, &str)> = vec![
+        (builder().max_attempts(0), "max_attempts", "at least 1"),
+        (builder().multiplier(f64::NAN), "multiplier", "finite"),
+        (builder().multiplier(0.5), "multiplier", ">= 1"),
+        (
+            builder().base_delay(secs(10.0)),
+            "max_delay",
+            "shorter than the base",
+        ),
+        (builder().hint_jitter(1.5), "hint_jitter", "[0, 1]"),
+        (builder().hint_jitter(f64::NAN), "hint_jitter", "[0, 1]"),
+        (builder().time_budget(Duration::ZERO), "time_budget", "zero"),
         (
             builder().max_retries(FailureClass::ServerError, 300),
+            "max_retries",
             "at most 255",
         ),
     ];
-    for (b, needle) in cases {
+    for (b, field, needle) in cases {
         let e = b.build().unwrap_err();
+        assert_eq!(e.field(), field, "{e}");
         assert!(e.to_string().contains(needle), "{e}");
     }
 }

@@ -53,11 +53,11 @@
 //! use bytes::Bytes;
 //! use http_body_util::{BodyExt, Full};
 //! use seawall_core::LlmError;
-//! use seawall_stream::{StreamStats, StreamTimeoutLayer, StreamTimeouts};
+//! use seawall_stream::{StreamStats, StreamTimeoutLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), LlmError> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Any service answering `http::Response<impl Body<Data = Bytes>>`: a transport, a mock.
 //! let upstream = tower::service_fn(|_req: http::Request<Bytes>| async {
 //!     let events = ": keep-alive\n\n\
@@ -69,12 +69,11 @@
 //!         .unwrap();
 //!     Ok::<_, LlmError>(resp)
 //! });
-//! let timeouts = StreamTimeouts::new()
-//!     .with_first_token(Duration::from_secs(20))
-//!     .with_idle(Duration::from_secs(10));
-//! let svc = ServiceBuilder::new()
-//!     .layer(StreamTimeoutLayer::new(timeouts))
-//!     .service(upstream);
+//! let timeouts = StreamTimeoutLayer::builder()
+//!     .first_token(Duration::from_secs(20))
+//!     .idle(Duration::from_secs(10))
+//!     .build()?;
+//! let svc = ServiceBuilder::new().layer(timeouts).service(upstream);
 //!
 //! let req = http::Request::post("/v1/chat/completions")
 //!     .body(Bytes::from_static(br#"{"model":"m","stream":true}"#))
@@ -103,6 +102,9 @@ mod stats;
 pub use body::TimedBody;
 pub use config::StreamTimeouts;
 pub use future::ResponseFuture;
-pub use layer::StreamTimeoutLayer;
+pub use layer::{StreamTimeoutBuilder, StreamTimeoutLayer};
 pub use service::StreamTimeout;
 pub use stats::{StreamEnd, StreamStats};
+
+#[doc(no_inline)]
+pub use seawall_core::ConfigError;

@@ -24,8 +24,13 @@ pub struct StreamTimeout<S> {
 }
 
 impl<S> StreamTimeout<S> {
-    /// Wraps `inner`.
-    pub fn new(inner: S, config: StreamTimeouts) -> Self {
+    /// Wraps `inner` with the defaults listed on [`StreamTimeouts`], as
+    /// [`StreamTimeoutLayer::new`](crate::StreamTimeoutLayer::new) does.
+    pub fn new(inner: S) -> Self {
+        Self::from_config(inner, StreamTimeouts::new())
+    }
+
+    pub(crate) fn from_config(inner: S, config: StreamTimeouts) -> Self {
         StreamTimeout { inner, config }
     }
 

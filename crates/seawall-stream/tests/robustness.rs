@@ -30,7 +30,7 @@ fn upstream(
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_call_again_panics() {
-    let mut svc = StreamTimeoutLayer::new(StreamTimeouts::new()).layer(upstream(Duration::ZERO));
+    let mut svc = StreamTimeoutLayer::new().layer(upstream(Duration::ZERO));
     poll_twice(svc.ready().await.unwrap().call(Request::new(Bytes::new())));
 }
 
@@ -52,7 +52,10 @@ proptest! {
             .with_idle(idle)
             .with_total(total);
         let outcome = rt.block_on(async {
-            let svc = StreamTimeoutLayer::new(config).layer(upstream(Duration::from_secs(delay)));
+            let svc = StreamTimeoutLayer::builder()
+        .timeouts(config)
+        .build()
+        .unwrap().layer(upstream(Duration::from_secs(delay)));
             let resp = svc.oneshot(Request::new(Bytes::new())).await?;
             resp.into_body().collect().await.map(|b| b.to_bytes())
         });

@@ -109,7 +109,11 @@ async fn call(
     mpsc::UnboundedSender<Item>,
     Result<Response<TimedBody<ChanBody>>, LlmError>,
 ) {
-    let svc = StreamTimeoutLayer::new(t).layer(up.svc);
+    let svc = StreamTimeoutLayer::builder()
+        .timeouts(t)
+        .build()
+        .unwrap()
+        .layer(up.svc);
     let res = svc.oneshot(req).await;
     (up.tx, res)
 }
@@ -235,7 +239,7 @@ async fn whole_stream(frames: &[&str]) -> Result<Response<TimedBody<ChanBody>>, 
         tx.send(data(frame)).unwrap();
     }
     drop(tx);
-    StreamTimeoutLayer::new(StreamTimeouts::new())
+    StreamTimeoutLayer::new()
         .layer(svc)
         .oneshot(chat_req(true))
         .await
@@ -380,7 +384,7 @@ async fn a_stream_without_its_finish_marker_is_never_a_silent_truncation() {
     up.tx.send(data(ROLE)).unwrap();
     let Upstream { tx, svc } = up;
     drop(tx);
-    let svc = StreamTimeoutLayer::new(StreamTimeouts::new()).layer(svc);
+    let svc = StreamTimeoutLayer::new().layer(svc);
     let res = svc.oneshot(chat_req(true)).await;
     assert_eq!(res.unwrap_err().class(), FailureClass::Disconnected);
 }
@@ -538,7 +542,7 @@ async fn dropping_the_future_or_the_body_releases_the_upstream() {
     let up = upstream(Duration::ZERO, SSE, false);
     up.tx.send(data(": keep-alive\n\n")).unwrap();
     let tx = up.tx.clone();
-    let mut svc = StreamTimeoutLayer::new(StreamTimeouts::new()).layer(up.svc);
+    let mut svc = StreamTimeoutLayer::new().layer(up.svc);
     let fut = svc.ready().await.unwrap().call(chat_req(true));
     let fut = tokio::spawn(fut);
     sleep(secs(1)).await;

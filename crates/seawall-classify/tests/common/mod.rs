@@ -118,7 +118,10 @@ where
         let r = cell.lock().unwrap().take().expect("one call");
         async move { Ok::<_, io::Error>(r) }
     });
-    ClassifyLayer::new(classifier)
+    ClassifyLayer::builder()
+        .classifier(classifier)
+        .build()
+        .unwrap()
         .layer(transport)
         .oneshot(chat_request(false))
         .await

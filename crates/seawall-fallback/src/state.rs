@@ -1,0 +1,99 @@
+//! What every service made by one [`FallbackLayer`](crate::FallbackLayer) shares: the
+//! fallback lists, the limits, the cache and the degraded response.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use seawall_core::{Dispositions, Fallback, LlmError};
+
+use crate::cache::CacheOps;
+use crate::target::Target;
+
+type Degraded<Req, Resp> = Box<dyn Fn(&Req, &LlmError) -> Resp + Send + Sync>;
+
+/// The configuration every service made by one [`FallbackLayer`] shares.
+pub(crate) struct Shared<Req, Resp> {
+    /// `"primary"`: the name [`ServedBy`](seawall_core::ServedBy) gives the primary path.
+    pub(crate) primary_name: Arc<str>,
+    pub(crate) regular: Vec<Target<Req, Resp>>,
+    pub(crate) larger_context: Vec<Target<Req, Resp>>,
+    pub(crate) content_policy: Vec<Target<Req, Resp>>,
+    pub(crate) dispositions: Dispositions,
+    pub(crate) max_fallbacks: usize,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) cache: Option<Box<dyn CacheOps<Req, Resp>>>,
+    pub(crate) degraded: Option<Degraded<Req, Resp>>,
+    /// Some target sends to the wrapped service: each call keeps a clone of it.
+    pub(crate) uses_primary: bool,
+    /// Some target or the degraded response needs the caller's request: each call keeps a
+    /// clone of it.
+    pub(crate) keeps_request: bool,
+}
+
+impl<Req, Resp> Shared<Req, Resp> {
+    pub(crate) fn list(&self, which: Fallback) -> &[Target<Req, Resp>] {
+        match which {
+            Fallback::Yes => &self.regular,
+            Fallback::LargerContext => &self.larger_context,
+            Fallback::ContentPolicy => &self.content_policy,
+            Fallback::No => &[],
+        }
+    }
+}
+
+impl<Req, Resp> Shared<Req, Resp> {
+    /// The defaults: no targets, at most 3 fallbacks per call, no deadline, no cache, no
+    /// degraded response, the lists chosen by [`Dispositions::default`].
+    pub(crate) fn new() -> Self {
+        Shared {
+            primary_name: Arc::from("primary"),
+            regular: Vec::new(),
+            larger_context: Vec::new(),
+            content_policy: Vec::new(),
+            dispositions: Dispositions::new(),
+            max_fallbacks: 3,
+            deadline: None,
+            cache: None,
+            degraded: None,
+            uses_primary: false,
+            keeps_request: false,
+        }
+    }
+
+    /// The defaults with a regular chain of `targets`, ready to serve.
+    pub(crate) fn with_targets(targets: impl IntoIterator<Item = Target<Req, Resp>>) -> Self {
+        let mut shared = Shared::new();
+        shared.regular.extend(targets);
+        shared.finish();
+        shared
+    }
+
+    /// Works out what each call must keep, once the lists are final.
+    pub(crate) fn finish(&mut self) {
+        let all = || {
+            self.regular
+                .iter()
+                .chain(&self.larger_context)
+                .chain(&self.content_policy)
+        };
+        let uses_primary = all().any(Target::uses_primary);
+        let keeps_request = all().next().is_some() || self.degraded.is_some();
+        self.uses_primary = uses_primary;
+        self.keeps_request = keeps_request;
+    }
+}
+
+pub(crate) fn debug_shared<Req, Resp>(
+    s: &Shared<Req, Resp>,
+    mut d: fmt::DebugStruct<'_, '_>,
+) -> fmt::Result {
+    d.field("targets", &s.regular)
+        .field("larger_context", &s.larger_context)
+        .field("content_policy", &s.content_policy)
+        .field("max_fallbacks", &s.max_fallbacks)
+        .field("deadline", &s.deadline)
+        .field("cache", &s.cache.is_some())
+        .field("degraded", &s.degraded.is_some())
+        .finish()
+}
