@@ -12,7 +12,6 @@ use crate::budget::Scope;
 use crate::config::MissingMaxOutput;
 use crate::future::ResponseFuture;
 use crate::guard::BudgetGuard;
-use crate::config::MissingMaxOutput;
 use crate::keys::NoKeys;
 use crate::price::PriceTable;
 use crate::state::Core;
