@@ -74,7 +74,12 @@ async fn a_seawall_debug_filter_sees_every_layer_that_logs() {
     });
     let prices = PriceTable::new().with_default(Price::per_million_f64(2.5, 10.0).unwrap());
     let client = ServiceBuilder::new()
-        .layer(ObserveLayer::new().recorder(TracingRecorder))
+        .layer(
+            ObserveLayer::builder()
+                .recorder(TracingRecorder)
+                .build()
+                .unwrap(),
+        )
         .layer(FallbackLayer::new([Target::model("gpt-4o-mini")]))
         .layer(BackoffRetryLayer::new())
         .layer(
