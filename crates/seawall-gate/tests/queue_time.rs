@@ -56,6 +56,7 @@ async fn queue_time_is_recorded_in_extensions_context_and_tracing() {
         .max_queue(1)
         .max_wait(secs(10))
         .build()
+        .unwrap()
         .layer(up.clone());
     let cx = Arc::new(CallContext::new());
     let mut req = Req::new(1);
