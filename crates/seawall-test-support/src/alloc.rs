@@ -5,15 +5,16 @@
 /// the process (installed as the global allocator); `live()`, those bytes now; and `SERIAL`, a
 /// lock the file's tests take so that none allocates while another measures.
 ///
-/// ```ignore
+/// ```
 /// seawall_test_support::counting_allocator!();
 ///
-/// #[tokio::test]
-/// async fn a_flood_stays_bounded() {
-///     let _serial = SERIAL.lock().await;
+/// fn main() {
+///     let _serial = SERIAL.try_lock().expect("no other test of this file runs");
 ///     let before = live();
-///     // ...
-///     assert!(live() - before < 1 << 20);
+///     let buffer = vec![0u8; 1 << 16];
+///     assert!(live() - before >= 1 << 16, "the buffer is counted");
+///     drop(buffer);
+///     assert!(live() - before < 1 << 16, "and given back");
 /// }
 /// ```
 #[macro_export]
