@@ -183,7 +183,7 @@ impl BackoffRetryBuilder {
         self
     }
 
-    /// Which classes may be retried (default: DESIGN.md's table, [`Dispositions::default`]).
+    /// Which classes may be retried (default: the failure-class table, [`Dispositions::default`]).
     pub fn dispositions(mut self, dispositions: Dispositions) -> Self {
         self.dispositions = dispositions;
         self
