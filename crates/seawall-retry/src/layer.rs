@@ -155,7 +155,7 @@ impl BackoffRetryBuilder {
         self
     }
 
-    /// Which classes may be retried (default: DESIGN.md's table, [`Dispositions::default`]).
+    /// Which classes may be retried (default: the failure-class table, [`Dispositions::default`]).
     pub fn dispositions(mut self, dispositions: Dispositions) -> Self {
         self.settings.dispositions = dispositions;
         self
