@@ -3,7 +3,7 @@
 //! When a provider or a model is down, callers should fail in microseconds instead of piling
 //! up 30-second timeouts and retries against it. [`CircuitBreakerLayer`] keeps one breaker per
 //! key (`host/model` by default, from [`LlmRequest::state_key`]; any [`KeyFn`] through
-//! [`Builder::key_fn`], requests without a key sharing the breaker of the empty key) in one
+//! [`CircuitBreakerBuilder::key_fn`], requests without a key sharing the breaker of the empty key) in one
 //! layer, and rejects calls to a sick key with an [`LlmError`] of class
 //! [`CircuitOpen`](seawall_core::FailureClass::CircuitOpen) whose `retry_after` says when
 //! the next probe is allowed, which a fallback layer can act on at once.

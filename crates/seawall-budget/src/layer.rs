@@ -235,7 +235,7 @@ impl<K> CostBudgetBuilder<K> {
     }
 
     /// Overrides what a failed attempt of `class` that reported no usage is charged (see
-    /// [`default_settlement`]).
+    /// [`default_settlement`](crate::default_settlement)).
     pub fn on_failure(mut self, class: FailureClass, settlement: Settlement) -> Self {
         self.overrides.push((class, settlement));
         self
