@@ -9,7 +9,7 @@ use crate::permits::Permits;
 use crate::rate::{Limit, Rates};
 use crate::shared::Settings;
 
-/// The default concurrency limit of [`ConcurrencyGateLayer::builder`].
+/// The default concurrency limit of [`ConcurrencyGateLayer::builder`](crate::ConcurrencyGateLayer::builder).
 pub const DEFAULT_LIMIT: usize = 16;
 /// The default maximum number of waiting calls.
 pub const DEFAULT_MAX_QUEUE: usize = 1024;
