@@ -1,7 +1,7 @@
 //! seawall: tower middleware that keeps LLM API failure storms away from an application.
 //!
 //! Each policy is its own crate with its own `Layer`, re-exported here behind a cargo feature
-//! of the same name (the policy layers are on by default; `http` and `mock` are opt-in, so a
+//! of the same name (the policy layers are on by default; `http`, `mock` and `redis` are opt-in, so a
 //! user with their own transport compiles no HTTP stack). Stack only the ones you need with
 //! `tower::ServiceBuilder`; the README explains the recommended order and why.
 //!
@@ -17,6 +17,7 @@
 //! | `observe` | [`observe`] | one record per logical call |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
+//! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
 
 pub use seawall_core as core;
 pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
@@ -37,6 +38,8 @@ pub use seawall_http as http;
 pub use seawall_mock as mock;
 #[cfg(feature = "observe")]
 pub use seawall_observe as observe;
+#[cfg(feature = "redis")]
+pub use seawall_redis as redis;
 #[cfg(feature = "retry")]
 pub use seawall_retry as retry;
 #[cfg(feature = "stream")]

@@ -69,12 +69,17 @@ pub enum FailureClass {
     RetryBudgetExhausted,
     /// Local: the caller's total time budget is spent.
     DeadlineExceeded,
+    /// Local: state shared by a fleet of replicas (a budget, a rate limit, permits held in
+    /// Redis) could not be reached in time, and the layer is set to fail closed. Not the
+    /// upstream's fault: neither retried nor counted by a breaker, and a fallback would meet
+    /// the same store.
+    SharedStateUnavailable,
 }
 
 impl FailureClass {
     /// How many classes there are: the length of [`ALL`](Self::ALL) and the size of a table
     /// indexed by [`index`](Self::index).
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 24;
 
     /// Every class, in declaration order: `ALL[c.index()] == c` for every class `c`.
     pub const ALL: [FailureClass; Self::COUNT] = [
@@ -101,6 +106,7 @@ impl FailureClass {
         FailureClass::BudgetExceeded,
         FailureClass::RetryBudgetExhausted,
         FailureClass::DeadlineExceeded,
+        FailureClass::SharedStateUnavailable,
     ];
 
     /// A stable snake_case name, for logs, metrics labels and JSON.
@@ -129,6 +135,7 @@ impl FailureClass {
             FailureClass::BudgetExceeded => "budget_exceeded",
             FailureClass::RetryBudgetExhausted => "retry_budget_exhausted",
             FailureClass::DeadlineExceeded => "deadline_exceeded",
+            FailureClass::SharedStateUnavailable => "shared_state_unavailable",
         }
     }
 
@@ -141,6 +148,7 @@ impl FailureClass {
                 | FailureClass::BudgetExceeded
                 | FailureClass::RetryBudgetExhausted
                 | FailureClass::DeadlineExceeded
+                | FailureClass::SharedStateUnavailable
         )
     }
 
@@ -177,7 +185,9 @@ impl FailureClass {
             InvalidRequest => (R::Never, false, F::No),
             Authentication | PermissionDenied | NotFound => (R::Never, false, F::Yes),
             CircuitOpen | GateRejected => (R::Never, false, F::Yes),
-            BudgetExceeded | RetryBudgetExhausted | DeadlineExceeded => (R::Never, false, F::No),
+            BudgetExceeded | RetryBudgetExhausted | DeadlineExceeded | SharedStateUnavailable => {
+                (R::Never, false, F::No)
+            }
         };
         Disposition {
             retry,

@@ -2,7 +2,7 @@
 //! test file: a typed request, channel-fed bodies, a paused-time harness, the
 //! polled-after-completion check, extreme-duration strategies, a counting allocator, a
 //! captured log, and behind features an auditing budget store (`budget`) and a loopback chaos
-//! upstream (`mock`).
+//! upstream (`mock`) and a real `redis-server` on loopback (`redis`).
 //!
 //! Not published: only the workspace's own tests depend on it, as a dev-dependency.
 
@@ -14,6 +14,8 @@ mod captured;
 #[cfg(feature = "mock")]
 mod loopback;
 mod poll;
+#[cfg(feature = "redis")]
+mod redis;
 mod request;
 mod strategy;
 mod time;
@@ -30,6 +32,8 @@ pub use captured::{Captured, global_log};
 #[cfg(feature = "mock")]
 pub use loopback::start_mock;
 pub use poll::{poll_again_after, poll_twice};
+#[cfg(feature = "redis")]
+pub use redis::RedisServer;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
 pub use strategy::{extreme_duration, extreme_duration_or_none};
 pub use time::{paused_runtime, settle};

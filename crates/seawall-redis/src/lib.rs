@@ -1,0 +1,36 @@
+//! Shared state for a fleet of replicas, on Redis.
+//!
+//! # Why
+//!
+//! Every seawall layer keeps its state in its own process by default, which is right for one
+//! process and wrong for a fleet: with N replicas a "$100 a day" budget is $100·N, a 500 RPM
+//! key limit is 500·N RPM, and an upstream outage is learned N times over. This crate puts
+//! that state in the Redis the fleet already runs, behind the same seams the in-process state
+//! uses, so a stack switches by passing a store to a builder and nothing else changes.
+//!
+//! # What a call costs
+//!
+//! Every decision that must be exact for the fleet (reserve a budget, take from a rate bucket,
+//! take a permit) is one Lua script run atomically by the server: one round trip, all lines or
+//! none. Settling is one more. Anything that only needs to be *learned* (a breaker opened by
+//! another replica) is polled in the background and read locally, so a call through a closed
+//! breaker costs no round trip at all.
+//!
+//! # When Redis is slow or gone
+//!
+//! Every call to Redis has a short timeout ([`SharedRedisBuilder::timeout`], 50 ms by
+//! default). What a layer does when it fires is its own [`OnUnavailable`] policy: refuse the
+//! call with [`FailureClass::SharedStateUnavailable`](seawall_core::FailureClass) (fail closed),
+//! or keep enforcing a per-replica share of the limit in process (fail open to local state).
+//! Either way the replica logs one `tracing` warning when it degrades and one when it recovers
+//! (target `seawall::redis`), and counts failed calls in the `seawall_redis_unavailable_total`
+//! metric. The connection reconnects on its own.
+#![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
+
+mod client;
+mod policy;
+
+pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
+pub use policy::OnUnavailable;
+/// The Redis client this crate is built on, for callers who run their own commands.
+pub use redis;
