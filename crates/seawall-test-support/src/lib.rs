@@ -35,5 +35,5 @@ pub use poll::{poll_again_after, poll_twice};
 #[cfg(feature = "redis")]
 pub use redis::RedisServer;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
-pub use strategy::{extreme_duration, extreme_duration_or_none};
+pub use strategy::{extreme_duration, extreme_duration_or_none, reframed_sse};
 pub use time::{paused_runtime, settle};
