@@ -9,6 +9,7 @@
 mod alloc;
 #[cfg(feature = "budget")]
 mod audit;
+mod bench;
 mod body;
 mod captured;
 #[cfg(feature = "mock")]
@@ -27,6 +28,7 @@ pub use tokio;
 
 #[cfg(feature = "budget")]
 pub use audit::AuditStore;
+pub use bench::{Bare, Done};
 pub use body::{ChanBody, Feed};
 pub use captured::{Captured, global_log};
 #[cfg(feature = "mock")]
