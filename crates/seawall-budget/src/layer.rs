@@ -47,10 +47,7 @@ impl CostBudgetLayer<NoKeys> {
     /// [builder](Self::builder)), requests without a maximum output refused, counters in a
     /// [`MemoryStore`] of its own.
     pub fn new(prices: PriceTable) -> Self {
-        CostBudgetLayer {
-            core: Arc::new(Core::new(prices)),
-            keys: Arc::new(NoKeys),
-        }
+        Self::builder(prices).assemble(false)
     }
 
     /// Starts a builder with these prices: the price table is the one setting without a
@@ -268,6 +265,12 @@ impl<K> CostBudgetBuilder<K> {
 
     /// Checks the configuration and builds the layer.
     pub fn build(self) -> Result<CostBudgetLayer<K>, ConfigError> {
+        let keyed = self.check()?;
+        Ok(self.assemble(keyed))
+    }
+
+    /// Refuses a configuration the layer cannot enforce; says whether any budget is keyed.
+    fn check(&self) -> Result<bool, ConfigError> {
         let mut keyed = false;
         for (i, b) in self.budgets.iter().enumerate() {
             b.validate()?;
@@ -310,8 +313,13 @@ impl<K> CostBudgetBuilder<K> {
                 ),
             ));
         }
+        Ok(keyed)
+    }
+
+    /// The layer of a checked configuration (or of the defaults, which need no check).
+    fn assemble(self, keyed: bool) -> CostBudgetLayer<K> {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        Ok(CostBudgetLayer {
+        CostBudgetLayer {
             core: Arc::new(Core {
                 prices: self.prices,
                 budgets: self.budgets.into_boxed_slice(),
@@ -328,6 +336,6 @@ impl<K> CostBudgetBuilder<K> {
                 unkeyed: UNKEYED.into(),
             }),
             keys: Arc::new(self.keys),
-        })
+        }
     }
 }
