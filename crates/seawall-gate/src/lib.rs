@@ -123,9 +123,11 @@ pub use future::ResponseFuture;
 #[cfg(not(loom))]
 pub use handle::GateHandle;
 #[cfg(not(loom))]
+pub use key::Cost;
+#[cfg(not(loom))]
 pub use layer::{ConcurrencyGateBuilder, ConcurrencyGateLayer};
 #[cfg(not(loom))]
-pub use rate::{Limit, Rates};
+pub use rate::{Bucket, Limit, Rates, Ready};
 /// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
 /// against it still compile.
 #[cfg(not(loom))]

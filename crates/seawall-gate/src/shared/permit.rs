@@ -108,9 +108,8 @@ impl Held {
     /// part goes back and the input estimate stays charged, as for a failure: keeping a
     /// `max_tokens` of billions charged would lock the key for good after one disconnect.
     fn settle(&self, usage: Option<seawall_core::Usage>) {
-        let used = usage.map_or(self.cost.input, |u| u.total());
         self.key
-            .settle_tokens(self.cost.tokens, used, Instant::now());
+            .settle_tokens(self.cost.tokens, self.cost.used(usage), Instant::now());
     }
 }
 
