@@ -87,21 +87,29 @@
 //!   a `SharedStateUnavailable` error;
 //! - `FailOpen { replicas }` admits it under an in-process share of `1 / replicas` of every
 //!   rate and permit count, counted with the gate's own [`Bucket`](seawall_gate::Bucket)s, so
-//!   the fleet as a whole stays near its limit while it cannot coordinate. Each call asks Redis
-//!   first again, so the fleet's state takes over as soon as it answers.
+//!   the fleet as a whole stays near its limit while it cannot coordinate.
+//!
+//! While the connection is degraded, one call every 250 ms asks Redis (and pays the timeout
+//! if it is still gone); the others follow the policy at once, so an outage does not add the
+//! timeout to every call, and the fleet's state takes over within 250 ms of Redis answering.
 //!
 //! An acquire that timed out may still have run. Hold ids are unique per attempt and every
 //! change a script makes after an admission goes through the hold, so the layer queues a
 //! cancellation of the id (which gives the request and the tokens back only if the hold
-//! exists) and nothing is charged twice; a settlement sent twice changes nothing either. A
-//! settlement lost while Redis is down leaves the tokens charged (the conservative error) and
-//! the hold to run out with its lease.
+//! exists) and nothing is charged twice. For the same reason a settlement or cancellation is
+//! safe to send again, and is, up to four times within about a second when one times out (a
+//! slow moment of the server, or a script cache emptied by a restart whose `NOSCRIPT` answer
+//! came after the timeout). A settlement lost for good leaves the tokens charged (the
+//! conservative error) and the hold to run out with its lease.
+//!
+//! The fleet's waits are added to the call's `queue_wait` and its refusals to its
+//! `rejections` in the [`CallContext`](seawall_core::CallContext), as the gate's are.
 //!
 //! # Not covered
 //!
 //! The limits are fixed when the layer is built (no run-time handle yet), and every replica
 //! must be built with the same limits and lease for a key: the scripts take them as arguments.
-//! A settlement, a pause and a renewal are each one attempt; none is retried.
+//! A pause and a renewal are each one attempt (the next renewal comes a `renew_every` later).
 
 mod clock;
 mod error;

@@ -37,13 +37,7 @@ const NONE: Lim = Lim {
     permits: -1,
 };
 
-async fn acquire(
-    r: &SharedRedis,
-    now: u64,
-    id: &str,
-    l: Lim,
-    cost: u64,
-) -> (i64, u64, String) {
+async fn acquire(r: &SharedRedis, now: u64, id: &str, l: Lim, cost: u64) -> (i64, u64, String) {
     let script = redis::Script::new(ACQUIRE);
     let mut inv = script.prepare_invoke();
     inv.key(B)
@@ -59,9 +53,12 @@ async fn acquire(
         .arg(cost)
         .arg(l.permits)
         .arg(25);
-    r.run("test", |mut c| async move { inv.invoke_async(&mut c).await })
-        .await
-        .unwrap()
+    r.run(
+        "test",
+        |mut c| async move { inv.invoke_async(&mut c).await },
+    )
+    .await
+    .unwrap()
 }
 
 async fn settle(
@@ -86,9 +83,12 @@ async fn settle(
         .arg(reserved)
         .arg(used)
         .arg(mode);
-    r.run("test", |mut c| async move { inv.invoke_async(&mut c).await })
-        .await
-        .unwrap()
+    r.run(
+        "test",
+        |mut c| async move { inv.invoke_async(&mut c).await },
+    )
+    .await
+    .unwrap()
 }
 
 async fn field(r: &SharedRedis, f: &str) -> Option<f64> {
@@ -150,11 +150,20 @@ async fn acquire_answers_the_refill_time_and_admits_once_the_clock_gets_there() 
     };
     assert!(admitted(&acquire(&r, 0, "a", l, 0).await));
     assert!(admitted(&acquire(&r, 0, "b", l, 0).await));
-    assert_eq!(acquire(&r, 0, "c", l, 0).await, (0, 1_000, "requests".to_owned()));
-    assert_eq!(acquire(&r, 400, "c", l, 0).await, (0, 600, "requests".to_owned()));
+    assert_eq!(
+        acquire(&r, 0, "c", l, 0).await,
+        (0, 1_000, "requests".to_owned())
+    );
+    assert_eq!(
+        acquire(&r, 400, "c", l, 0).await,
+        (0, 600, "requests".to_owned())
+    );
     assert!(admitted(&acquire(&r, 1_000, "c", l, 0).await));
     // A refused call took nothing: the next is due a second after the last admission.
-    assert_eq!(acquire(&r, 1_000, "d", l, 0).await, (0, 1_000, "requests".to_owned()));
+    assert_eq!(
+        acquire(&r, 1_000, "d", l, 0).await,
+        (0, 1_000, "requests".to_owned())
+    );
 }
 
 #[tokio::test]
@@ -170,7 +179,10 @@ async fn a_cost_above_the_burst_goes_on_a_full_bucket_and_leaves_debt() {
     assert!(admitted(&acquire(&r, 0, "big", l, 250).await));
     assert_eq!(field(&r, "t").await, Some(-150.0));
     // 160 tokens at 10 a second before a call of 10 fits.
-    assert_eq!(acquire(&r, 0, "next", l, 10).await, (0, 16_000, "tokens".to_owned()));
+    assert_eq!(
+        acquire(&r, 0, "next", l, 10).await,
+        (0, 16_000, "tokens".to_owned())
+    );
 }
 
 #[tokio::test]
@@ -219,9 +231,15 @@ async fn the_pause_stops_admissions_until_it_ends_and_a_later_pause_wins() {
     assert_eq!(pause(1_000, 5_000).await, 1);
     // A shorter pause does not cut the longer one.
     assert_eq!(pause(2_000, 1_000).await, 0);
-    assert_eq!(acquire(&r, 3_000, "a", NONE, 0).await, (0, 3_000, "paused".to_owned()));
+    assert_eq!(
+        acquire(&r, 3_000, "a", NONE, 0).await,
+        (0, 3_000, "paused".to_owned())
+    );
     assert_eq!(pause(3_000, 10_000).await, 1);
-    assert_eq!(acquire(&r, 3_000, "a", NONE, 0).await, (0, 10_000, "paused".to_owned()));
+    assert_eq!(
+        acquire(&r, 3_000, "a", NONE, 0).await,
+        (0, 10_000, "paused".to_owned())
+    );
     assert!(admitted(&acquire(&r, 13_000, "a", NONE, 0).await));
     // The key expires with the pause (server time; a lease of TTL, not a decision).
     let ttl: i64 = r
@@ -237,13 +255,13 @@ async fn the_pause_stops_admissions_until_it_ends_and_a_later_pause_wins() {
 async fn permits_count_live_holds_and_a_hold_past_its_lease_frees_its_permit() {
     let server = RedisServer::start();
     let r = connect(&server);
-    let l = Lim {
-        permits: 2,
-        ..NONE
-    };
+    let l = Lim { permits: 2, ..NONE };
     assert!(admitted(&acquire(&r, 0, "a", l, 0).await));
     assert!(admitted(&acquire(&r, 10, "b", l, 0).await));
-    assert_eq!(acquire(&r, 20, "c", l, 0).await, (0, 25, "permits".to_owned()));
+    assert_eq!(
+        acquire(&r, 20, "c", l, 0).await,
+        (0, 25, "permits".to_owned())
+    );
     // "a" was leased until 30 000: at that moment it is gone.
     assert_eq!(acquire(&r, 29_999, "c", l, 0).await.2, "permits");
     assert_eq!(acquire(&r, 30_000, "c", l, 0).await.2, "admitted");
@@ -320,10 +338,7 @@ async fn cancel_gives_back_the_request_and_every_token_of_a_call_that_never_went
 async fn renew_extends_live_holds_and_never_brings_back_an_ended_one() {
     let server = RedisServer::start();
     let r = connect(&server);
-    let l = Lim {
-        permits: 5,
-        ..NONE
-    };
+    let l = Lim { permits: 5, ..NONE };
     acquire(&r, 0, "a", l, 0).await;
     acquire(&r, 0, "b", l, 0).await;
     settle(&r, 0, "b", l, 0, 0, "settle").await;

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
-use seawall_core::{LlmError, LlmResponse};
+use seawall_core::{LlmError, LlmRequest, LlmResponse};
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::permit::FleetPermit;
@@ -33,6 +34,7 @@ pin_project! {
             admission: Admission,
             service: Option<S>,
             request: Option<Req>,
+            start: Instant,
         },
         Calling {
             #[pin]
@@ -50,6 +52,7 @@ impl<S, Req, F> ResponseFuture<S, Req, F> {
                 admission,
                 service: Some(service),
                 request: Some(request),
+                start: Instant::now(),
             },
         }
     }
@@ -74,6 +77,7 @@ where
     F: Future<Output = Result<T, E>>,
     T: LlmResponse,
     E: Into<LlmError>,
+    Req: LlmRequest,
 {
     type Output = Result<T::Hooked<FleetPermit>, LlmError>;
 
@@ -85,11 +89,22 @@ where
                     admission,
                     service,
                     request,
+                    start,
                 } => {
                     let admitted = ready!(admission.as_mut().poll(cx));
                     let (Some(mut svc), Some(req)) = (service.take(), request.take()) else {
                         seawall_core::polled_after_completion();
                     };
+                    // The fleet's wait is queue time too; its refusals are local rejections.
+                    if let Some(cx) = req.call_context() {
+                        let wait = start.elapsed();
+                        cx.update(|f| {
+                            *f.queue_wait.get_or_insert(std::time::Duration::ZERO) += wait;
+                            if let Err(e) = &admitted {
+                                f.rejections.push(e.class());
+                            }
+                        });
+                    }
                     match admitted {
                         Ok(permit) => {
                             let future = svc.call(req);

@@ -23,6 +23,18 @@ use crate::{OnUnavailable, SharedRedis};
 /// The name the fleet's calls go under in the shared connection's logs and metric.
 const STORE: &str = "fleet";
 
+/// While Redis is unreachable, how often one call asks it again (the others follow the
+/// failure policy at once).
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// The pauses between the attempts of a settlement: four attempts within about a second.
+const SETTLE_RETRIES: [Duration; 4] = [
+    Duration::from_millis(20),
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+    Duration::ZERO,
+];
+
 /// The settings a layer is built with.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -71,6 +83,10 @@ pub(crate) struct Fleet {
     next_id: AtomicU64,
     /// The runtime the layer was built in, for the settlements of hooks that run outside one.
     runtime: Option<Handle>,
+    /// When a call last asked a degraded Redis (real time since `epoch`, in ns: this is about
+    /// the connection, not the limits, so it is not on the fleet's clock).
+    last_probe: AtomicU64,
+    epoch: std::time::Instant,
 }
 
 impl fmt::Debug for Fleet {
@@ -125,6 +141,8 @@ impl Fleet {
             renewing: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             runtime: Handle::try_current().ok(),
+            last_probe: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         }
     }
 
@@ -215,21 +233,25 @@ impl Fleet {
             self.id_prefix,
             self.next_id.fetch_add(1, Ordering::Relaxed)
         ));
-        // If this future is dropped mid-call, or the call times out after the script ran, the
-        // hold may exist: the guard queues its cancellation (a no-op when it does not).
-        let mut guard = CancelOnDrop {
-            fleet: self,
-            target,
-            id: &id,
-            cost,
-            armed: true,
+        let reached = if self.skip_redis() {
+            None
+        } else {
+            // If this future is dropped mid-call, or the call times out after the script ran,
+            // the hold may exist: the guard queues its cancellation (a no-op when it does not).
+            let mut guard = CancelOnDrop {
+                fleet: self,
+                target,
+                id: &id,
+                cost,
+                armed: true,
+            };
+            let answer = self.acquire(target, &id, cost, now).await.ok();
+            guard.armed = answer.is_none();
+            answer
         };
-        match self.acquire(target, &id, cost, now).await {
-            Ok(answer) => {
-                guard.armed = false;
-                Ok(answer)
-            }
-            Err(_) => match self.settings.on_unavailable {
+        match reached {
+            Some(answer) => Ok(answer),
+            None => match self.settings.on_unavailable {
                 OnUnavailable::FailClosed => Err(OnUnavailable::refusal("rate limit")),
                 OnUnavailable::FailOpen { replicas } => Ok(
                     match self.local.try_admit(
@@ -246,6 +268,25 @@ impl Fleet {
                 ),
             },
         }
+    }
+
+    /// Whether to answer this call by the failure policy without asking Redis: while the
+    /// connection is degraded, only one call every [`PROBE_EVERY`] asks (and pays the
+    /// timeout if Redis is still gone), so an outage does not add the timeout to every call.
+    fn skip_redis(&self) -> bool {
+        if !self.redis.is_degraded() {
+            return false;
+        }
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.last_probe.load(Ordering::Acquire);
+        let every = u64::try_from(PROBE_EVERY.as_nanos()).unwrap_or(u64::MAX);
+        if now.saturating_sub(last) < every {
+            return true;
+        }
+        // The one call that wins this probes; the others go on skipping.
+        self.last_probe
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
     }
 
     /// The acquire script (see `scripts/fleet_acquire.lua`).
@@ -292,8 +333,11 @@ impl Fleet {
     }
 
     /// Ends a fleet hold: settles its tokens against `used` (`cancel`: the call never went,
-    /// so its request and every token go back). In the background; at most once (the script
-    /// acts only while the hold exists).
+    /// so its request and every token go back). In the background, and at most once (the
+    /// script acts only while the hold exists), which makes it safe to try again: a call that
+    /// timed out is sent again after [`SETTLE_RETRIES`], so a settlement survives a slow
+    /// moment of the server (or a script cache emptied by a restart, whose `NOSCRIPT` answer
+    /// came too late for the first attempt).
     pub(crate) fn settle(
         self: &Arc<Self>,
         target: Arc<Target>,
@@ -305,7 +349,18 @@ impl Fleet {
         self.untrack(&target, &id);
         let fleet = self.clone();
         self.spawn(async move {
-            let _ = fleet.settle_now(&target, &id, cost, used, cancel).await;
+            for delay in SETTLE_RETRIES {
+                if fleet
+                    .settle_now(&target, &id, cost, used, cancel)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+            }
+            tracing::debug!(target: "seawall::redis", key = target.name.as_deref(),
+                "fleet limit: a settlement was lost; the hold ends with its lease");
         });
     }
 
