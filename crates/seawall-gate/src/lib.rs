@@ -138,7 +138,7 @@ pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 #[cfg(not(loom))]
 pub use service::ConcurrencyGate;
 #[cfg(not(loom))]
-pub use shared::{GatePermit, GateStats};
+pub use shared::{GatePermit, GateStats, pause_hint};
 
 #[cfg(not(loom))]
 #[doc(no_inline)]

@@ -36,13 +36,7 @@ struct Held {
 
 impl Held {
     fn failed(&self, err: &LlmError) {
-        let hint = match err.class() {
-            FailureClass::RateLimited => err.retry_hint(),
-            _ => err
-                .rate_limit()
-                .and_then(RateLimitSnapshot::exhausted_until),
-        };
-        if let Some(d) = hint {
+        if let Some(d) = super::signals::pause_hint(err) {
             self.shared.pause(&self.key, d);
         }
         if matches!(

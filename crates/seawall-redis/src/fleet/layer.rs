@@ -59,11 +59,8 @@ impl FleetLimitLayer {
     /// Fleet-wide `rates` for every key, on `redis`, with the defaults: no permits, fail
     /// closed, wait at most [`DEFAULT_MAX_WAIT`], keys from `LlmRequest::state_key`.
     ///
-    /// Must be called inside a tokio runtime (settlements run as tasks of it).
-    ///
-    /// # Panics
-    ///
-    /// Never with the default settings; kept infallible as the gate's `new` is.
+    /// Must be called inside a tokio runtime (settlements run as tasks of it). Never fails:
+    /// the builder refuses only settings `new` does not take.
     pub fn new(redis: SharedRedis, rates: Rates) -> Self {
         Self::builder(redis)
             .rates(rates)

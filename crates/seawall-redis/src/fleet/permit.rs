@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use seawall_core::{
-    Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot, Usage,
+    Completion, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot, Usage,
 };
 use seawall_gate::Cost;
 
@@ -107,13 +107,7 @@ impl FleetPermit {
 
     fn saw_error(&self, err: &LlmError) {
         let Some(h) = &self.held else { return };
-        let hint = match err.class() {
-            FailureClass::RateLimited => err.retry_hint(),
-            _ => err
-                .rate_limit()
-                .and_then(RateLimitSnapshot::exhausted_until),
-        };
-        if let Some(d) = hint {
+        if let Some(d) = seawall_gate::pause_hint(err) {
             h.fleet.pause(&h.target, d);
         }
     }

@@ -28,7 +28,8 @@ pub struct FleetLimit<S, K = StateKey> {
 
 impl<S> FleetLimit<S> {
     /// Wraps `inner` in fleet-wide `rates` on `redis` with the defaults, as
-    /// [`FleetLimitLayer::new`] does.
+    /// [`FleetLimitLayer::new`] does (inside a tokio runtime). The state is this service's and
+    /// its clones'; build a layer to share it or change the settings.
     pub fn new(inner: S, redis: SharedRedis, rates: Rates) -> Self {
         use tower_layer::Layer;
         FleetLimitLayer::new(redis, rates).layer(inner)
