@@ -702,3 +702,98 @@ async fn settings_that_cannot_work_are_refused_and_the_url_is_never_printed() {
     let svc = layer.layer(upstream(&Arc::new(Upstream::default())));
     assert!(!format!("{svc:?}").contains("hunter2"));
 }
+
+#[tokio::test]
+async fn while_redis_is_down_a_fail_open_replica_holds_its_share_of_the_fleet_permits() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new(0);
+    let layer = replica(&server, &clock, Duration::from_millis(100), |b| {
+        b.permits(8).on_unavailable(OnUnavailable::fail_open(4))
+    });
+    let up = Arc::new(Upstream::default());
+    server.stop();
+    let svc = layer.layer(upstream(&up));
+    let first = svc.clone().oneshot(ask(Reply::Hold)).await.unwrap();
+    let _second = svc.clone().oneshot(ask(Reply::Hold)).await.unwrap();
+    // 8 permits over 4 replicas: this one holds 2 while it cannot coordinate.
+    let err = svc.clone().oneshot(ask(Reply::Hold)).await.unwrap_err();
+    assert_eq!(
+        FleetRejection::of(&err).unwrap().reason(),
+        RejectReason::WaitTimeout
+    );
+    drop(first);
+    assert!(call_once(&layer, &up, ask(Reply::Hold)).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_key_with_limits_of_its_own_is_limited_alone_and_unkeyed_calls_share_one_state() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(0);
+    let timeout = Duration::from_secs(2);
+    let layer = replica(&server, &clock, timeout, |b| {
+        b.key_permits("small", 1).key_rates(
+            "slow",
+            Rates::new().with_requests(Limit::per_minute(60).with_burst(1)),
+        )
+    });
+    let up = Arc::new(Upstream::default());
+    let on = |model: &str| {
+        let mut a = Ask::new(model, 1, 1);
+        a.ext.insert(Reply::Hold);
+        a
+    };
+    let _held = layer
+        .layer(upstream(&up))
+        .oneshot(on("small"))
+        .await
+        .unwrap();
+    assert!(!call_once(&layer, &up, on("small")).await.unwrap());
+    assert!(call_once(&layer, &up, on("slow")).await.unwrap());
+    assert!(!call_once(&layer, &up, on("slow")).await.unwrap());
+    // Keys without limits of their own go free.
+    for _ in 0..5 {
+        assert!(call_once(&layer, &up, on("other")).await.unwrap());
+    }
+    // A request without a key is limited under the default limits, in a state of its own.
+    let strict = replica(&server, &clock, timeout, |b| {
+        b.rates(Rates::new().with_requests(Limit::per_minute(60).with_burst(1)))
+    });
+    let mut unkeyed = Ask::default();
+    unkeyed.model = None;
+    unkeyed.ext.insert(Reply::Hold);
+    assert!(call_once(&strict, &up, unkeyed.clone()).await.unwrap());
+    assert!(!call_once(&strict, &up, unkeyed).await.unwrap());
+    assert!(call_once(&strict, &up, on("m")).await.unwrap());
+}
+
+#[tokio::test]
+async fn inside_the_gate_the_fleet_decides_and_the_gate_holds_its_permit_until_the_body_ends() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(0);
+    let fleet = replica(&server, &clock, Duration::from_secs(2), |b| b.permits(1));
+    let gate = seawall_gate::ConcurrencyGateLayer::new(4);
+    let up = Arc::new(Upstream::default());
+    let stack = tower::ServiceBuilder::new()
+        .layer(gate.clone())
+        .layer(fleet)
+        .service(upstream(&up));
+    let body = stack.clone().oneshot(ask(Reply::Hold)).await.unwrap();
+    assert_eq!(gate.handle().stats().in_flight, 1);
+    // The fleet's refusal comes out of the gate as it went in, and frees the gate's permit.
+    let err = stack.clone().oneshot(ask(Reply::Hold)).await.unwrap_err();
+    assert!(FleetRejection::of(&err).is_some(), "{err}");
+    assert_eq!(gate.handle().stats().in_flight, 1);
+    drop(body);
+    assert_eq!(gate.handle().stats().in_flight, 0);
+    let stack2 = stack.clone();
+    eventually("the fleet permit came back", move || {
+        let stack = stack2.clone();
+        async move {
+            stack
+                .oneshot(ask(Reply::Usage(Usage::default())))
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+}

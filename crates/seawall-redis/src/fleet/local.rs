@@ -44,7 +44,10 @@ pub(crate) struct Local {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LocalAnswer {
     Admitted,
+    /// The share's rates admit the call after this long.
     Wait(Duration),
+    /// Every permit of the share is held: one comes back when a call ends.
+    Busy,
     Never,
 }
 
@@ -111,20 +114,16 @@ impl Local {
     }
 
     /// Admits a call under the key's share of the limits, taking from it, or says how long
-    /// until it could.
+    /// until it could. (The caller has checked the key's pause.)
     pub(crate) fn try_admit(
         &self,
         target: &Target,
         cost: Cost,
         now_ms: u64,
         replicas: NonZeroU32,
-        poll: Duration,
     ) -> LocalAnswer {
         let now = self.instant(now_ms);
         self.with(&target.name, now_ms, |s| {
-            if s.paused_until > now_ms {
-                return LocalAnswer::Wait(Duration::from_millis(s.paused_until - now_ms));
-            }
             let rates = target.rates;
             let fit = |slot: &mut Option<Bucket>, limit: Option<Limit>| match limit {
                 None => *slot = None,
@@ -152,8 +151,7 @@ impl Local {
                     return LocalAnswer::Never;
                 }
                 if s.in_flight >= mine {
-                    // A permit comes back when a call ends: look again after `poll`.
-                    return LocalAnswer::Wait(poll);
+                    return LocalAnswer::Busy;
                 }
             }
             if let Some(b) = s.requests.as_mut() {

@@ -253,19 +253,16 @@ impl Fleet {
             Some(answer) => Ok(answer),
             None => match self.settings.on_unavailable {
                 OnUnavailable::FailClosed => Err(OnUnavailable::refusal("rate limit")),
-                OnUnavailable::FailOpen { replicas } => Ok(
-                    match self.local.try_admit(
-                        target,
-                        cost,
-                        now,
-                        replicas,
-                        self.settings.permit_poll,
-                    ) {
+                OnUnavailable::FailOpen { replicas } => {
+                    Ok(match self.local.try_admit(target, cost, now, replicas) {
                         LocalAnswer::Admitted => Answer::Local,
                         LocalAnswer::Wait(d) => Answer::Wait(d, RejectReason::RateLimited),
+                        LocalAnswer::Busy => {
+                            Answer::Wait(self.settings.permit_poll, RejectReason::WaitTimeout)
+                        }
                         LocalAnswer::Never => Answer::Never,
-                    },
-                ),
+                    })
+                }
             },
         }
     }
