@@ -758,8 +758,10 @@ async fn a_key_with_limits_of_its_own_is_limited_alone_and_unkeyed_calls_share_o
     let strict = replica(&server, &clock, timeout, |b| {
         b.rates(Rates::new().with_requests(Limit::per_minute(60).with_burst(1)))
     });
-    let mut unkeyed = Ask::default();
-    unkeyed.model = None;
+    let mut unkeyed = Ask {
+        model: None,
+        ..Ask::default()
+    };
     unkeyed.ext.insert(Reply::Hold);
     assert!(call_once(&strict, &up, unkeyed.clone()).await.unwrap());
     assert!(!call_once(&strict, &up, unkeyed).await.unwrap());
