@@ -115,14 +115,15 @@ not_loom! {
     pub use future::ResponseFuture;
     pub use handle::GateHandle;
     pub use layer::{ConcurrencyGateBuilder, ConcurrencyGateLayer};
-    pub use rate::{Limit, Rates};
+    pub use key::Cost;
+    pub use rate::{Bucket, Limit, Rates, Ready};
     /// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
     /// against it still compile.
     #[doc(hidden)]
     pub use seawall_core::KeyFn as GateKey;
     pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
     pub use service::ConcurrencyGate;
-    pub use shared::{GatePermit, GateStats};
+    pub use shared::{GatePermit, GateStats, pause_hint};
 
     #[doc(no_inline)]
     pub use seawall_core::ConfigError;

@@ -28,9 +28,11 @@
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
 mod client;
+pub mod fleet;
 mod policy;
 
 pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
+pub use fleet::{FleetLimit, FleetLimitBuilder, FleetLimitLayer};
 pub use policy::OnUnavailable;
 /// The Redis client this crate is built on, for callers who run their own commands.
 pub use redis;
