@@ -14,7 +14,7 @@ use crate::keys::NoKeys;
 use crate::price::PriceTable;
 use crate::service::CostBudget;
 use crate::state::{Core, SoftFn, UNKEYED};
-use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend};
+use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend, SpendFuture};
 use crate::time::{Clock, Timestamp, WallFn};
 
 /// A tower layer that prices every attempt before it goes out, reserves its worst-case cost
@@ -76,7 +76,8 @@ impl CostBudgetLayer<NoKeys> {
 
 impl<K> CostBudgetLayer<K> {
     /// The counter of the budget named `budget` for `key` (`None` for a global budget), now;
-    /// `None` if the layer has no such budget.
+    /// `None` if the layer has no such budget. A remote store answers what this replica last
+    /// saw without waiting; [`CostBudgetLayer::read_spend`] asks the store itself.
     pub fn spend(&self, budget: &str, key: Option<&str>) -> Option<Spend> {
         let b = self.core.budgets.iter().find(|b| b.name() == budget)?;
         let key = match b.scope() {
@@ -84,6 +85,19 @@ impl<K> CostBudgetLayer<K> {
             _ => Some(key.unwrap_or(UNKEYED)),
         };
         Some(self.core.store.spend(b, key, self.core.clock.now()))
+    }
+
+    /// The counter of the budget named `budget` for `key`, read from the store's source of
+    /// truth: the same as [`CostBudgetLayer::spend`] for the in-process store, one round trip
+    /// for a remote one (whose `spend` is only what this replica last saw). `None` if the
+    /// layer has no such budget.
+    pub fn read_spend(&self, budget: &str, key: Option<&str>) -> Option<SpendFuture> {
+        let b = self.core.budgets.iter().find(|b| b.name() == budget)?;
+        let key = match b.scope() {
+            Scope::Global => None,
+            _ => Some(key.unwrap_or(UNKEYED)),
+        };
+        Some(self.core.store.read(b, key, self.core.clock.now()))
     }
 
     /// The budgets, in the order they are checked.

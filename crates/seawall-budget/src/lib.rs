@@ -135,7 +135,8 @@ pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CostBudget;
 pub use state::UNKEYED;
 pub use store::{
-    Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, SoftLimitCrossed, Spend,
+    Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, Refusal, SettleFuture,
+    Settled, SoftLimitCrossed, Spend, SpendFuture, StoreUnavailable,
 };
 pub use time::Timestamp;
 
