@@ -1,0 +1,265 @@
+//! The Redis budget store's own promises, beyond what it shares with the in-process store:
+//! ids make retries harmless, leases free what a dead replica held, a caller that goes away
+//! mid-reservation leaves nothing behind, and a lease or window moves with the layer's clock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seawall_budget::{Admission, Budget, BudgetStore, Charge, Refusal, Spend, Timestamp, Usd};
+use seawall_redis::{OnUnavailable, RedisBudgetStore, SharedRedis};
+use seawall_test_support::RedisServer;
+use seawall_test_support::conformance::{read, reserve, settle};
+
+const T0: u64 = 1_700_000_000;
+
+fn at(secs: u64) -> Timestamp {
+    Timestamp::from_unix_secs(secs)
+}
+
+fn store(server: &RedisServer) -> RedisBudgetStore {
+    let redis = SharedRedis::builder(server.url())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    RedisBudgetStore::new(redis)
+}
+
+/// Polls `f` until it holds, for at most `within`.
+async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_reservation_or_settlement_repeated_with_its_id_is_charged_once() {
+    let server = RedisServer::start();
+    let s = store(&server);
+    let b = [Budget::total("total", Usd::from_nanos(100))];
+    let c = Charge::new(&b, &[], Usd::from_nanos(30), at(T0));
+    reserve(&s, &c).await.unwrap();
+    reserve(&s, &c).await.unwrap();
+    assert_eq!(
+        read(&s, &b[0], None, at(T0)).await.reserved,
+        Usd::from_nanos(30)
+    );
+    settle(&s, &c, Usd::from_nanos(25)).await;
+    settle(&s, &c, Usd::from_nanos(25)).await;
+    let spend = read(&s, &b[0], None, at(T0)).await;
+    assert_eq!(
+        (spend.spent, spend.reserved),
+        (Usd::from_nanos(25), Usd::ZERO)
+    );
+}
+
+#[tokio::test]
+async fn two_replicas_with_the_same_local_id_do_not_collide() {
+    let server = RedisServer::start();
+    let (a, b) = (store(&server), store(&server));
+    let budgets = [Budget::total("total", Usd::from_nanos(100))];
+    let c = Charge::new(&budgets, &[], Usd::from_nanos(30), at(T0)).with_id(7);
+    reserve(&a, &c).await.unwrap();
+    reserve(&b, &c).await.unwrap();
+    assert_eq!(
+        read(&a, &budgets[0], None, at(T0)).await.reserved,
+        Usd::from_nanos(60)
+    );
+}
+
+#[tokio::test]
+async fn a_replica_dropped_mid_call_leaves_no_reservation_after_its_lease() {
+    let server = RedisServer::start();
+    let b = [Budget::daily("daily", Usd::from_nanos(100)).per_key("tenant")];
+    let keys: [Option<Arc<str>>; 1] = [Some("acme".into())];
+    let lease = Duration::from_secs(60);
+    {
+        let redis = SharedRedis::builder(server.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let dying = RedisBudgetStore::builder(redis)
+            .lease(lease)
+            .build()
+            .unwrap();
+        reserve(&dying, &Charge::new(&b, &keys, Usd::from_nanos(80), at(T0)))
+            .await
+            .unwrap();
+        // The replica goes away without settling.
+    }
+    let other = store(&server);
+    let held = read(&other, &b[0], Some("acme"), at(T0 + 59)).await;
+    assert_eq!(
+        held.reserved,
+        Usd::from_nanos(80),
+        "held until the lease ends"
+    );
+    let c = Charge::new(&b, &keys, Usd::from_nanos(80), at(T0 + 59));
+    assert!(reserve(&other, &c).await.is_err());
+    let freed = read(&other, &b[0], Some("acme"), at(T0 + 60)).await;
+    assert_eq!(
+        freed.reserved,
+        Usd::ZERO,
+        "given back once the clock passes the lease"
+    );
+    let c = Charge::new(&b, &keys, Usd::from_nanos(80), at(T0 + 60));
+    reserve(&other, &c).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_mid_reservation_leaves_nothing_reserved() {
+    let server = RedisServer::start();
+    let s = store(&server);
+    let b = [Budget::total("total", Usd::from_nanos(100))];
+    let c = Charge::new(&b, &[], Usd::from_nanos(30), at(T0));
+    let Admission::Pending(mut fut) = s.reserve(&c) else {
+        panic!("a remote store decides later");
+    };
+    // Sent, not answered yet: then dropped.
+    assert!(futures_util::poll!(&mut fut).is_pending());
+    drop(fut);
+    let gone = eventually(Duration::from_secs(5), || async {
+        let spend = read(&s, &b[0], None, at(T0)).await;
+        spend.reserved == Usd::ZERO
+    })
+    .await;
+    assert!(gone, "the dropped reservation was not released");
+    // The id is spent: the same reservation arriving again is a no-op.
+    reserve(&s, &c).await.unwrap();
+    assert_eq!(read(&s, &b[0], None, at(T0)).await.reserved, Usd::ZERO);
+}
+
+#[tokio::test]
+async fn spend_answers_what_this_replica_last_saw_without_waiting() {
+    let server = RedisServer::start();
+    let (a, b) = (store(&server), store(&server));
+    let budgets = [Budget::total("total", Usd::from_nanos(100))];
+    reserve(&a, &Charge::new(&budgets, &[], Usd::from_nanos(30), at(T0)))
+        .await
+        .unwrap();
+    let seen = a.spend(&budgets[0], None, at(T0));
+    assert_eq!(
+        seen,
+        Spend {
+            spent: Usd::ZERO,
+            reserved: Usd::from_nanos(30),
+            limit: Usd::from_nanos(100)
+        }
+    );
+    reserve(&b, &Charge::new(&budgets, &[], Usd::from_nanos(10), at(T0)))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.spend(&budgets[0], None, at(T0)).reserved,
+        Usd::from_nanos(30)
+    );
+    assert_eq!(
+        read(&a, &budgets[0], None, at(T0)).await.reserved,
+        Usd::from_nanos(40)
+    );
+    assert_eq!(
+        a.spend(&budgets[0], None, at(T0)).reserved,
+        Usd::from_nanos(40)
+    );
+}
+
+#[tokio::test]
+async fn a_lease_outside_one_second_to_one_day_is_refused() {
+    let redis = SharedRedis::new("redis://127.0.0.1:1/").unwrap();
+    for lease in [Duration::from_millis(10), Duration::from_secs(2 * 86_400)] {
+        let err = RedisBudgetStore::builder(redis.clone())
+            .lease(lease)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("lease"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn fail_closed_refuses_within_the_timeout_when_redis_is_gone() {
+    let mut server = RedisServer::start();
+    let redis = SharedRedis::builder(server.url())
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let s = RedisBudgetStore::new(redis);
+    let b = [Budget::total("total", Usd::from_nanos(100))];
+    server.stop();
+    let started = Instant::now();
+    let answer = match s.reserve(&Charge::new(&b, &[], Usd::from_nanos(30), at(T0))) {
+        Admission::Pending(f) => f.await,
+        Admission::Ready(r) => r,
+    };
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(answer, Err(Refusal::Unavailable(_))), "{answer:?}");
+    let Err(Refusal::Unavailable(why)) = answer else {
+        unreachable!()
+    };
+    assert!(!why.reason.contains("redis://"), "{why}");
+    assert!(s.redis().is_degraded());
+}
+
+#[tokio::test]
+async fn fail_open_enforces_this_replicas_share_while_redis_is_gone() {
+    let mut server = RedisServer::start();
+    let redis = SharedRedis::builder(server.url())
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let s = RedisBudgetStore::builder(redis)
+        .on_unavailable(OnUnavailable::fail_open(4))
+        .build()
+        .unwrap();
+    let b = [Budget::total("total", Usd::from_nanos(100))];
+    server.stop();
+    // A quarter of 100: two of 10 fit with 5 to spare, a third does not.
+    let c1 = Charge::new(&b, &[], Usd::from_nanos(10), at(T0));
+    reserve(&s, &c1).await.unwrap();
+    let c2 = Charge::new(&b, &[], Usd::from_nanos(10), at(T0));
+    reserve(&s, &c2).await.unwrap();
+    let refused = reserve(&s, &Charge::new(&b, &[], Usd::from_nanos(10), at(T0)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.spend.limit, Usd::from_nanos(25));
+    // Settled where it was reserved: on the local share, at once.
+    assert!(matches!(
+        s.settle(&c1, Usd::from_nanos(7)),
+        seawall_budget::Settled::Ready(_)
+    ));
+    let local = s.local().spend(&b[0].share(4), None, at(T0));
+    assert_eq!(
+        (local.spent, local.reserved),
+        (Usd::from_nanos(7), Usd::from_nanos(10))
+    );
+
+    // Back: decisions are shared again, and the local spend is not copied there.
+    server.restart();
+    let back = eventually(Duration::from_secs(5), || async {
+        let c = Charge::new(&b, &[], Usd::from_nanos(50), at(T0));
+        match s.reserve(&c) {
+            Admission::Pending(f) => f.await.is_ok() && !s.redis().is_degraded(),
+            Admission::Ready(_) => false,
+        }
+    })
+    .await;
+    assert!(back, "the store did not use redis again after the restart");
+    assert_eq!(read(&s, &b[0], None, at(T0)).await.spent, Usd::ZERO);
+    settle(&s, &c2, Usd::from_nanos(10)).await;
+    let local = s.local().spend(&b[0].share(4), None, at(T0));
+    assert_eq!(
+        (local.spent, local.reserved),
+        (Usd::from_nanos(17), Usd::ZERO)
+    );
+}
