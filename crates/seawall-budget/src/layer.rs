@@ -201,7 +201,9 @@ impl<K> CostBudgetBuilder<K> {
     }
 
     /// Keeps the counters in `store` (default: a new [`MemoryStore`] for this layer). Pass
-    /// the same `Arc` to several layers to share their budgets.
+    /// the same `Arc` to several layers to share their budgets; give the layers of several
+    /// replicas a store in Redis (`seawall-redis`'s `RedisBudgetStore`) to share them across a
+    /// fleet.
     pub fn store(mut self, store: impl BudgetStore) -> Self {
         self.store = Some(Arc::new(store));
         self

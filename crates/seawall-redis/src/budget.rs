@@ -72,8 +72,11 @@
 //! [`BudgetStore::settle`] spawns the settlement on the tokio runtime (the current one, or
 //! the one the store was built on) and answers [`Settled::Pending`] at once; the layer
 //! reports the soft thresholds it crossed when Redis answers, from that task. A settlement
-//! that fails is retried (it is idempotent) with a growing pause, until its lease has passed,
-//! after which its reservation has expired anyway and the cost is logged as lost.
+//! that fails is retried (it is idempotent) with a growing pause (up to a second), until its
+//! lease has passed, after which its reservation has expired anyway and the cost is logged as
+//! lost. The release of a reservation that was never decided (it timed out, or its caller
+//! went away) is retried for twenty timeouts only: after that its lease frees it, and a long
+//! outage does not pile up one retrying task per refused call.
 //!
 //! # When Redis is slow or gone
 //!
@@ -137,6 +140,9 @@ const SEEN_MAX: usize = 4096;
 
 const STORE: &str = "budget";
 
+/// How many timeouts a release is retried for before the lease is left to free it.
+const RELEASE_TRIES: u32 = 20;
+
 fn scripts() -> (Script, Script, Script) {
     const COMMON: &str = include_str!("../scripts/budget_common.lua");
     let with_common = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
@@ -148,7 +154,7 @@ fn scripts() -> (Script, Script, Script) {
 }
 
 /// A [`BudgetStore`] shared by every replica of a fleet, on Redis (see the [module
-/// documentation](self) for the layout, the scripts, leases and failure policy).
+/// documentation](crate::budget) for the layout, the scripts, leases and failure policy).
 ///
 /// ```no_run
 /// use seawall_budget::{Budget, CostBudgetLayer, PriceTable, Usd};
@@ -186,7 +192,7 @@ struct Inner {
     /// The ids reserved in `local`, to be settled there.
     local_ids: Mutex<HashSet<u64>>,
     /// The counters as last seen, for `spend`.
-    seen: Mutex<HashMap<(Arc<str>, Option<Arc<str>>), Spend>>,
+    seen: Mutex<HashMap<CounterName, Spend>>,
     /// Where settlements run when the caller is not on a runtime.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -312,7 +318,7 @@ impl RedisBudgetStore {
             Ok(reply) => self.admitted(call, &reply),
             Err(why) => {
                 // It may have run after all: give it back, after it on the same connection.
-                self.queue_settle(call.clone(), 0);
+                self.queue_settle(call.clone(), 0, self.undecided_retries());
                 self.unavailable(call, &why)
             }
         }
@@ -381,17 +387,18 @@ impl RedisBudgetStore {
             .collect())
     }
 
-    /// Runs the settle script (retried until it answers or the lease has passed) on the
-    /// runtime, and answers the soft thresholds it crossed.
+    /// Runs the settle script on the runtime, retried until it answers or `give_up` has
+    /// passed, and answers the soft thresholds it crossed.
     fn queue_settle(
         &self,
         call: Call,
         cost: u64,
+        give_up: Duration,
     ) -> tokio::sync::oneshot::Receiver<Vec<SoftLimitCrossed>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let store = self.clone();
         let task = async move {
-            let crossed = store.settle_call(&call, cost).await;
+            let crossed = store.settle_call(&call, cost, give_up).await;
             let _ = tx.send(crossed);
         };
         match tokio::runtime::Handle::try_current()
@@ -407,7 +414,12 @@ impl RedisBudgetStore {
         rx
     }
 
-    async fn settle_call(&self, call: &Call, cost: u64) -> Vec<SoftLimitCrossed> {
+    async fn settle_call(
+        &self,
+        call: &Call,
+        cost: u64,
+        give_up: Duration,
+    ) -> Vec<SoftLimitCrossed> {
         let inner = &self.inner;
         let started = tokio::time::Instant::now();
         let mut pause = inner.redis.timeout();
@@ -434,10 +446,10 @@ impl RedisBudgetStore {
                 .await;
             match answer {
                 Ok(reply) => return crossings(call, &reply),
-                Err(why) if started.elapsed() >= inner.lease => {
+                Err(why) if started.elapsed() >= give_up => {
                     tracing::warn!(target: "seawall::redis", store = STORE, id = call.id,
                         cost_nanos = cost, error = %why,
-                        "gave up settling after the lease; its reservation has expired and this cost is not counted");
+                        "gave up settling; the reservation ends with its lease, and this cost is not counted");
                     return Vec::new();
                 }
                 Err(_) => {
@@ -446,6 +458,18 @@ impl RedisBudgetStore {
                 }
             }
         }
+    }
+
+    /// How long the release of an undecided reservation is retried: it only undoes a
+    /// reservation that its lease frees anyway, so a long outage must not pile up a retrying
+    /// task per refused call.
+    fn undecided_retries(&self) -> Duration {
+        let inner = &self.inner;
+        inner
+            .redis
+            .timeout()
+            .saturating_mul(RELEASE_TRIES)
+            .min(inner.lease)
     }
 
     fn saw<'a>(&self, lines: impl IntoIterator<Item = (&'a Line, &'a Spend)>) {
@@ -506,7 +530,12 @@ impl BudgetStore for RedisBudgetStore {
             let local = Charge::new(&shares, &keys, charge.amount(), charge.now()).with_id(call.id);
             return self.inner.local.settle(&local, cost);
         }
-        let report = self.queue_settle(Call::new(&self.inner, charge), clamp(cost));
+        // Admitted: retried until the lease has passed (the reservation is gone by then).
+        let report = self.queue_settle(
+            Call::new(&self.inner, charge),
+            clamp(cost),
+            self.inner.lease,
+        );
         Settled::Pending(Box::pin(async move { report.await.unwrap_or_default() }))
     }
 
@@ -565,6 +594,9 @@ impl BudgetStore for RedisBudgetStore {
         })
     }
 }
+
+/// A counter's name: its budget's name and its (bounded) key.
+type CounterName = (Arc<str>, Option<Arc<str>>);
 
 /// One budget line of a charge, owned so the script can run after the call returned.
 #[derive(Debug, Clone)]
@@ -715,7 +747,8 @@ impl Drop for ReleaseOnDrop {
         // away while the script may have run; a release of its id undoes it, or marks the id
         // so that a reservation still on its way does nothing.
         if let Some(call) = self.call.take() {
-            drop(self.store.queue_settle(call, 0));
+            let retries = self.store.undecided_retries();
+            drop(self.store.queue_settle(call, 0, retries));
         }
     }
 }

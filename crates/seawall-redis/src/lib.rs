@@ -27,7 +27,7 @@
 //! metric. The connection reconnects on its own.
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
-mod budget;
+pub mod budget;
 mod client;
 mod policy;
 
