@@ -79,11 +79,7 @@ impl<K> CostBudgetLayer<K> {
     /// `None` if the layer has no such budget. A remote store answers what this replica last
     /// saw without waiting; [`CostBudgetLayer::read_spend`] asks the store itself.
     pub fn spend(&self, budget: &str, key: Option<&str>) -> Option<Spend> {
-        let b = self.core.budgets.iter().find(|b| b.name() == budget)?;
-        let key = match b.scope() {
-            Scope::Global => None,
-            _ => Some(key.unwrap_or(UNKEYED)),
-        };
+        let (b, key) = self.counter(budget, key)?;
         Some(self.core.store.spend(b, key, self.core.clock.now()))
     }
 
@@ -92,12 +88,22 @@ impl<K> CostBudgetLayer<K> {
     /// for a remote one (whose `spend` is only what this replica last saw). `None` if the
     /// layer has no such budget.
     pub fn read_spend(&self, budget: &str, key: Option<&str>) -> Option<SpendFuture> {
+        let (b, key) = self.counter(budget, key)?;
+        Some(self.core.store.read(b, key, self.core.clock.now()))
+    }
+
+    /// The budget named `budget` and the key its counter for `key` is kept under.
+    fn counter<'a>(
+        &'a self,
+        budget: &str,
+        key: Option<&'a str>,
+    ) -> Option<(&'a Budget, Option<&'a str>)> {
         let b = self.core.budgets.iter().find(|b| b.name() == budget)?;
         let key = match b.scope() {
             Scope::Global => None,
             _ => Some(key.unwrap_or(UNKEYED)),
         };
-        Some(self.core.store.read(b, key, self.core.clock.now()))
+        Some((b, key))
     }
 
     /// The budgets, in the order they are checked.

@@ -53,13 +53,7 @@ impl<'a> Charge<'a> {
         amount: Usd,
         now: Timestamp,
     ) -> Self {
-        Charge {
-            budgets,
-            keys,
-            amount,
-            now,
-            id: next_id(),
-        }
+        Charge::with_known_id(budgets, keys, amount, now, next_id())
     }
 
     /// A charge that keeps the id of an earlier one (the guard's reservation).

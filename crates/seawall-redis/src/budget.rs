@@ -293,11 +293,7 @@ impl RedisBudgetStore {
         let answer = inner
             .redis
             .run(STORE, |mut conn| async move {
-                let mut inv = inner.reserve.prepare_invoke();
-                inv.key(&call.id_key);
-                for (c, l) in &call.keys {
-                    inv.key(c).key(l);
-                }
+                let mut inv = call.invocation(&inner.reserve);
                 inv.arg(call.now_ms())
                     .arg(call.now_ms().saturating_add(millis(inner.lease)))
                     .arg(millis(inner.lease) * 2)
@@ -427,11 +423,7 @@ impl RedisBudgetStore {
             let answer = inner
                 .redis
                 .run(STORE, |mut conn| async move {
-                    let mut inv = inner.settle.prepare_invoke();
-                    inv.key(&call.id_key);
-                    for (c, l) in &call.keys {
-                        inv.key(c).key(l);
-                    }
+                    let mut inv = call.invocation(&inner.settle);
                     inv.arg(call.now_ms())
                         .arg(millis(inner.lease) * 2)
                         .arg(call.amount)
@@ -642,6 +634,16 @@ impl Call {
             amount,
             now: charge.now(),
         }
+    }
+
+    /// `script` with this charge's keys: its id record, then each line's counter and leases.
+    fn invocation<'s>(&self, script: &'s Script) -> redis::ScriptInvocation<'s> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.id_key);
+        for (c, l) in &self.keys {
+            inv.key(c).key(l);
+        }
+        inv
     }
 
     fn now_ms(&self) -> u64 {

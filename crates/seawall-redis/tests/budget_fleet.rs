@@ -16,7 +16,7 @@ use seawall_budget::{
 };
 use seawall_core::{FailureClass, LlmError, Usage};
 use seawall_redis::{OnUnavailable, RedisBudgetStore, SharedRedis};
-use seawall_test_support::{Ask, RedisServer, tenant_key};
+use seawall_test_support::{Ask, RedisServer, eventually, tenant_key};
 use tower::{Layer, ServiceExt};
 
 type Resp = http::Response<Empty<Bytes>>;
@@ -89,22 +89,6 @@ impl BudgetStore for Audited {
 
 fn charged(records: &[SpendRecord]) -> u64 {
     records.iter().map(|r| r.cost_nanos).sum()
-}
-
-/// Polls `f` until it holds, for at most `within`.
-async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
 }
 
 /// Waits until every settlement has landed (nothing reserved), and answers the counter.

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use seawall_budget::{Admission, Budget, BudgetStore, Charge, Refusal, Spend, Timestamp, Usd};
 use seawall_redis::{OnUnavailable, RedisBudgetStore, SharedRedis};
-use seawall_test_support::RedisServer;
 use seawall_test_support::conformance::{read, reserve, settle};
+use seawall_test_support::{RedisServer, eventually};
 
 const T0: u64 = 1_700_000_000;
 
@@ -22,22 +22,6 @@ fn store(server: &RedisServer) -> RedisBudgetStore {
         .build()
         .unwrap();
     RedisBudgetStore::new(redis)
-}
-
-/// Polls `f` until it holds, for at most `within`.
-async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
 }
 
 #[tokio::test]
@@ -198,8 +182,9 @@ async fn fail_closed_refuses_within_the_timeout_when_redis_is_gone() {
         Admission::Pending(f) => f.await,
         Admission::Ready(r) => r,
     };
+    // The timeout and no more (the margin is for a busy machine).
     assert!(
-        started.elapsed() < Duration::from_millis(600),
+        started.elapsed() < Duration::from_millis(1_500),
         "{:?}",
         started.elapsed()
     );

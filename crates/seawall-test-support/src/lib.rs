@@ -39,4 +39,4 @@ pub use poll::{poll_again_after, poll_twice};
 pub use redis::RedisServer;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
 pub use strategy::{extreme_duration, extreme_duration_or_none};
-pub use time::{paused_runtime, settle};
+pub use time::{eventually, paused_runtime, settle};
