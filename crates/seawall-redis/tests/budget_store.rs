@@ -248,3 +248,124 @@ async fn fail_open_enforces_this_replicas_share_while_redis_is_gone() {
         (Usd::from_nanos(17), Usd::ZERO)
     );
 }
+
+#[tokio::test]
+async fn a_reservation_that_times_out_but_runs_later_is_released() {
+    let server = RedisServer::start();
+    let s = RedisBudgetStore::new(
+        SharedRedis::builder(server.url())
+            .timeout(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    );
+    let b = [Budget::total("total", Usd::from_nanos(100))];
+    // Redis holds every script for 400 ms: the reservation times out on our side, then runs.
+    let admin = store(&server);
+    admin
+        .redis()
+        .run("test", |mut c| async move {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(400)
+                .arg("WRITE")
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let c = Charge::new(&b, &[], Usd::from_nanos(30), at(T0));
+    let answer = match s.reserve(&c) {
+        Admission::Pending(f) => f.await,
+        Admission::Ready(r) => r,
+    };
+    assert!(matches!(answer, Err(Refusal::Unavailable(_))), "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1_500),
+        "{:?}",
+        started.elapsed()
+    );
+    // The release queued behind it on the same connection undoes it once both have run.
+    let released = eventually(Duration::from_secs(5), || async {
+        let spend = read(&admin, &b[0], None, at(T0)).await;
+        started.elapsed() > Duration::from_millis(400) && spend.reserved == Usd::ZERO
+    })
+    .await;
+    assert!(released, "the late reservation was left standing");
+    let leases: u64 = admin
+        .redis()
+        .run("test", |mut c| async move {
+            redis::cmd("EXISTS")
+                .arg("seawall:budget-lease:5:total:g")
+                .query_async(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    assert_eq!(leases, 0, "no lease left behind");
+}
+
+#[tokio::test]
+async fn a_replica_that_never_settles_through_its_layer_frees_the_budget_after_its_lease() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::SystemTime;
+
+    use seawall_budget::{CostBudgetLayer, Price, PriceTable};
+    use seawall_core::LlmError;
+    use seawall_test_support::Ask;
+    use tower::{Layer, ServiceExt};
+
+    let server = RedisServer::start();
+    let clock = Arc::new(AtomicU64::new(T0));
+    let layer = |clock: Arc<AtomicU64>| {
+        let redis = SharedRedis::builder(server.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        CostBudgetLayer::builder(
+            PriceTable::new().with("m", Price::per_million(Usd::from_dollars(1), Usd::ZERO)),
+        )
+        // Room for one attempt of 1,000 tokens ($0.001) at a time.
+        .budget(Budget::total("total", Usd::from_nanos(1_500_000)))
+        .store(RedisBudgetStore::new(redis))
+        .wall_clock(move || {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(clock.load(Ordering::Relaxed))
+        })
+        .build()
+        .unwrap()
+    };
+    let (dying, other) = (layer(clock.clone()), layer(clock.clone()));
+    // An upstream that never answers: the call holds its reservation.
+    let hang = tower::service_fn(|_: Ask| {
+        std::future::pending::<Result<http::Response<http_body_util::Empty<bytes::Bytes>>, LlmError>>(
+        )
+    });
+    let mut call = Box::pin(dying.layer(hang).oneshot(Ask::new("m", 1_000, 0)));
+    // Driven until its reservation is in Redis (the upstream then never answers).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(futures_util::poll!(&mut call).is_pending());
+        let spend = other.read_spend("total", None).unwrap().await.unwrap();
+        if spend.reserved == Usd::from_nanos(1_000_000) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the call never reserved");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The replica dies mid-call: nothing of it runs again, nothing settles.
+    std::mem::forget(call);
+    let refused = other
+        .layer(tower::service_fn(|_: Ask| async {
+            Ok::<_, LlmError>(http::Response::new(
+                http_body_util::Empty::<bytes::Bytes>::new(),
+            ))
+        }))
+        .oneshot(Ask::new("m", 1_000, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.class(), seawall_core::FailureClass::BudgetExceeded);
+    // Past the lease, on the layers' clock.
+    clock.fetch_add(seawall_redis::DEFAULT_LEASE.as_secs(), Ordering::Relaxed);
+    let spend = other.read_spend("total", None).unwrap().await.unwrap();
+    assert_eq!(spend.reserved, Usd::ZERO);
+}
