@@ -353,7 +353,7 @@ async fn a_replica_that_never_settles_through_its_layer_frees_the_budget_after_i
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The replica dies mid-call: nothing of it runs again, nothing settles.
-    std::mem::forget(call);
+    let _dead = std::mem::ManuallyDrop::new(call);
     let refused = other
         .layer(tower::service_fn(|_: Ask| async {
             Ok::<_, LlmError>(http::Response::new(
