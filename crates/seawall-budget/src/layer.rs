@@ -14,7 +14,7 @@ use crate::keys::NoKeys;
 use crate::price::PriceTable;
 use crate::service::CostBudget;
 use crate::state::{Core, SoftFn, UNKEYED};
-use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend};
+use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend, SpendFuture};
 use crate::time::{Clock, Timestamp, WallFn};
 
 /// A tower layer that prices every attempt before it goes out, reserves its worst-case cost
@@ -73,14 +73,34 @@ impl CostBudgetLayer<NoKeys> {
 
 impl<K> CostBudgetLayer<K> {
     /// The counter of the budget named `budget` for `key` (`None` for a global budget), now;
-    /// `None` if the layer has no such budget.
+    /// `None` if the layer has no such budget. A remote store answers what this replica last
+    /// saw without waiting; [`CostBudgetLayer::read_spend`] asks the store itself.
     pub fn spend(&self, budget: &str, key: Option<&str>) -> Option<Spend> {
+        let (b, key) = self.counter(budget, key)?;
+        Some(self.core.store.spend(b, key, self.core.clock.now()))
+    }
+
+    /// The counter of the budget named `budget` for `key`, read from the store's source of
+    /// truth: the same as [`CostBudgetLayer::spend`] for the in-process store, one round trip
+    /// for a remote one (whose `spend` is only what this replica last saw). `None` if the
+    /// layer has no such budget.
+    pub fn read_spend(&self, budget: &str, key: Option<&str>) -> Option<SpendFuture> {
+        let (b, key) = self.counter(budget, key)?;
+        Some(self.core.store.read(b, key, self.core.clock.now()))
+    }
+
+    /// The budget named `budget` and the key its counter for `key` is kept under.
+    fn counter<'a>(
+        &'a self,
+        budget: &str,
+        key: Option<&'a str>,
+    ) -> Option<(&'a Budget, Option<&'a str>)> {
         let b = self.core.budgets.iter().find(|b| b.name() == budget)?;
         let key = match b.scope() {
             Scope::Global => None,
             _ => Some(key.unwrap_or(UNKEYED)),
         };
-        Some(self.core.store.spend(b, key, self.core.clock.now()))
+        Some((b, key))
     }
 
     /// The budgets, in the order they are checked.
@@ -184,7 +204,9 @@ impl<K> CostBudgetBuilder<K> {
     }
 
     /// Keeps the counters in `store` (default: a new [`MemoryStore`] for this layer). Pass
-    /// the same `Arc` to several layers to share their budgets.
+    /// the same `Arc` to several layers to share their budgets; give the layers of several
+    /// replicas a store in Redis (`seawall-redis`'s `RedisBudgetStore`) to share them across a
+    /// fleet.
     pub fn store(mut self, store: impl BudgetStore) -> Self {
         self.store = Some(Arc::new(store));
         self

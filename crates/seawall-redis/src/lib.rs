@@ -27,10 +27,12 @@
 //! metric. The connection reconnects on its own.
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
+pub mod budget;
 mod client;
 pub mod fleet;
 mod policy;
 
+pub use budget::{DEFAULT_LEASE, RedisBudgetStore, RedisBudgetStoreBuilder};
 pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
 pub use fleet::{FleetLimit, FleetLimitBuilder, FleetLimitLayer};
 pub use policy::OnUnavailable;

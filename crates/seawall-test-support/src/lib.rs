@@ -1,7 +1,8 @@
 //! Fixtures the workspace's tests share, so that each lives in one place instead of a copy per
 //! test file: a typed request, channel-fed bodies, a paused-time harness, the
 //! polled-after-completion check, extreme-duration strategies, a counting allocator, a
-//! captured log, and behind features an auditing budget store (`budget`) and a loopback chaos
+//! captured log, and behind features an auditing budget store and the budget stores'
+//! conformance tests (`budget`) and a loopback chaos
 //! upstream (`mock`) and a real `redis-server` on loopback (`redis`).
 //!
 //! Not published: only the workspace's own tests depend on it, as a dev-dependency.
@@ -12,6 +13,8 @@ mod audit;
 mod bench;
 mod body;
 mod captured;
+#[cfg(feature = "budget")]
+pub mod conformance;
 #[cfg(feature = "mock")]
 mod loopback;
 mod poll;
@@ -38,4 +41,4 @@ pub use poll::{poll_again_after, poll_twice};
 pub use redis::RedisServer;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
 pub use strategy::{extreme_duration, extreme_duration_or_none, reframed_sse};
-pub use time::{paused_runtime, settle};
+pub use time::{eventually, paused_runtime, settle};
