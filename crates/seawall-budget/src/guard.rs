@@ -3,7 +3,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use seawall_core::{CallContext, Completion, FailureClass, LlmError, OnComplete, Outcome, Usage};
+use seawall_core::{
+    AdmitGuard, CallContext, Completion, FailureClass, LlmError, LlmRequest, OnComplete, Outcome,
+    Usage,
+};
 
 use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
 use crate::budget::Scope;
@@ -231,6 +234,17 @@ impl BudgetGuard {
             outcome,
             charged,
         });
+    }
+}
+
+impl AdmitGuard for BudgetGuard {
+    /// Admitted: from now on the reservation is settled however the call ends.
+    fn before_call<Req: LlmRequest>(&mut self, _: &mut Req) {
+        self.arm();
+    }
+
+    fn failed(self, err: &LlmError) {
+        self.fail(err.class());
     }
 }
 

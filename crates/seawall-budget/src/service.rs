@@ -98,25 +98,30 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
-        let mut guard = match price_attempt(&self.core, &*self.keys, &mut req) {
+        let guard = match price_attempt(&self.core, &*self.keys, &mut req) {
             Ok(g) => g,
-            Err(e) => return ResponseFuture::failed(e),
+            Err(e) => return ResponseFuture::refused(e),
         };
         let admission = self
             .core
             .store
             .reserve(&guard.charge(guard.admission_time()));
         match admission {
-            Admission::Ready(Ok(())) => {
-                guard.arm();
-                ResponseFuture::calling(self.inner.call(req), guard)
-            }
-            Admission::Ready(Err(refused)) => ResponseFuture::failed(guard.refuse(refused)),
+            Admission::Ready(Ok(())) => ResponseFuture::call(&mut self.inner, req, guard),
+            Admission::Ready(Err(refused)) => ResponseFuture::refused(guard.refuse(refused)),
             Admission::Pending(admission) => {
+                // The guard goes with the store's decision: armed once admitted (before the
+                // call), or turned into the refusal. Dropped undecided, it holds nothing.
+                let decided = Box::pin(async move {
+                    match admission.await {
+                        Ok(()) => Ok(guard),
+                        Err(refused) => Err(guard.refuse(refused)),
+                    }
+                });
                 // Call later, on the service that was made ready; keep a clone here.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::admitting(admission, inner, req, guard)
+                ResponseFuture::admitting(decided, inner, req)
             }
         }
     }

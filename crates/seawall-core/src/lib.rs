@@ -11,6 +11,8 @@
 //! - [`LlmRequest`] and [`LlmResponse`], the few things layers read from requests and responses,
 //!   implemented for `http::Request<Bytes>` / `http::Response<B>` and easy to implement for a
 //!   typed client;
+//! - [`AdmitFuture`], the response future of every layer that admits a call before sending
+//!   it (the gate, the budget, the fleet-wide limits), with an [`AdmitGuard`] per layer;
 //! - [`OnComplete`] hooks and [`HookedBody`], so a permit or a budget reservation is held until
 //!   a streamed body ends or is dropped, not released at the response head;
 //! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
@@ -23,6 +25,7 @@
 //!   default), and [`bound_key`], which caps the length of the keys their state is stored under.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 
+mod admit;
 mod class;
 mod config;
 mod context;
@@ -38,6 +41,7 @@ mod response;
 mod sse;
 mod time;
 
+pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
 pub use context::{CallContext, CallFacts, ServedBy};

@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use crate::config::{check, default_settings};
 use crate::error::RejectReason;
-use crate::future::{ResponseFuture, note_admitted, note_rejected};
+use crate::future::{ResponseFuture, note_rejected};
 use crate::handle::GateHandle;
 use crate::key::Cost;
 use crate::shared::{GatePermit, Shared};
@@ -94,23 +94,23 @@ where
         let start = Instant::now();
         let key = self.shared.key_state(self.key.key(&req).as_deref(), start);
         if let Some(permit) = self.shared.try_admit(&key, cost, start) {
-            note_admitted(&mut req, std::time::Duration::ZERO);
-            return ResponseFuture::calling(self.inner.call(req), permit);
+            return ResponseFuture::call(&mut self.inner, req, permit);
         }
         match self.shared.enter_queue() {
             Ok(ticket) => {
-                let admission = Box::pin(self.shared.clone().wait(key, cost, start, ticket));
+                let cx = req.call_context().cloned();
+                let admission = Box::pin(self.shared.clone().wait(key, cost, start, ticket, cx));
                 // The ready service goes with the future; this one gets a fresh clone.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::waiting(admission, inner, req, start)
+                ResponseFuture::admitting(admission, inner, req)
             }
             Err(_depth) => {
                 let err =
                     self.shared
                         .reject(RejectReason::QueueFull, &key, Default::default(), None);
-                note_rejected(&req, Default::default());
-                ResponseFuture::rejected(err)
+                note_rejected(req.call_context().map(|c| &**c), Default::default());
+                ResponseFuture::refused(err)
             }
         }
     }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use seawall_core::{FailureClass, LlmError};
+use seawall_core::{CallContext, FailureClass, LlmError};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::GatePermit;
 use super::Shared;
+use crate::future::note_rejected;
 use crate::error::{RejectReason, Rejection};
 use crate::key::{Cost, KeyState};
 use crate::rate::Ready;
@@ -120,14 +121,20 @@ impl Shared {
         cost: Cost,
         start: Instant,
         ticket: QueueTicket,
+        cx: Option<Arc<CallContext>>,
     ) -> Result<GatePermit, LlmError> {
         let outcome = self.queue(&key, cost, start).await;
         // Out of the queue before reporting its depth.
         drop(ticket);
+        let waited = Instant::now().saturating_duration_since(start);
         match outcome {
-            Ok(()) => Ok(self.admit(key, cost)),
+            Ok(()) => {
+                let mut permit = self.admit(key, cost);
+                permit.wait = waited;
+                Ok(permit)
+            }
             Err((reason, hint)) => {
-                let waited = Instant::now().saturating_duration_since(start);
+                note_rejected(cx.as_deref(), waited);
                 Err(self.reject(reason, &key, waited, hint))
             }
         }

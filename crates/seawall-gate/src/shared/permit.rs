@@ -4,12 +4,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use std::time::Duration;
+
 use seawall_core::{
-    Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot,
+    AdmitGuard, Completion, FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, Outcome,
+    RateLimitSnapshot,
 };
 use tokio::time::Instant;
 
 use super::Shared;
+use crate::error::QueueWait;
+use crate::future::note_admitted;
 use crate::key::{Cost, KeyState};
 
 impl Shared {
@@ -23,6 +28,7 @@ impl Shared {
                 cost,
                 epoch: self.epoch.load(Ordering::Acquire),
             }),
+            wait: Duration::ZERO,
         }
     }
 }
@@ -56,6 +62,8 @@ impl Held {
 /// (`<S::Response as LlmResponse>::Hooked<GatePermit>`).
 pub struct GatePermit {
     held: Option<Held>,
+    /// How long the call waited in the gate for it.
+    pub(crate) wait: Duration,
 }
 
 impl fmt::Debug for GatePermit {
@@ -75,8 +83,17 @@ impl GatePermit {
         }
     }
 
-    /// Reads a response head: a `remaining = 0` snapshot pauses the key until its reset.
-    pub(crate) fn saw_head<T: LlmResponse>(&self, resp: &T) {
+}
+
+impl AdmitGuard for GatePermit {
+    /// Notes the queue time in the request, its context and the tracing span.
+    fn before_call<Req: LlmRequest>(&mut self, req: &mut Req) {
+        note_admitted(req, self.wait);
+    }
+
+    /// Reads the response head (a `remaining = 0` snapshot pauses the key until its reset)
+    /// and puts the queue time in the response's extensions.
+    fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
         if let Some(h) = &self.held {
             if let Some(d) = resp
                 .rate_limit()
@@ -85,10 +102,13 @@ impl GatePermit {
                 h.shared.pause(&h.key, d);
             }
         }
+        if let Some(ext) = resp.extensions_mut() {
+            ext.insert(QueueWait(self.wait));
+        }
     }
 
     /// The inner service failed: the output tokens were never produced.
-    pub(crate) fn failed(mut self, err: &LlmError) {
+    fn failed(mut self, err: &LlmError) {
         self.finish(|h| {
             h.settle(None);
             h.failed(err);

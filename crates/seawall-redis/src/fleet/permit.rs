@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use seawall_core::{
-    Completion, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot, Usage,
+    AdmitGuard, Completion, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot, Usage,
 };
 use seawall_gate::Cost;
 
@@ -85,9 +85,18 @@ impl FleetPermit {
         }
     }
 
+    fn saw_error(&self, err: &LlmError) {
+        let Some(h) = &self.held else { return };
+        if let Some(d) = seawall_gate::pause_hint(err) {
+            h.fleet.pause(&h.target, d);
+        }
+    }
+}
+
+impl AdmitGuard for FleetPermit {
     /// Reads a response head: a `remaining = 0` snapshot pauses the key fleet-wide until
     /// its reset.
-    pub(crate) fn saw_head<T: LlmResponse>(&self, resp: &T) {
+    fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
         if let Some(h) = &self.held {
             if let Some(d) = resp
                 .rate_limit()
@@ -100,16 +109,9 @@ impl FleetPermit {
 
     /// The call failed: a 429's hint (or an exhausted window's reset) pauses the key
     /// fleet-wide; the output tokens were never produced.
-    pub(crate) fn failed(mut self, err: &LlmError) {
+    fn failed(mut self, err: &LlmError) {
         self.saw_error(err);
         self.finish(None);
-    }
-
-    fn saw_error(&self, err: &LlmError) {
-        let Some(h) = &self.held else { return };
-        if let Some(d) = seawall_gate::pause_hint(err) {
-            h.fleet.pause(&h.target, d);
-        }
     }
 }
 

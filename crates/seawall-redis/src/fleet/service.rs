@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use seawall_core::{KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
 use seawall_gate::{Cost, Rates};
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
@@ -77,10 +79,26 @@ where
         req.prepare();
         let cost = Cost::of(&req, &self.fleet.settings.parts);
         let target = Arc::new(self.fleet.target(self.key.key(&req).as_deref()));
-        let admission = Box::pin(self.fleet.clone().admit(target, cost));
+        let fleet = self.fleet.clone();
+        let cx = req.call_context().cloned();
+        let admission = Box::pin(async move {
+            let start = Instant::now();
+            let admitted = fleet.admit(target, cost).await;
+            // The fleet's wait is queue time too; its refusals are local rejections.
+            if let Some(cx) = cx {
+                let wait = start.elapsed();
+                cx.update(|f| {
+                    *f.queue_wait.get_or_insert(Duration::ZERO) += wait;
+                    if let Err(e) = &admitted {
+                        f.rejections.push(e.class());
+                    }
+                });
+            }
+            admitted
+        });
         // The ready service goes with the future; this one gets a fresh clone.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(admission, inner, req)
+        ResponseFuture::admitting(admission, inner, req)
     }
 }
