@@ -1,48 +1,20 @@
 //! Every timeout and the commit point, on paused time.
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Frame;
 use http_body_util::BodyExt;
 use seawall_core::{BodyReport, CallContext, FailureClass, FinishReason, LlmError, Usage};
 use seawall_stream::{StreamEnd, StreamStats, StreamTimeoutLayer, StreamTimeouts, TimedBody};
+use seawall_test_support::ChanBody;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, advance, sleep};
 use tower::{Layer, Service, ServiceExt};
 
 type Item = Result<Frame<Bytes>, LlmError>;
-
-/// A body fed from a channel; when it is dropped the sender sees `is_closed()`.
-struct ChanBody {
-    rx: mpsc::UnboundedReceiver<Item>,
-    /// With a report, frames holding `"CONTENT"` are recorded as content (a stand-in classifier).
-    report: Option<Arc<BodyReport>>,
-}
-
-impl Body for ChanBody {
-    type Data = Bytes;
-    type Error = LlmError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
-        let polled = self.rx.poll_recv(cx);
-        if let (Poll::Ready(Some(Ok(f))), Some(r)) = (&polled, &self.report) {
-            if f.data_ref()
-                .is_some_and(|d| d.windows(7).any(|w| w == b"CONTENT"))
-            {
-                r.record_content();
-            }
-        }
-        polled
-    }
-}
 
 struct Upstream {
     tx: mpsc::UnboundedSender<Item>,
@@ -52,19 +24,20 @@ struct Upstream {
 /// An upstream whose head arrives after `head_delay` with `content_type`, and whose body the
 /// test feeds through `tx`.
 fn upstream(head_delay: Duration, content_type: &'static str, report: bool) -> Upstream {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let rx = Arc::new(Mutex::new(Some(rx)));
+    let (tx, body) = ChanBody::channel();
+    let body = Arc::new(Mutex::new(Some(body)));
     let svc = tower::service_fn(move |_req: Request<Bytes>| {
-        let rx = rx.lock().unwrap().take().expect("one call per upstream");
+        let body = body.lock().unwrap().take().expect("one call per upstream");
         async move {
             sleep(head_delay).await;
             let report = report.then(|| Arc::new(BodyReport::new()));
+            let body = match &report {
+                Some(r) => body.recording_content(r.clone()),
+                None => body,
+            };
             let mut resp = Response::builder()
                 .header("content-type", content_type)
-                .body(ChanBody {
-                    rx,
-                    report: report.clone(),
-                })
+                .body(body)
                 .unwrap();
             if let Some(r) = report {
                 resp.extensions_mut().insert(r);

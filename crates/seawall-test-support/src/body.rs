@@ -4,11 +4,12 @@
 use std::any::Any;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use seawall_core::LlmError;
+use seawall_core::{BodyReport, LlmError};
 use tokio::sync::mpsc;
 
 /// The sending end of a [`ChanBody`]: each message is one frame, or the error that ends the
@@ -20,6 +21,7 @@ pub type Feed = mpsc::UnboundedSender<Result<Frame<Bytes>, LlmError>>;
 pub struct ChanBody {
     rx: Option<mpsc::UnboundedReceiver<Result<Frame<Bytes>, LlmError>>>,
     guard: Option<Box<dyn Any + Send + Sync>>,
+    content: Option<Arc<BodyReport>>,
 }
 
 impl ChanBody {
@@ -28,6 +30,7 @@ impl ChanBody {
         ChanBody {
             rx: None,
             guard: None,
+            content: None,
         }
     }
 
@@ -37,8 +40,16 @@ impl ChanBody {
         let body = ChanBody {
             rx: Some(rx),
             guard: None,
+            content: None,
         };
         (tx, body)
+    }
+
+    /// Records each data frame holding `"CONTENT"` as content in `report`: a stand-in for the
+    /// classifier, for tests of the layers that read the report.
+    pub fn recording_content(mut self, report: Arc<BodyReport>) -> Self {
+        self.content = Some(report);
+        self
     }
 
     /// Keeps `guard` alive as long as the body.
@@ -65,10 +76,19 @@ impl Body for ChanBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
-        match &mut self.get_mut().rx {
-            None => Poll::Ready(None),
-            Some(rx) => rx.poll_recv(cx),
+        let this = self.get_mut();
+        let Some(rx) = &mut this.rx else {
+            return Poll::Ready(None);
+        };
+        let polled = rx.poll_recv(cx);
+        if let (Poll::Ready(Some(Ok(f))), Some(r)) = (&polled, &this.content) {
+            if f.data_ref()
+                .is_some_and(|d| d.windows(7).any(|w| w == b"CONTENT"))
+            {
+                r.record_content();
+            }
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
