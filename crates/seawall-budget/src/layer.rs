@@ -54,19 +54,21 @@ impl CostBudgetLayer<NoKeys> {
     /// default, so it is the argument of both `new` and `builder`.
     pub fn builder(prices: PriceTable) -> CostBudgetBuilder<NoKeys> {
         CostBudgetBuilder {
-            prices,
-            budgets: Vec::new(),
+            settings: Settings {
+                prices,
+                budgets: Vec::new(),
+                store: None,
+                sink: None,
+                on_soft: None,
+                missing_max: MissingMaxOutput::Reject,
+                input_margin_percent: 0,
+                parts: PartEstimate::DEFAULT,
+                overrides: Vec::new(),
+                on_drop: Settlement::ChargeEstimate,
+                wall: None,
+            },
             keys: NoKeys,
             keys_set: false,
-            store: None,
-            sink: None,
-            on_soft: None,
-            missing_max: MissingMaxOutput::Reject,
-            input_margin_percent: 0,
-            parts: PartEstimate::DEFAULT,
-            overrides: Vec::new(),
-            on_drop: Settlement::ChargeEstimate,
-            wall: None,
         }
     }
 }
@@ -146,10 +148,15 @@ impl<S, K> Layer<S> for CostBudgetLayer<K> {
 
 /// Configures a [`CostBudgetLayer`].
 pub struct CostBudgetBuilder<K = NoKeys> {
-    prices: PriceTable,
-    budgets: Vec<Budget>,
+    settings: Settings,
     keys: K,
     keys_set: bool,
+}
+
+/// Every setting but the key function, whose type the builder changes.
+struct Settings {
+    prices: PriceTable,
+    budgets: Vec<Budget>,
     store: Option<Arc<dyn BudgetStore>>,
     sink: Option<Arc<dyn AccountingSink>>,
     on_soft: Option<Arc<SoftFn>>,
@@ -164,9 +171,9 @@ pub struct CostBudgetBuilder<K = NoKeys> {
 impl<K> fmt::Debug for CostBudgetBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CostBudgetBuilder")
-            .field("models", &self.prices.len())
-            .field("budgets", &self.budgets)
-            .field("missing_max", &self.missing_max)
+            .field("models", &self.settings.prices.len())
+            .field("budgets", &self.settings.budgets)
+            .field("missing_max", &self.settings.missing_max)
             .finish_non_exhaustive()
     }
 }
@@ -174,7 +181,7 @@ impl<K> fmt::Debug for CostBudgetBuilder<K> {
 impl<K> CostBudgetBuilder<K> {
     /// Adds a budget. Every attempt is checked against all of them at once.
     pub fn budget(mut self, budget: Budget) -> Self {
-        self.budgets.push(budget);
+        self.settings.budgets.push(budget);
         self
     }
 
@@ -187,19 +194,9 @@ impl<K> CostBudgetBuilder<K> {
     /// (use [`fingerprint`](crate::fingerprint) to key by API key).
     pub fn keys<F>(self, keys: F) -> CostBudgetBuilder<F> {
         CostBudgetBuilder {
-            prices: self.prices,
-            budgets: self.budgets,
+            settings: self.settings,
             keys,
             keys_set: true,
-            store: self.store,
-            sink: self.sink,
-            on_soft: self.on_soft,
-            missing_max: self.missing_max,
-            input_margin_percent: self.input_margin_percent,
-            parts: self.parts,
-            overrides: self.overrides,
-            on_drop: self.on_drop,
-            wall: self.wall,
         }
     }
 
@@ -208,26 +205,26 @@ impl<K> CostBudgetBuilder<K> {
     /// replicas a store in Redis (`seawall-redis`'s `RedisBudgetStore`) to share them across a
     /// fleet.
     pub fn store(mut self, store: impl BudgetStore) -> Self {
-        self.store = Some(Arc::new(store));
+        self.settings.store = Some(Arc::new(store));
         self
     }
 
     /// Sends one [`SpendRecord`](crate::SpendRecord) per attempt to `sink`.
     pub fn sink(mut self, sink: impl AccountingSink) -> Self {
-        self.sink = Some(Arc::new(sink));
+        self.settings.sink = Some(Arc::new(sink));
         self
     }
 
     /// Calls `f` when a budget's settled spend reaches its soft threshold (once per window
     /// and key), besides the `tracing` warning that is always logged.
     pub fn on_soft_limit(mut self, f: impl Fn(&SoftLimitCrossed) + Send + Sync + 'static) -> Self {
-        self.on_soft = Some(Arc::new(f));
+        self.settings.on_soft = Some(Arc::new(f));
         self
     }
 
     /// What to do with requests that set no maximum output tokens (default: reject).
     pub fn missing_max_output(mut self, policy: MissingMaxOutput) -> Self {
-        self.missing_max = policy;
+        self.settings.missing_max = policy;
         self
     }
 
@@ -238,7 +235,7 @@ impl<K> CostBudgetBuilder<K> {
     /// attempt that costs more than its reservation is still charged in full, so the margin
     /// is what keeps concurrent under-estimates from pushing spend over the limit.
     pub fn input_margin_percent(mut self, percent: u32) -> Self {
-        self.input_margin_percent = percent;
+        self.settings.input_margin_percent = percent;
         self
     }
 
@@ -249,14 +246,14 @@ impl<K> CostBudgetBuilder<K> {
     /// base64 image is not prose), so each is reserved at this estimate, and the margin of
     /// [`CostBudgetBuilder::input_margin_percent`] applies to them too.
     pub fn part_estimate(mut self, parts: PartEstimate) -> Self {
-        self.parts = parts;
+        self.settings.parts = parts;
         self
     }
 
     /// Overrides what a failed attempt of `class` that reported no usage is charged (see
     /// [`default_settlement`](crate::default_settlement)).
     pub fn on_failure(mut self, class: FailureClass, settlement: Settlement) -> Self {
-        self.overrides.push((class, settlement));
+        self.settings.overrides.push((class, settlement));
         self
     }
 
@@ -264,7 +261,7 @@ impl<K> CostBudgetBuilder<K> {
     /// drops a body before its end, without usage reported (default: the estimate, since the
     /// upstream keeps generating and billing).
     pub fn on_drop(mut self, settlement: Settlement) -> Self {
-        self.on_drop = settlement;
+        self.settings.on_drop = settlement;
         self
     }
 
@@ -274,14 +271,14 @@ impl<K> CostBudgetBuilder<K> {
     /// this clock crosses their boundary, whatever happened in between: a suspended host, a
     /// clock set right after start-up. Pass a function to control the time in tests.
     pub fn wall_clock(mut self, now: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
-        self.wall = Some(Arc::new(now));
+        self.settings.wall = Some(Arc::new(now));
         self
     }
 
     /// A wall clock that reads `origin` now and then advances with tokio's clock, so tests on
     /// paused time can place a calendar boundary exactly (see [`CostBudgetBuilder::wall_clock`]).
     pub fn wall_clock_origin(mut self, origin: SystemTime) -> Self {
-        self.wall = Some(Clock::from_origin(origin));
+        self.settings.wall = Some(Clock::from_origin(origin));
         self
     }
 
@@ -294,9 +291,12 @@ impl<K> CostBudgetBuilder<K> {
     /// Refuses a configuration the layer cannot enforce; says whether any budget is keyed.
     fn check(&self) -> Result<bool, ConfigError> {
         let mut keyed = false;
-        for (i, b) in self.budgets.iter().enumerate() {
+        for (i, b) in self.settings.budgets.iter().enumerate() {
             b.validate()?;
-            if self.budgets[..i].iter().any(|o| o.name() == b.name()) {
+            if self.settings.budgets[..i]
+                .iter()
+                .any(|o| o.name() == b.name())
+            {
                 return Err(ConfigError::new(
                     "budget",
                     format!("two budgets are named {:?}; names must be unique", b.name()),
@@ -320,18 +320,18 @@ impl<K> CostBudgetBuilder<K> {
                 }
             }
         }
-        if let MissingMaxOutput::Default(0) = self.missing_max {
+        if let MissingMaxOutput::Default(0) = self.settings.missing_max {
             return Err(ConfigError::new(
                 "missing_max_output",
                 "the default max output tokens must be more than zero",
             ));
         }
-        if self.input_margin_percent > 1000 {
+        if self.settings.input_margin_percent > 1000 {
             return Err(ConfigError::new(
                 "input_margin_percent",
                 format!(
                     "{}% is not plausible (at most 1000%)",
-                    self.input_margin_percent
+                    self.settings.input_margin_percent
                 ),
             ));
         }
@@ -340,21 +340,21 @@ impl<K> CostBudgetBuilder<K> {
 
     /// The layer of a checked configuration (or of the defaults, which need no check).
     fn assemble(self, keyed: bool) -> CostBudgetLayer<K> {
-        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let s = self.settings;
         CostBudgetLayer {
             core: Arc::new(Core {
-                prices: self.prices,
-                budgets: self.budgets.into_boxed_slice(),
+                prices: s.prices,
+                budgets: s.budgets.into_boxed_slice(),
                 keyed,
-                store,
-                sink: self.sink,
-                on_soft: self.on_soft,
-                missing_max: self.missing_max,
-                input_margin_percent: self.input_margin_percent,
-                parts: self.parts,
-                overrides: self.overrides,
-                on_drop: self.on_drop,
-                clock: Clock::new(self.wall),
+                store: s.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                sink: s.sink,
+                on_soft: s.on_soft,
+                missing_max: s.missing_max,
+                input_margin_percent: s.input_margin_percent,
+                parts: s.parts,
+                overrides: s.overrides,
+                on_drop: s.on_drop,
+                clock: Clock::new(s.wall),
                 unkeyed: UNKEYED.into(),
             }),
             keys: Arc::new(self.keys),
