@@ -27,9 +27,11 @@
 //! metric. The connection reconnects on its own.
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
+pub mod breaker;
 mod client;
 mod policy;
 
+pub use breaker::{RedisBreakerState, RedisBreakerStateBuilder};
 pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
 pub use policy::OnUnavailable;
 /// The Redis client this crate is built on, for callers who run their own commands.
