@@ -28,9 +28,6 @@ const HELD: u8 = 1;
 /// `fleet` flag: a call found the key held open past its open period (this replica wants to
 /// probe).
 const WANTED: u8 = 2;
-/// Outcome counts for the fleet, packed in one word: calls, failures, slow calls, 21 bits each.
-const EVIDENCE_FIELD: u32 = 21;
-const EVIDENCE_MASK: u64 = (1 << EVIDENCE_FIELD) - 1;
 const TICKET_BITS: u32 = 24;
 const NANOS_PER_MS: u64 = 1_000_000;
 
@@ -72,6 +69,44 @@ pub(crate) enum Refusal {
     ForcedOpen,
 }
 
+/// A key's counted outcomes not yet handed to the fleet. Calls and failures share one word
+/// (32 bits each, so one `fetch_add` per call and no overflow short of four billion calls
+/// between two syncs); slow calls, which only a slow-call setting makes, have their own.
+/// Relaxed throughout: a count handed over a little late only lands in the next sync.
+#[derive(Debug)]
+struct Evidence {
+    calls_failures: AtomicU64,
+    slow: AtomicU64,
+}
+
+impl Evidence {
+    fn new() -> Self {
+        Evidence {
+            calls_failures: AtomicU64::new(0),
+            slow: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn add(&self, failure: bool, slow: bool) {
+        self.calls_failures
+            .fetch_add(1 | u64::from(failure) << 32, Ordering::Relaxed);
+        if slow {
+            self.slow.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn take(&self) -> (u32, u32, u32) {
+        let cf = self.calls_failures.swap(0, Ordering::Relaxed);
+        let slow = self.slow.swap(0, Ordering::Relaxed);
+        (
+            cf as u32,
+            (cf >> 32) as u32,
+            slow.min(u64::from(u32::MAX)) as u32,
+        )
+    }
+}
+
 #[derive(Debug)]
 struct Transitions {
     reopens: u32,
@@ -102,9 +137,8 @@ pub(crate) struct Breaker {
     evicted: AtomicU8,
     lock: Mutex<Transitions>,
     /// Only with a [`SharedBreakerState`](crate::SharedBreakerState): the counted outcomes not
-    /// yet handed to it, packed (calls, failures, slow calls), so recording one is a single
-    /// `fetch_add`, and the default breaker pays nothing but a check of this `Option`.
-    evidence: Option<AtomicU64>,
+    /// yet handed to it. The default breaker pays nothing but a check of this `Option`.
+    evidence: Option<Evidence>,
     /// `HELD` and `WANTED`: what the fleet's shared state says of this key.
     fleet: AtomicU8,
 }
@@ -126,7 +160,7 @@ impl Breaker {
             last_used: AtomicU64::new(now),
             evicted: AtomicU8::new(0),
             lock: Mutex::new(Transitions { reopens: 0 }),
-            evidence: cfg.shared.is_some().then(|| AtomicU64::new(0)),
+            evidence: cfg.shared.is_some().then(Evidence::new),
             fleet: AtomicU8::new(0),
             cfg,
         }
@@ -316,10 +350,7 @@ impl Breaker {
         }
         let failure = verdict == Verdict::Failure;
         if let Some(evidence) = &self.evidence {
-            // Relaxed: a count handed over a little late only lands in the next sync.
-            let packed =
-                1 | u64::from(failure) << EVIDENCE_FIELD | u64::from(slow) << (2 * EVIDENCE_FIELD);
-            evidence.fetch_add(packed, Ordering::Relaxed);
+            evidence.add(failure, slow);
         }
         let mut trip = None;
         // The streak is Relaxed: it publishes no other data, and the trip it suggests goes
@@ -575,12 +606,7 @@ impl Breaker {
 
     /// Takes the outcome counts not yet handed to the fleet: (calls, failures, slow calls).
     pub(crate) fn take_evidence(&self) -> (u32, u32, u32) {
-        let packed = self
-            .evidence
-            .as_ref()
-            .map_or(0, |e| e.swap(0, Ordering::Relaxed));
-        let field = |i: u32| ((packed >> (i * EVIDENCE_FIELD)) & EVIDENCE_MASK) as u32;
-        (field(0), field(1), field(2))
+        self.evidence.as_ref().map_or((0, 0, 0), Evidence::take)
     }
 
     /// Whether the fleet holds this key open, and whether a call wanted to probe since the

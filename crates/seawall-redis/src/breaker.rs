@@ -29,7 +29,8 @@
 //! - `seawall:breaker:lease:<key>`: the probe lease, `<expires ms>:<replica>`.
 //!
 //! The script derives the last two from the first's prefix, so the keys are meant for one
-//! Redis (not a cluster).
+//! Redis (not a cluster). Two breaker layers of one application with different keys or rules
+//! each need their own prefix ([`SharedRedisBuilder::prefix`](crate::SharedRedisBuilder::prefix)).
 //!
 //! # What is published, when
 //!
