@@ -14,48 +14,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use seawall_breaker::{CircuitBreakerLayer, FleetLink, SharedBreakerState, State, StateChange};
-use seawall_core::{
-    Completion, ConfigError, FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, Outcome,
-    Usage,
-};
+use seawall_core::{ConfigError, FailureClass, LlmError};
+use seawall_test_support::{Bare as Ask, Done as Answer};
 use tokio::runtime::Runtime;
 use tower::{Layer, Service, ServiceExt};
-
-/// A typed request, as an SDK wrapper would have.
-#[derive(Clone)]
-struct Ask {
-    model: &'static str,
-}
-
-impl LlmRequest for Ask {
-    fn model(&self) -> Option<&str> {
-        Some(self.model)
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        None
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        0
-    }
-}
-
-/// A fully-read response: its completion hook fires at once.
-struct Answer;
-
-impl LlmResponse for Answer {
-    type Hooked<G: OnComplete> = Answer;
-    fn usage(&self) -> Option<Usage> {
-        None
-    }
-    fn on_complete<G: OnComplete>(self, hook: G) -> Answer {
-        hook.on_complete(Completion {
-            outcome: Outcome::Complete,
-            report: None,
-            usage: None,
-        });
-        self
-    }
-}
 
 #[derive(Clone, Copy)]
 struct Noop;
@@ -93,6 +55,8 @@ impl SharedBreakerState for NoFleet {
 
 const REQ: Ask = Ask {
     model: "api.openai.com/gpt-4o",
+    input: 0,
+    max: None,
 };
 
 fn bench(c: &mut Criterion) {

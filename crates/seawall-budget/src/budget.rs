@@ -209,6 +209,15 @@ impl Budget {
         self.soft_percent.map(|p| self.limit.percent(p))
     }
 
+    /// This budget with `1 / parts` of its limit (rounded down; `parts` 0 counts as 1), same
+    /// name, window, scope and soft threshold: the share one of `parts` replicas enforces on
+    /// its own while the store they share cannot be reached.
+    pub fn share(&self, parts: u32) -> Budget {
+        let mut b = self.clone();
+        b.limit = Usd::from_nanos(self.limit.as_nanos() / u64::from(parts.max(1)));
+        b
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let name = &self.name;
         if name.is_empty() {

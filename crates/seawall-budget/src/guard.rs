@@ -11,7 +11,7 @@ use crate::config::Settlement;
 use crate::money::Usd;
 use crate::price::Price;
 use crate::state::Core;
-use crate::store::{Charge, Exceeded};
+use crate::store::{Charge, Exceeded, Refusal, Settled, SoftLimitCrossed};
 use crate::time::Timestamp;
 
 /// One attempt's reservation. It is settled exactly once: when the response (or its body)
@@ -25,6 +25,7 @@ pub struct BudgetGuard {
     model: Option<Arc<str>>,
     price: Price,
     reserved: Usd,
+    id: u64,
     time: Timestamp,
     started: tokio::time::Instant,
     attempt: Option<u32>,
@@ -58,6 +59,7 @@ impl BudgetGuard {
             model: None,
             price: Price::per_million(Usd::ZERO, Usd::ZERO),
             reserved: Usd::ZERO,
+            id: 0,
             started,
             attempt,
             ctx,
@@ -76,6 +78,8 @@ impl BudgetGuard {
     pub(crate) fn set_reservation(&mut self, keys: Box<[Option<Arc<str>>]>, amount: Usd) {
         self.keys = keys;
         self.reserved = amount;
+        // A fresh id per attempt: what a remote store applies each reservation once by.
+        self.id = crate::store::next_id();
     }
 
     pub(crate) fn model(&self) -> Option<&Arc<str>> {
@@ -84,7 +88,7 @@ impl BudgetGuard {
 
     /// The charge of this attempt at `now`.
     pub(crate) fn charge(&self, now: Timestamp) -> Charge<'_> {
-        Charge::new(&self.core.budgets, &self.keys, self.reserved, now)
+        Charge::with_known_id(&self.core.budgets, &self.keys, self.reserved, now, self.id)
     }
 
     pub(crate) fn admission_time(&self) -> Timestamp {
@@ -121,8 +125,15 @@ impl BudgetGuard {
     }
 
     /// The store refused the reservation.
-    pub(crate) fn refuse(self, ex: Exceeded) -> LlmError {
-        let err = exceeded_error(&self.core, &ex, self.time);
+    pub(crate) fn refuse(self, refusal: Refusal) -> LlmError {
+        let err = match refusal {
+            Refusal::Exceeded(ex) => exceeded_error(&self.core, &ex, self.time),
+            Refusal::Unavailable(why) => LlmError::new(
+                FailureClass::SharedStateUnavailable,
+                format!("{why}; attempt refused"),
+            )
+            .with_code("budget_store_unavailable"),
+        };
         self.reject(err)
     }
 
@@ -151,20 +162,21 @@ impl BudgetGuard {
             }
         };
         let now = self.core.clock.now();
-        let crossed = self.core.store.settle(&self.charge(now), cost);
-        for c in &crossed {
-            tracing::warn!(
-                target: "seawall::budget",
-                budget = %c.budget,
-                key = c.key.as_deref(),
-                spent = %c.spent,
-                threshold = %c.threshold,
-                limit = %c.limit,
-                "seawall budget: soft limit reached"
-            );
-            if let Some(f) = &self.core.on_soft {
-                f(c);
-            }
+        match self.core.store.settle(&self.charge(now), cost) {
+            Settled::Ready(crossed) => report_crossings(&self.core, &crossed),
+            // A remote store applies the settlement on its own; only its report is awaited,
+            // off the caller's path. Without a runtime to wait on, the report is lost (the
+            // settlement is not).
+            Settled::Pending(report) => match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let core = self.core.clone();
+                    rt.spawn(async move { report_crossings(&core, &report.await) });
+                }
+                Err(_) => tracing::debug!(
+                    target: "seawall::budget",
+                    "seawall budget: settled outside a tokio runtime; soft limits not reported"
+                ),
+            },
         }
         if let Some(ctx) = &self.ctx {
             ctx.update(|f| *f.cost_usd.get_or_insert(0.0) += cost.as_f64());
@@ -242,6 +254,24 @@ impl Drop for BudgetGuard {
     // says instead of being held against the budget forever.
     fn drop(&mut self) {
         self.finish(AttemptOutcome::Dropped, None);
+    }
+}
+
+/// Logs each soft threshold crossed and calls the layer's callback.
+fn report_crossings(core: &Core, crossed: &[SoftLimitCrossed]) {
+    for c in crossed {
+        tracing::warn!(
+            target: "seawall::budget",
+            budget = %c.budget,
+            key = c.key.as_deref(),
+            spent = %c.spent,
+            threshold = %c.threshold,
+            limit = %c.limit,
+            "seawall budget: soft limit reached"
+        );
+        if let Some(f) = &core.on_soft {
+            f(c);
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use crate::keys::NoKeys;
 use crate::price::PriceTable;
 use crate::service::CostBudget;
 use crate::state::{Core, SoftFn, UNKEYED};
-use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend};
+use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed, Spend, SpendFuture};
 use crate::time::{Clock, Timestamp, WallFn};
 
 /// A tower layer that prices every attempt before it goes out, reserves its worst-case cost
@@ -47,10 +47,7 @@ impl CostBudgetLayer<NoKeys> {
     /// [builder](Self::builder)), requests without a maximum output refused, counters in a
     /// [`MemoryStore`] of its own.
     pub fn new(prices: PriceTable) -> Self {
-        CostBudgetLayer {
-            core: Arc::new(Core::new(prices)),
-            keys: Arc::new(NoKeys),
-        }
+        Self::builder(prices).assemble(false)
     }
 
     /// Starts a builder with these prices: the price table is the one setting without a
@@ -76,14 +73,34 @@ impl CostBudgetLayer<NoKeys> {
 
 impl<K> CostBudgetLayer<K> {
     /// The counter of the budget named `budget` for `key` (`None` for a global budget), now;
-    /// `None` if the layer has no such budget.
+    /// `None` if the layer has no such budget. A remote store answers what this replica last
+    /// saw without waiting; [`CostBudgetLayer::read_spend`] asks the store itself.
     pub fn spend(&self, budget: &str, key: Option<&str>) -> Option<Spend> {
+        let (b, key) = self.counter(budget, key)?;
+        Some(self.core.store.spend(b, key, self.core.clock.now()))
+    }
+
+    /// The counter of the budget named `budget` for `key`, read from the store's source of
+    /// truth: the same as [`CostBudgetLayer::spend`] for the in-process store, one round trip
+    /// for a remote one (whose `spend` is only what this replica last saw). `None` if the
+    /// layer has no such budget.
+    pub fn read_spend(&self, budget: &str, key: Option<&str>) -> Option<SpendFuture> {
+        let (b, key) = self.counter(budget, key)?;
+        Some(self.core.store.read(b, key, self.core.clock.now()))
+    }
+
+    /// The budget named `budget` and the key its counter for `key` is kept under.
+    fn counter<'a>(
+        &'a self,
+        budget: &str,
+        key: Option<&'a str>,
+    ) -> Option<(&'a Budget, Option<&'a str>)> {
         let b = self.core.budgets.iter().find(|b| b.name() == budget)?;
         let key = match b.scope() {
             Scope::Global => None,
             _ => Some(key.unwrap_or(UNKEYED)),
         };
-        Some(self.core.store.spend(b, key, self.core.clock.now()))
+        Some((b, key))
     }
 
     /// The budgets, in the order they are checked.
@@ -187,7 +204,9 @@ impl<K> CostBudgetBuilder<K> {
     }
 
     /// Keeps the counters in `store` (default: a new [`MemoryStore`] for this layer). Pass
-    /// the same `Arc` to several layers to share their budgets.
+    /// the same `Arc` to several layers to share their budgets; give the layers of several
+    /// replicas a store in Redis (`seawall-redis`'s `RedisBudgetStore`) to share them across a
+    /// fleet.
     pub fn store(mut self, store: impl BudgetStore) -> Self {
         self.store = Some(Arc::new(store));
         self
@@ -268,6 +287,12 @@ impl<K> CostBudgetBuilder<K> {
 
     /// Checks the configuration and builds the layer.
     pub fn build(self) -> Result<CostBudgetLayer<K>, ConfigError> {
+        let keyed = self.check()?;
+        Ok(self.assemble(keyed))
+    }
+
+    /// Refuses a configuration the layer cannot enforce; says whether any budget is keyed.
+    fn check(&self) -> Result<bool, ConfigError> {
         let mut keyed = false;
         for (i, b) in self.budgets.iter().enumerate() {
             b.validate()?;
@@ -310,8 +335,13 @@ impl<K> CostBudgetBuilder<K> {
                 ),
             ));
         }
+        Ok(keyed)
+    }
+
+    /// The layer of a checked configuration (or of the defaults, which need no check).
+    fn assemble(self, keyed: bool) -> CostBudgetLayer<K> {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        Ok(CostBudgetLayer {
+        CostBudgetLayer {
             core: Arc::new(Core {
                 prices: self.prices,
                 budgets: self.budgets.into_boxed_slice(),
@@ -328,6 +358,6 @@ impl<K> CostBudgetBuilder<K> {
                 unkeyed: UNKEYED.into(),
             }),
             keys: Arc::new(self.keys),
-        })
+        }
     }
 }

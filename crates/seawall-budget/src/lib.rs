@@ -38,9 +38,23 @@
 //!    `CallContext` for an outer observing layer.
 //!
 //! Money is counted in whole nano-dollars ([`Usd`]), so sums and limits are exact. Counters
-//! live behind the [`BudgetStore`] trait; [`MemoryStore`] keeps them in process, and a store
-//! shared by several processes can be plugged in later without changing the layer (its
-//! `reserve` may answer asynchronously).
+//! live behind the [`BudgetStore`] trait; [`MemoryStore`] keeps them in process.
+//!
+//! # Sharing a budget across replicas
+//!
+//! A [`MemoryStore`] is one process's: with N replicas, each enforces the whole limit, so the
+//! fleet may spend N times it. To give the fleet one budget, pass every replica's layer the
+//! Redis store of the `seawall-redis` crate (`RedisBudgetStore`, through
+//! [`CostBudgetBuilder::store`]): each reservation is then one atomic script in the fleet's
+//! Redis (one round trip before the attempt), each settlement one more that the call does not
+//! wait for, and reservations are leases that a replica that dies cannot hold forever. The
+//! layer is unchanged: the store answers [`Admission::Pending`] and [`Settled::Pending`], and
+//! may refuse with [`Refusal::Unavailable`] when Redis does not answer, which the layer turns
+//! into an error of class `SharedStateUnavailable` (or, if the store is set to fail open, it
+//! decides on its replica's share of each limit). Soft-limit crossings are reported when the
+//! store has applied the settlement, from a task, after the call has returned.
+//! [`CostBudgetLayer::spend`] then answers what this replica last saw;
+//! [`CostBudgetLayer::read_spend`] asks the store.
 //!
 //! # Where it goes
 //!
@@ -135,7 +149,8 @@ pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CostBudget;
 pub use state::UNKEYED;
 pub use store::{
-    Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, SoftLimitCrossed, Spend,
+    Admission, AdmissionFuture, BudgetStore, Charge, Exceeded, MemoryStore, Refusal, SettleFuture,
+    Settled, SoftLimitCrossed, Spend, SpendFuture, StoreUnavailable,
 };
 pub use time::Timestamp;
 

@@ -35,7 +35,7 @@ impl<S> CostBudget<S, NoKeys> {
     /// pricing and the maximum-output rule apply) and counters of its own. Build a layer to add
     /// budgets or share the counters.
     pub fn new(inner: S, prices: PriceTable) -> Self {
-        Self::from_parts(inner, Arc::new(Core::new(prices)), Arc::new(NoKeys))
+        tower_layer::Layer::layer(&crate::CostBudgetLayer::new(prices), inner)
     }
 }
 

@@ -10,7 +10,7 @@ use crate::accounting::AccountingSink;
 use crate::budget::Budget;
 use crate::config::{MissingMaxOutput, Settlement, default_settlement};
 use crate::price::PriceTable;
-use crate::store::{BudgetStore, MemoryStore, SoftLimitCrossed};
+use crate::store::{BudgetStore, SoftLimitCrossed};
 use crate::time::Clock;
 
 pub(crate) type SoftFn = dyn Fn(&SoftLimitCrossed) + Send + Sync;
@@ -33,26 +33,6 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// The defaults with `prices`: no budgets, a [`MemoryStore`] of its own, requests without
-    /// a maximum output refused, no input margin, the estimate charged on a drop.
-    pub(crate) fn new(prices: PriceTable) -> Self {
-        Core {
-            prices,
-            budgets: Box::new([]),
-            keyed: false,
-            store: Arc::new(MemoryStore::new()),
-            sink: None,
-            on_soft: None,
-            missing_max: MissingMaxOutput::Reject,
-            input_margin_percent: 0,
-            parts: PartEstimate::DEFAULT,
-            overrides: Vec::new(),
-            on_drop: Settlement::ChargeEstimate,
-            clock: Clock::new(None),
-            unkeyed: UNKEYED.into(),
-        }
-    }
-
     pub(crate) fn settlement_for(&self, class: FailureClass) -> Settlement {
         self.overrides
             .iter()

@@ -1,14 +1,17 @@
 //! Where the counters live: the [`BudgetStore`] trait and the in-process [`MemoryStore`].
 //!
 //! The layer decides *what* to reserve and settle; a store keeps the numbers. Keeping them
-//! behind a trait lets several processes share one budget later (a store over Redis or a
-//! database) without touching the layer: such a store answers `reserve` with
-//! [`Admission::Pending`] and a future, and queues `settle` without blocking.
+//! behind a trait lets several processes share one budget (`seawall-redis` has a store on
+//! Redis) without touching the layer. The trait is shaped so that a remote store can wait on
+//! I/O while the in-process one stays a plain function call: `reserve` answers
+//! [`Admission::Ready`] or [`Admission::Pending`] with a future, `settle` answers
+//! [`Settled::Ready`] or [`Settled::Pending`], and only the pending forms allocate.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use seawall_core::bound_key;
@@ -21,31 +24,65 @@ use crate::time::Timestamp;
 /// One attempt's claim on every budget it falls under.
 ///
 /// `lines` pairs each budget with the key the attempt is counted under (`None` for a global
-/// budget). The same charge (same budgets, keys and amount, a later `now`) is passed to
-/// [`BudgetStore::settle`].
+/// budget). The same charge (same budgets, keys, amount and id, a later `now`: see
+/// [`Charge::at`]) is passed to [`BudgetStore::settle`].
 #[derive(Debug, Clone, Copy)]
 pub struct Charge<'a> {
     budgets: &'a [Budget],
     keys: &'a [Option<Arc<str>>],
     amount: Usd,
     now: Timestamp,
+    id: u64,
+}
+
+/// The ids of charges made in this process, so that no two attempts share one.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A charge id no other charge of this process has.
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl<'a> Charge<'a> {
     /// A charge of `amount` on `budgets`, where `keys[i]` is the key for `budgets[i]`. An
-    /// empty `keys` means no budget is keyed.
+    /// empty `keys` means no budget is keyed. It gets an id no other charge of this process
+    /// has (see [`Charge::id`]).
     pub fn new(
         budgets: &'a [Budget],
         keys: &'a [Option<Arc<str>>],
         amount: Usd,
         now: Timestamp,
     ) -> Self {
+        Charge::with_known_id(budgets, keys, amount, now, next_id())
+    }
+
+    /// A charge that keeps the id of an earlier one (the guard's reservation).
+    pub(crate) fn with_known_id(
+        budgets: &'a [Budget],
+        keys: &'a [Option<Arc<str>>],
+        amount: Usd,
+        now: Timestamp,
+        id: u64,
+    ) -> Self {
         Charge {
             budgets,
             keys,
             amount,
             now,
+            id,
         }
+    }
+
+    /// The same charge with the id `id`: a settlement carries the id of its reservation.
+    pub fn with_id(mut self, id: u64) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// The same charge (same id) at another time: what a settlement passes.
+    pub fn at(mut self, now: Timestamp) -> Self {
+        self.now = now;
+        self
     }
 
     /// Each budget with its key.
@@ -65,6 +102,13 @@ impl<'a> Charge<'a> {
     /// When (UTC, on the layer's clock).
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+
+    /// The attempt's id, unique within this process (a remote store adds the replica's name
+    /// to make it unique in the fleet). A store that can see a request twice (a reservation
+    /// retried after a timeout, a settlement repeated) uses it to apply each once.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -104,6 +148,46 @@ pub struct Exceeded {
     pub requested: Usd,
 }
 
+/// A store that could not decide: its shared state did not answer in time.
+///
+/// The layer refuses the attempt with an [`LlmError`](seawall_core::LlmError) of class
+/// `SharedStateUnavailable` (fail closed): nothing is spent that the fleet could not count.
+/// A store that prefers to fail open decides on local state instead and never returns this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreUnavailable {
+    /// Why, for the error message (never a credential or a URL).
+    pub reason: String,
+}
+
+impl fmt::Display for StoreUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the budget store is unavailable ({})", self.reason)
+    }
+}
+
+impl std::error::Error for StoreUnavailable {}
+
+/// Why a store refused a reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A budget would be crossed (the layer answers `BudgetExceeded`).
+    Exceeded(Exceeded),
+    /// The store could not decide (the layer answers `SharedStateUnavailable`).
+    Unavailable(StoreUnavailable),
+}
+
+impl From<Exceeded> for Refusal {
+    fn from(e: Exceeded) -> Self {
+        Refusal::Exceeded(e)
+    }
+}
+
+impl From<StoreUnavailable> for Refusal {
+    fn from(e: StoreUnavailable) -> Self {
+        Refusal::Unavailable(e)
+    }
+}
+
 /// A counter whose settled spend reached its budget's soft threshold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SoftLimitCrossed {
@@ -120,16 +204,22 @@ pub struct SoftLimitCrossed {
 }
 
 /// A reservation still being decided by a remote store.
-pub type AdmissionFuture = Pin<Box<dyn Future<Output = Result<(), Exceeded>> + Send + 'static>>;
+pub type AdmissionFuture = Pin<Box<dyn Future<Output = Result<(), Refusal>> + Send + 'static>>;
+
+/// The soft thresholds a settlement crossed, once a remote store has applied it.
+pub type SettleFuture = Pin<Box<dyn Future<Output = Vec<SoftLimitCrossed>> + Send + 'static>>;
+
+/// A counter read from a store's source of truth.
+pub type SpendFuture =
+    Pin<Box<dyn Future<Output = Result<Spend, StoreUnavailable>> + Send + 'static>>;
 
 /// A store's answer to a reservation.
 pub enum Admission {
     /// Decided at once (the in-memory store always is).
-    Ready(Result<(), Exceeded>),
+    Ready(Result<(), Refusal>),
     /// Decided later. The layer calls the inner service only once it resolves `Ok`. If the
     /// caller drops the call before that, the future is dropped: the store must not keep a
-    /// reservation it made for it (for example, a remote reservation that expires unless
-    /// confirmed).
+    /// reservation it made for it (for example, it queues a release of the charge's id).
     Pending(AdmissionFuture),
 }
 
@@ -142,29 +232,71 @@ impl fmt::Debug for Admission {
     }
 }
 
+/// A store's answer to a settlement.
+pub enum Settled {
+    /// Applied at once, with the soft thresholds it crossed.
+    Ready(Vec<SoftLimitCrossed>),
+    /// Queued: the store applies it whether or not the future is polled (dropping the future
+    /// only loses the report), and the future yields the thresholds it crossed once applied.
+    Pending(SettleFuture),
+}
+
+impl Settled {
+    /// Waits for the settlement to be applied and returns the thresholds it crossed.
+    pub async fn crossed(self) -> Vec<SoftLimitCrossed> {
+        match self {
+            Settled::Ready(c) => c,
+            Settled::Pending(f) => f.await,
+        }
+    }
+}
+
+impl fmt::Debug for Settled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Settled::Ready(c) => f.debug_tuple("Ready").field(c).finish(),
+            Settled::Pending(_) => f.write_str("Pending(..)"),
+        }
+    }
+}
+
 /// The counters behind a budget layer.
 ///
 /// Contract, for every line of a charge (budget, key):
 /// - `reserve` admits only if, for **every** line, settled spend in the window plus
 ///   outstanding reservations plus the charge's amount stays within the budget's limit, and
 ///   then adds the amount to every line's reservations, atomically: all lines or none, and no
-///   concurrent admission may see a partial state that lets it through.
+///   concurrent admission may see a partial state that lets it through. A store that can see
+///   the same reservation twice applies it once per [`Charge::id`].
 /// - `settle` removes the charge's amount from the reservations and adds `cost` (which may be
 ///   more or less than the amount, or zero for a release) to the settled spend of the window
-///   that holds `charge.now()`. It must not block: a remote store queues it. It returns the
-///   soft thresholds this settlement crossed, each at most once per window and key.
+///   that holds `charge.now()`. It must not block: a remote store queues it and answers
+///   [`Settled::Pending`]. It reports the soft thresholds this settlement crossed, each at
+///   most once per window and key.
 /// - Windows are the budget's [`Window`]; reservations are not windowed (a reservation made
-///   before a calendar boundary still counts after it until settled).
+///   before a calendar boundary still counts after it until settled). A remote store may
+///   also expire a reservation that was never settled (a lease), so a replica that dies
+///   holding one does not hold it forever.
+/// - `spend` answers at once from what the store knows: for the in-process store the exact
+///   counter; for a remote store what it last saw (it cannot wait on I/O here). `read` is
+///   the exact figure, which may take a round trip.
 pub trait BudgetStore: Send + Sync + 'static {
     /// Reserves `charge.amount()` on every line, or refuses with the first line that would
-    /// cross its limit.
+    /// cross its limit (or because the store cannot decide).
     fn reserve(&self, charge: &Charge<'_>) -> Admission;
 
     /// Replaces the charge's reservation by its final `cost`.
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed>;
+    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled;
 
-    /// The counter of `budget` for `key` at `now` (zero spend if it was never used).
+    /// The counter of `budget` for `key` at `now` (zero spend if it was never used), as the
+    /// store knows it without waiting.
     fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend;
+
+    /// The counter of `budget` for `key` at `now`, read from the store's source of truth.
+    /// The default answers [`BudgetStore::spend`] at once.
+    fn read(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> SpendFuture {
+        Box::pin(std::future::ready(Ok(self.spend(budget, key, now))))
+    }
 }
 
 impl<T: BudgetStore + ?Sized> BudgetStore for Arc<T> {
@@ -172,12 +304,16 @@ impl<T: BudgetStore + ?Sized> BudgetStore for Arc<T> {
         (**self).reserve(charge)
     }
 
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed> {
+    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled {
         (**self).settle(charge, cost)
     }
 
     fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend {
         (**self).spend(budget, key, now)
+    }
+
+    fn read(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> SpendFuture {
+        (**self).read(budget, key, now)
     }
 }
 
@@ -406,18 +542,18 @@ impl BudgetStore for MemoryStore {
                         c.reserved = c.reserved.saturating_sub(amount);
                     });
                 }
-                return Admission::Ready(Err(Exceeded {
+                return Admission::Ready(Err(Refusal::Exceeded(Exceeded {
                     budget: budget.name_arc().clone(),
                     key,
                     spend,
                     requested: charge.amount(),
-                }));
+                })));
             }
         }
         Admission::Ready(Ok(()))
     }
 
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed> {
+    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled {
         let mut crossed = Vec::new();
         let now = charge.now();
         let mut list = self.lock();
@@ -442,7 +578,7 @@ impl BudgetStore for MemoryStore {
                 });
             }
         }
-        crossed
+        Settled::Ready(crossed)
     }
 
     fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend {
@@ -479,8 +615,16 @@ mod tests {
 
     fn ok(a: Admission) -> Result<(), Exceeded> {
         match a {
-            Admission::Ready(r) => r,
-            Admission::Pending(_) => panic!("memory store is never pending"),
+            Admission::Ready(Ok(())) => Ok(()),
+            Admission::Ready(Err(Refusal::Exceeded(e))) => Err(e),
+            other => panic!("the memory store decides at once, on budgets only: {other:?}"),
+        }
+    }
+
+    fn crossed(s: Settled) -> Vec<SoftLimitCrossed> {
+        match s {
+            Settled::Ready(c) => c,
+            Settled::Pending(_) => panic!("the memory store settles at once"),
         }
     }
 
@@ -552,7 +696,7 @@ mod tests {
         let store = MemoryStore::new();
         let settle = |secs: u64, cost: u64| {
             let c = Charge::new(&b, &[], Usd::ZERO, Timestamp::from_unix_secs(secs));
-            store.settle(&c, Usd::from_nanos(cost)).len()
+            crossed(store.settle(&c, Usd::from_nanos(cost))).len()
         };
         assert_eq!(settle(1_000, 60), 1);
         assert_eq!(settle(1_001, 10), 0, "already fired in this window");

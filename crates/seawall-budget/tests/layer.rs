@@ -685,7 +685,7 @@ impl BudgetStore for SlowStore {
         }))
     }
 
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed> {
+    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled {
         self.0.settle(charge, cost)
     }
 
@@ -729,6 +729,108 @@ async fn a_remote_store_can_decide_asynchronously() {
         .unwrap_err();
     assert_eq!(err.class(), FailureClass::BudgetExceeded);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// A store whose shared state is gone: it cannot decide.
+struct DownStore;
+
+impl BudgetStore for DownStore {
+    fn reserve(&self, _: &Charge<'_>) -> Admission {
+        Admission::Pending(Box::pin(async {
+            Err(Refusal::Unavailable(StoreUnavailable {
+                reason: "no answer within 50ms".into(),
+            }))
+        }))
+    }
+
+    fn settle(&self, _: &Charge<'_>, _: Usd) -> Settled {
+        unreachable!("nothing was admitted")
+    }
+
+    fn spend(&self, budget: &Budget, _: Option<&str>, _: Timestamp) -> Spend {
+        Spend {
+            limit: budget.limit(),
+            ..Spend::default()
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_store_refuses_with_shared_state_unavailable() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let sink = Arc::new(MemorySink::new());
+    let layer = CostBudgetLayer::builder(prices())
+        .budget(Budget::total("all", Usd::from_dollars(1)))
+        .store(DownStore)
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(transport(calls.clone(), |_| Ok(done_without_usage())));
+    let err = call(&mut svc, Ask::new("gpt-4o", 1_000, 100))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), FailureClass::SharedStateUnavailable);
+    assert_eq!(err.code(), Some("budget_store_unavailable"));
+    assert!(err.to_string().contains("no answer within 50ms"), "{err}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "never called");
+    let records = sink.records();
+    assert_eq!(
+        records[0].outcome,
+        AttemptOutcome::Failed(FailureClass::SharedStateUnavailable)
+    );
+    assert_eq!(records[0].cost_nanos, 0);
+}
+
+/// A store that applies settlements later, from a queue, as a remote one does.
+struct QueuedStore(Arc<MemoryStore>);
+
+impl BudgetStore for QueuedStore {
+    fn reserve(&self, charge: &Charge<'_>) -> Admission {
+        self.0.reserve(charge)
+    }
+
+    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled {
+        let store = self.0.clone();
+        let (budgets, keys): (Vec<Budget>, Vec<Option<Arc<str>>>) =
+            charge.lines().map(|(b, k)| (b.clone(), k.cloned())).unzip();
+        let (amount, now, id) = (charge.amount(), charge.now(), charge.id());
+        let applied = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let charge = Charge::new(&budgets, &keys, amount, now).with_id(id);
+            store.settle(&charge, cost).crossed().await
+        });
+        Settled::Pending(Box::pin(async move { applied.await.unwrap() }))
+    }
+
+    fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend {
+        self.0.spend(budget, key, now)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_settlement_does_not_hold_the_call_and_still_reports_its_soft_limit() {
+    let crossed = Arc::new(Mutex::new(Vec::new()));
+    let c = crossed.clone();
+    let layer = CostBudgetLayer::builder(prices())
+        .budget(Budget::total("all", Usd::from_dollars(1)).soft_limit_percent(20))
+        .store(QueuedStore(Arc::new(MemoryStore::new())))
+        .on_soft_limit(move |e| c.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    // $0.25 an attempt: past the 20% threshold at once.
+    let mut svc = layer.layer(transport(Arc::default(), |_| Ok(done(usage(0, 25_000, 0)))));
+    let started = tokio::time::Instant::now();
+    call(&mut svc, Ask::new("gpt-4o", 0, 25_000)).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO, "the call did not wait");
+    assert!(crossed.lock().unwrap().is_empty(), "not applied yet");
+    assert_eq!(
+        layer.spend("all", None).unwrap().reserved,
+        Usd::from_cents(25)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(crossed.lock().unwrap().len(), 1);
+    let s = layer.read_spend("all", None).unwrap().await.unwrap();
+    assert_eq!((s.spent, s.reserved), (Usd::from_cents(25), Usd::ZERO));
 }
 
 #[tokio::test(start_paused = true)]

@@ -11,44 +11,20 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use seawall_core::{Completion, LlmError, LlmRequest, LlmResponse, OnComplete, Outcome};
+use seawall_core::LlmError;
 use seawall_gate::{ConcurrencyGateLayer, Rates};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_resilience::bulkhead::BulkheadLayer;
 
+use seawall_test_support::{Bare, Done as Answer};
+
 /// The smallest request: a key and a token estimate.
-#[derive(Clone, Copy)]
-struct Ask;
-
-impl LlmRequest for Ask {
-    fn model(&self) -> Option<&str> {
-        Some("gpt-4o-mini")
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        Some(256)
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        100
-    }
-}
-
-/// A fully-read response: its hook fires at once.
-struct Answer;
-
-impl LlmResponse for Answer {
-    type Hooked<G: OnComplete> = Answer;
-    fn usage(&self) -> Option<seawall_core::Usage> {
-        None
-    }
-    fn on_complete<G: OnComplete>(self, hook: G) -> Answer {
-        hook.on_complete(Completion {
-            outcome: Outcome::Complete,
-            report: None,
-            usage: None,
-        });
-        self
-    }
-}
+type Ask = Bare;
+const ASK: Bare = Bare {
+    model: "gpt-4o-mini",
+    input: 100,
+    max: Some(256),
+};
 
 fn noop() -> impl Service<Ask, Response = Answer, Error = LlmError, Future: Send> + Clone + Send {
     service_fn(|_: Ask| std::future::ready(Ok::<_, LlmError>(Answer)))
@@ -81,7 +57,7 @@ where
                 tokio::spawn(async move {
                     for _ in 0..iters / tasks {
                         let svc = svc.ready().await.unwrap();
-                        black_box(svc.call(Ask).await.unwrap());
+                        black_box(svc.call(ASK).await.unwrap());
                     }
                 })
             })

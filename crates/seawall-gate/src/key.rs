@@ -19,19 +19,71 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seawall_core::bound_key;
+use seawall_core::{LlmRequest, PartEstimate, Usage, bound_key};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::rate::{Bucket, Rates, Ready};
 
-/// What one call costs in the rate buckets.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Cost {
+/// What one call costs in the rate buckets: its estimated tokens, as the gate prices them.
+///
+/// Public so that a limiter elsewhere (the fleet-wide limits of `seawall-redis`) charges a
+/// request exactly what the gate charges it, and settles it the same way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cost {
     /// Estimated input plus maximum output tokens.
     pub(crate) tokens: u64,
     /// The input part of `tokens`.
     pub(crate) input: u64,
+}
+
+/// The output tokens charged to a request that sets no maximum: the most one can set.
+const UNBOUNDED_OUTPUT: u64 = u32::MAX as u64;
+
+impl Cost {
+    /// The cost of `req`: its prompt's text estimate, each image, audio part and file at
+    /// `parts`, plus its maximum output times the answers it asks for. A request without a
+    /// maximum output is charged `u32::MAX` output tokens (see [`Rates`]).
+    ///
+    /// ```
+    /// use seawall_core::PartEstimate;
+    /// use seawall_gate::Cost;
+    /// let req = http::Request::post("https://api.openai.com/v1/chat/completions")
+    ///     .body(bytes::Bytes::from_static(br#"{"model":"m","max_tokens":64,"n":2,"messages":[]}"#))
+    ///     .unwrap();
+    /// let mut req = req;
+    /// seawall_core::LlmRequest::prepare(&mut req);
+    /// let cost = Cost::of(&req, &PartEstimate::DEFAULT);
+    /// assert_eq!(cost.tokens() - cost.input(), 128);
+    /// ```
+    pub fn of<R: LlmRequest + ?Sized>(req: &R, parts: &PartEstimate) -> Cost {
+        let input = u64::from(req.estimated_input_tokens())
+            .saturating_add(parts.tokens(&req.media_parts()));
+        // Output without a maximum may be anything: charged as the most a request can ask
+        // for, it waits for a full bucket and holds the key until its usage is known.
+        let output = req.max_billed_output_tokens().unwrap_or(UNBOUNDED_OUTPUT);
+        Cost {
+            tokens: input.saturating_add(output),
+            input,
+        }
+    }
+
+    /// The tokens charged at admission: estimated input plus maximum output.
+    pub const fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// The input part of [`tokens`](Self::tokens).
+    pub const fn input(&self) -> u64 {
+        self.input
+    }
+
+    /// The tokens the call finally counts for: the reported usage, or, without one (a call
+    /// failed, dropped, or not reported), the input estimate alone. Keeping a `max_tokens` of
+    /// billions charged would lock the key for good after one disconnect.
+    pub fn used(&self, usage: Option<Usage>) -> u64 {
+        usage.map_or(self.input, |u| u.total())
+    }
 }
 
 #[derive(Debug, Default)]

@@ -89,55 +89,42 @@
 mod permits;
 mod sync;
 
-#[cfg(not(loom))]
-mod adaptive;
-#[cfg(not(loom))]
-mod config;
-#[cfg(not(loom))]
-mod error;
-#[cfg(not(loom))]
-mod future;
-#[cfg(not(loom))]
-mod handle;
-#[cfg(not(loom))]
-mod key;
-#[cfg(not(loom))]
-mod layer;
-#[cfg(not(loom))]
-mod rate;
-#[cfg(not(loom))]
-mod service;
-#[cfg(not(loom))]
-mod shared;
+/// Marks every item in it `#[cfg(not(loom))]`: the loom build models the permit pool alone,
+/// and one list of what it leaves out reads better than a `cfg` line on each item.
+macro_rules! not_loom {
+    ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
+}
 
-#[cfg(not(loom))]
-pub use adaptive::Adaptive;
-#[cfg(not(loom))]
-pub use config::{
-    DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT,
-};
-#[cfg(not(loom))]
-pub use error::{QueueWait, RejectReason, Rejection};
-#[cfg(not(loom))]
-pub use future::ResponseFuture;
-#[cfg(not(loom))]
-pub use handle::GateHandle;
-#[cfg(not(loom))]
-pub use layer::{ConcurrencyGateBuilder, ConcurrencyGateLayer};
-#[cfg(not(loom))]
-pub use rate::{Limit, Rates};
-/// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
-/// against it still compile.
-#[cfg(not(loom))]
-#[doc(hidden)]
-pub use seawall_core::KeyFn as GateKey;
-#[cfg(not(loom))]
-pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
-#[cfg(not(loom))]
-pub use service::ConcurrencyGate;
-#[cfg(not(loom))]
-pub use shared::{GatePermit, GateStats};
+not_loom! {
+    mod adaptive;
+    mod config;
+    mod error;
+    mod future;
+    mod handle;
+    mod key;
+    mod layer;
+    mod rate;
+    mod service;
+    mod shared;
 
-#[cfg(not(loom))]
-#[doc(no_inline)]
-pub use seawall_core::ConfigError;
+    pub use adaptive::Adaptive;
+    pub use config::{
+        DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT,
+    };
+    pub use error::{QueueWait, RejectReason, Rejection};
+    pub use future::ResponseFuture;
+    pub use handle::GateHandle;
+    pub use layer::{ConcurrencyGateBuilder, ConcurrencyGateLayer};
+    pub use key::Cost;
+    pub use rate::{Bucket, Limit, Rates, Ready};
+    /// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
+    /// against it still compile.
+    #[doc(hidden)]
+    pub use seawall_core::KeyFn as GateKey;
+    pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
+    pub use service::ConcurrencyGate;
+    pub use shared::{GatePermit, GateStats, pause_hint};
+
+    #[doc(no_inline)]
+    pub use seawall_core::ConfigError;
+}

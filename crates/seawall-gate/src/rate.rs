@@ -140,16 +140,20 @@ impl Rates {
     }
 }
 
-/// When a bucket can admit a cost.
+/// When a [`Bucket`] can admit a cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ready {
+pub enum Ready {
+    /// At once.
     Now,
+    /// After this long (if nothing else is taken meanwhile).
     After(Duration),
+    /// Never: the limit is zero.
     Never,
 }
 
 impl Ready {
-    pub(crate) fn max(self, other: Ready) -> Ready {
+    /// The later of two answers (`Never` wins).
+    pub fn max(self, other: Ready) -> Ready {
         match (self, other) {
             (Ready::Never, _) | (_, Ready::Never) => Ready::Never,
             (Ready::Now, r) | (r, Ready::Now) => r,
@@ -158,9 +162,26 @@ impl Ready {
     }
 }
 
-/// A token bucket with continuous refill; `level` may go negative (debt).
+/// A token bucket with continuous refill for one [`Limit`]; its level may go negative (debt).
+///
+/// The gate keeps one per key and limit; it is public so that another limiter (the in-process
+/// share a fleet-wide limiter of `seawall-redis` falls back on) counts exactly as the gate
+/// does. Time is whatever `Instant`s the caller passes, so a caller with its own clock maps
+/// its readings onto instants.
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_gate::{Bucket, Limit, Ready};
+/// use tokio::time::Instant;
+/// let start = Instant::now();
+/// let mut b = Bucket::new(Limit::per_minute(60).with_burst(2), start);
+/// assert_eq!(b.ready(2, start), Ready::Now);
+/// b.take(2);
+/// assert_eq!(b.ready(1, start), Ready::After(Duration::from_secs(1)));
+/// assert_eq!(b.ready(1, start + Duration::from_secs(1)), Ready::Now);
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct Bucket {
+pub struct Bucket {
     limit: Limit,
     /// Units per second.
     rate: f64,
@@ -174,7 +195,7 @@ const EPS: f64 = 1e-6;
 
 impl Bucket {
     /// A full bucket.
-    pub(crate) fn new(limit: Limit, now: Instant) -> Self {
+    pub fn new(limit: Limit, now: Instant) -> Self {
         let cap = limit.burst() as f64;
         Bucket {
             limit,
@@ -206,7 +227,7 @@ impl Bucket {
     }
 
     /// When `cost` can be admitted (a cost above the bucket's size needs a full bucket).
-    pub(crate) fn ready(&mut self, cost: u64, now: Instant) -> Ready {
+    pub fn ready(&mut self, cost: u64, now: Instant) -> Ready {
         if self.limit.per_minute == 0 {
             return Ready::Never;
         }
@@ -222,18 +243,18 @@ impl Bucket {
     }
 
     /// Takes `cost` (call after `ready` said `Now`).
-    pub(crate) fn take(&mut self, cost: u64) {
+    pub fn take(&mut self, cost: u64) {
         self.level -= cost as f64;
     }
 
     /// Gives back `units` (never above the bucket's size).
-    pub(crate) fn give_back(&mut self, units: u64, now: Instant) {
+    pub fn give_back(&mut self, units: u64, now: Instant) {
         self.refill(now);
         self.level = (self.level + units as f64).min(self.cap);
     }
 
     /// Whether the bucket is full, so forgetting it loses nothing.
-    pub(crate) fn is_full(&mut self, now: Instant) -> bool {
+    pub fn is_full(&mut self, now: Instant) -> bool {
         self.refill(now);
         self.level + EPS >= self.cap
     }

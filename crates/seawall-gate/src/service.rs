@@ -16,9 +16,6 @@ use crate::handle::GateHandle;
 use crate::key::Cost;
 use crate::shared::{GatePermit, Shared};
 
-/// The output tokens charged to a request that sets no maximum: the most one can set.
-const UNBOUNDED_OUTPUT: u64 = u32::MAX as u64;
-
 /// A service behind a concurrency gate: made by
 /// [`ConcurrencyGateLayer`](crate::ConcurrencyGateLayer); every clone shares the same gate.
 ///
@@ -93,15 +90,7 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
-        let input = u64::from(req.estimated_input_tokens())
-            .saturating_add(self.shared.parts.tokens(&req.media_parts()));
-        // Output without a maximum may be anything: charged as the most a request can ask
-        // for, it waits for a full bucket and holds the key until its usage is known.
-        let output = req.max_billed_output_tokens().unwrap_or(UNBOUNDED_OUTPUT);
-        let cost = Cost {
-            tokens: input.saturating_add(output),
-            input,
-        };
+        let cost = Cost::of(&req, &self.shared.parts);
         let start = Instant::now();
         let key = self.shared.key_state(self.key.key(&req).as_deref(), start);
         if let Some(permit) = self.shared.try_admit(&key, cost, start) {

@@ -22,6 +22,7 @@ mod permit;
 mod signals;
 
 pub use permit::GatePermit;
+pub use signals::pause_hint;
 
 /// The settings a gate starts with.
 #[derive(Debug, Clone)]

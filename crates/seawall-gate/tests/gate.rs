@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Reply, Req, Upstream, settle};
+use common::{Ask, Reply, Upstream, settle};
 use seawall_core::{
     FailureClass, LlmError, MediaParts, PartEstimate, RateLimitSnapshot, RateLimitWindow,
 };
@@ -26,11 +26,11 @@ fn secs(n: u64) -> Duration {
 }
 
 /// Calls and returns the response or error (the response is dropped by the caller).
-async fn call(svc: &Gate, req: Req) -> Result<common::Resp2, LlmError> {
+async fn call(svc: &Gate, req: Ask) -> Result<common::Resp2, LlmError> {
     svc.clone().oneshot(req).await
 }
 
-fn spawn_call(svc: &Gate, req: Req) -> tokio::task::JoinHandle<Result<common::Resp2, LlmError>> {
+fn spawn_call(svc: &Gate, req: Ask) -> tokio::task::JoinHandle<Result<common::Resp2, LlmError>> {
     tokio::spawn(svc.clone().oneshot(req))
 }
 
@@ -41,7 +41,7 @@ async fn finish(resp: common::Resp2) {
 }
 
 /// Spawns a call whose response is dropped as soon as it arrives.
-fn spawn_and_drop(svc: &Gate, req: Req) -> tokio::task::JoinHandle<Result<(), LlmError>> {
+fn spawn_and_drop(svc: &Gate, req: Ask) -> tokio::task::JoinHandle<Result<(), LlmError>> {
     let svc = svc.clone();
     tokio::spawn(async move { svc.oneshot(req).await.map(drop) })
 }
@@ -65,7 +65,7 @@ async fn ten_thousand_callers_never_exceed_the_limit() {
         .map(|i| {
             let svc = svc.clone();
             tokio::spawn(async move {
-                let resp = svc.oneshot(Req::new(i)).await?;
+                let resp = svc.oneshot(Ask::numbered(i)).await?;
                 // Hold the body a little: the permit is held until it is dropped.
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 drop(resp);
@@ -97,9 +97,9 @@ async fn permits_are_shared_by_every_service_of_the_layer() {
         .unwrap();
     let a = layer.layer(up.clone());
     let b = layer.layer(up.clone());
-    let _r1 = call(&a, Req::new(1)).await.unwrap();
-    let _r2 = call(&b, Req::new(2)).await.unwrap();
-    let e = call(&a.clone(), Req::new(3)).await.unwrap_err();
+    let _r1 = call(&a, Ask::numbered(1)).await.unwrap();
+    let _r2 = call(&b, Ask::numbered(2)).await.unwrap();
+    let e = call(&a.clone(), Ask::numbered(3)).await.unwrap_err();
     assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
 }
 
@@ -107,13 +107,15 @@ async fn permits_are_shared_by_every_service_of_the_layer() {
 async fn a_full_queue_rejects_at_once_with_the_depth_and_the_queue_is_fifo() {
     let up = Upstream::new(|_| Reply::stream());
     let svc = gate(ConcurrencyGateLayer::builder().limit(1).max_queue(3), &up);
-    let first = call(&svc, Req::new(0)).await.unwrap();
-    let waiters: Vec<_> = (1..=3).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    let first = call(&svc, Ask::numbered(0)).await.unwrap();
+    let waiters: Vec<_> = (1..=3)
+        .map(|i| spawn_call(&svc, Ask::numbered(i)))
+        .collect();
     settle().await;
     assert_eq!(svc.handle().stats().queued, 3);
 
     let t0 = Instant::now();
-    let e = call(&svc, Req::new(99)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(99)).await.unwrap_err();
     assert_eq!(t0.elapsed(), Duration::ZERO, "rejected at once");
     let r = rejection(&e);
     assert_eq!(r.reason(), RejectReason::QueueFull);
@@ -139,9 +141,9 @@ async fn max_wait_rejects_at_the_deadline() {
         ConcurrencyGateLayer::builder().limit(1).max_wait(secs(5)),
         &up,
     );
-    let _first = call(&svc, Req::new(0)).await.unwrap();
+    let _first = call(&svc, Ask::numbered(0)).await.unwrap();
     let t0 = Instant::now();
-    let e = call(&svc, Req::new(1)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(1)).await.unwrap_err();
     assert_eq!(t0.elapsed(), secs(5));
     let r = rejection(&e);
     assert_eq!(r.reason(), RejectReason::WaitTimeout);
@@ -158,7 +160,7 @@ async fn poll_ready_never_rejects_the_call_does() {
     for _ in 0..3 {
         std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
     }
-    let e = svc.call(Req::new(0)).await.unwrap_err();
+    let e = svc.call(Ask::numbered(0)).await.unwrap_err();
     assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
 }
 
@@ -173,16 +175,16 @@ async fn dropped_waiters_leave_no_trace() {
             .rates(Rates::new().with_requests(Limit::per_minute(1).with_burst(2))),
         &up,
     );
-    let first = call(&svc, Req::new(0)).await.unwrap();
+    let first = call(&svc, Ask::numbered(0)).await.unwrap();
     // Waiters under the rated key (in its line) and unkeyed ones (at the permit queue).
     let mut waiters = Vec::new();
     for i in 1..=100 {
         let req = if i % 2 == 0 {
-            Req::new(i)
+            Ask::numbered(i)
         } else {
-            Req {
-                key: None,
-                ..Req::new(i)
+            Ask {
+                model: None,
+                ..Ask::numbered(i)
             }
         };
         waiters.push(spawn_call(&svc, req));
@@ -203,7 +205,7 @@ async fn dropped_waiters_leave_no_trace() {
     assert_eq!((s.in_flight, s.available), (0, 1));
 
     // The second request of the burst is still there: admitted at once.
-    let resp = call(&svc, Req::new(200)).await.unwrap();
+    let resp = call(&svc, Ask::numbered(200)).await.unwrap();
     assert_eq!(
         resp.extensions().get::<QueueWait>(),
         Some(&QueueWait(Duration::ZERO))
@@ -211,7 +213,7 @@ async fn dropped_waiters_leave_no_trace() {
     drop(resp);
     // And the third waits for the refill (60 s a request, 1 s already passed).
     let t0 = Instant::now();
-    drop(call(&svc, Req::new(201)).await.unwrap());
+    drop(call(&svc, Ask::numbered(201)).await.unwrap());
     assert_eq!(t0.elapsed(), secs(59));
     assert_eq!(up.calls(), 3, "no dropped waiter reached the upstream");
 }
@@ -220,7 +222,7 @@ async fn dropped_waiters_leave_no_trace() {
 async fn a_call_dropped_in_flight_gives_its_permit_back() {
     let up = Upstream::new(|_| Reply::after(secs(10)));
     let svc = gate(ConcurrencyGateLayer::builder().limit(1), &up);
-    let inflight = spawn_call(&svc, Req::new(0));
+    let inflight = spawn_call(&svc, Ask::numbered(0));
     settle().await;
     advance(secs(1)).await;
     let s = svc.handle().stats();
@@ -230,7 +232,7 @@ async fn a_call_dropped_in_flight_gives_its_permit_back() {
     let s = svc.handle().stats();
     assert_eq!((s.in_flight, s.available, up.live()), (0, 1, 0));
     let t0 = Instant::now();
-    drop(call(&svc, Req::new(1)).await.unwrap());
+    drop(call(&svc, Ask::numbered(1)).await.unwrap());
     assert_eq!(
         t0.elapsed(),
         secs(10),
@@ -248,12 +250,12 @@ async fn a_stream_holds_its_permit_until_its_body_is_dropped() {
             .max_wait(secs(3600)),
         &up,
     );
-    let resp = call(&svc, Req::new(0)).await.unwrap();
+    let resp = call(&svc, Ask::numbered(0)).await.unwrap();
     let mut body = resp.into_body();
     up.send(0, "data: hello\n\n");
     assert!(body.frame().await.unwrap().is_ok());
 
-    let second = spawn_call(&svc, Req::new(1));
+    let second = spawn_call(&svc, Ask::numbered(1));
     settle().await;
     advance(secs(10)).await;
     settle().await;
@@ -272,7 +274,7 @@ async fn a_stream_holds_its_permit_until_its_body_is_dropped() {
 
     // A body read to its end gives the permit back too.
     let mut body = resp.into_body();
-    let third = spawn_call(&svc, Req::new(2));
+    let third = spawn_call(&svc, Ask::numbered(2));
     settle().await;
     assert!(!third.is_finished());
     up.end(1);
@@ -292,7 +294,9 @@ async fn rpm_limit_holds_over_simulated_minutes() {
             .rates(Rates::new().with_requests(Limit::per_minute(60).with_burst(10))),
         &up,
     );
-    let tasks: Vec<_> = (0..250).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    let tasks: Vec<_> = (0..250)
+        .map(|i| spawn_call(&svc, Ask::numbered(i)))
+        .collect();
     for t in tasks {
         drop(t.await.unwrap().unwrap());
     }
@@ -340,7 +344,7 @@ async fn tpm_limit_settles_with_real_usage() {
         );
         let start = Instant::now();
         let tasks: Vec<_> = (0..200)
-            .map(|i| spawn_and_drop(&svc, Req::new(i).tokens(100, 400)))
+            .map(|i| spawn_and_drop(&svc, Ask::numbered(i).tokens(100, 400)))
             .collect();
         // Let three simulated minutes pass, then stop.
         tokio::time::sleep(secs(180)).await;
@@ -401,10 +405,12 @@ async fn a_remaining_zero_snapshot_pauses_admissions_until_a_request_is_free_aga
     });
     let svc = gate(ConcurrencyGateLayer::builder().limit(10), &up);
     let t0 = Instant::now();
-    drop(call(&svc, Req::new(0)).await.unwrap());
-    let queued: Vec<_> = (1..=3).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    drop(call(&svc, Ask::numbered(0)).await.unwrap());
+    let queued: Vec<_> = (1..=3)
+        .map(|i| spawn_call(&svc, Ask::numbered(i)))
+        .collect();
     // Another key is not paused.
-    drop(call(&svc, Req::new(50).key("other")).await.unwrap());
+    drop(call(&svc, Ask::numbered(50).key("other")).await.unwrap());
     assert_eq!(t0.elapsed(), Duration::ZERO);
     for q in queued {
         let resp = q.await.unwrap().unwrap();
@@ -423,7 +429,7 @@ async fn a_remaining_zero_snapshot_pauses_admissions_until_a_request_is_free_aga
     }
     // After the reset the key admits at once again.
     let t1 = Instant::now();
-    drop(call(&svc, Req::new(9)).await.unwrap());
+    drop(call(&svc, Ask::numbered(9)).await.unwrap());
     assert_eq!(t1.elapsed(), Duration::ZERO);
 }
 
@@ -444,9 +450,9 @@ async fn a_429_with_a_hint_pauses_the_key_and_a_long_pause_rejects_at_once() {
         &up,
     );
     let t0 = Instant::now();
-    let e = call(&svc, Req::new(0)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(0)).await.unwrap_err();
     assert_eq!(e.class(), FailureClass::RateLimited);
-    let waiting: Vec<_> = (2..5).map(|i| spawn_call(&svc, Req::new(i))).collect();
+    let waiting: Vec<_> = (2..5).map(|i| spawn_call(&svc, Ask::numbered(i))).collect();
     for w in waiting {
         drop(w.await.unwrap().unwrap());
     }
@@ -456,10 +462,10 @@ async fn a_429_with_a_hint_pauses_the_key_and_a_long_pause_rejects_at_once() {
     assert_eq!(svc.handle().stats().in_flight, 0);
 
     // A pause longer than the max wait rejects at once, with the time left as the hint.
-    let e = call(&svc, Req::new(1)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(1)).await.unwrap_err();
     assert_eq!(e.class(), FailureClass::RateLimited);
     let t1 = Instant::now();
-    let e = call(&svc, Req::new(7)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(7)).await.unwrap_err();
     assert_eq!(t1.elapsed(), Duration::ZERO);
     assert_eq!(rejection(&e).reason(), RejectReason::KeyPaused);
     assert_eq!(e.retry_after(), Some(secs(90)));
@@ -481,9 +487,9 @@ async fn upstream_pauses_are_capped_by_max_pause() {
             .max_pause(secs(20)),
         &up,
     );
-    drop(call(&svc, Req::new(0)).await.unwrap());
+    drop(call(&svc, Ask::numbered(0)).await.unwrap());
     let t0 = Instant::now();
-    drop(call(&svc, Req::new(1)).await.unwrap());
+    drop(call(&svc, Ask::numbered(1)).await.unwrap());
     assert_eq!(t0.elapsed(), secs(20));
 }
 
@@ -508,14 +514,14 @@ async fn adaptive_mode_lowers_on_pushback_once_per_round_trip_and_recovers() {
     );
     let h = svc.handle();
     // Two calls of the same wave get pushed back: one decrease, 10 -> 7.
-    let a = spawn_call(&svc, Req::new(100));
-    let b = spawn_call(&svc, Req::new(200));
+    let a = spawn_call(&svc, Ask::numbered(100));
+    let b = spawn_call(&svc, Ask::numbered(200));
     assert!(a.await.unwrap().is_err());
     assert_eq!(h.limit(), 7);
     assert!(b.await.unwrap().is_err());
     assert_eq!(h.limit(), 7, "a signal from before the decrease is ignored");
     // A call admitted after the decrease is pushed back too: 7 -> 4.
-    assert!(call(&svc, Req::new(201)).await.is_err());
+    assert!(call(&svc, Ask::numbered(201)).await.is_err());
     assert_eq!(h.limit(), 4);
     let s = h.stats();
     assert_eq!((s.limit, s.max_limit, s.available), (4, 10, 4));
@@ -523,7 +529,7 @@ async fn adaptive_mode_lowers_on_pushback_once_per_round_trip_and_recovers() {
     // +1 after as many successes as the limit: 4 + 5 + 6 + 7 + 8 + 9 = 39 to get back to 10.
     let mut limits = Vec::new();
     for i in 0..45 {
-        finish(call(&svc, Req::new(i)).await.unwrap()).await;
+        finish(call(&svc, Ask::numbered(i)).await.unwrap()).await;
         limits.push(h.limit());
     }
     assert_eq!(limits[3], 5);
@@ -533,7 +539,7 @@ async fn adaptive_mode_lowers_on_pushback_once_per_round_trip_and_recovers() {
     assert_eq!(h.stats().available, 10);
 
     // Turning it off restores the configured limit.
-    assert!(call(&svc, Req::new(150)).await.is_err());
+    assert!(call(&svc, Ask::numbered(150)).await.is_err());
     assert_eq!(h.limit(), 7);
     h.set_adaptive(None).unwrap();
     assert_eq!(h.limit(), 10);
@@ -549,7 +555,7 @@ async fn a_body_that_fails_overloaded_counts_as_pushback() {
             .adaptive(Adaptive::new()),
         &up,
     );
-    let mut body = call(&svc, Req::new(0)).await.unwrap().into_body();
+    let mut body = call(&svc, Ask::numbered(0)).await.unwrap().into_body();
     up.fail(
         0,
         LlmError::new(FailureClass::Overloaded, "overloaded_error"),
@@ -575,12 +581,12 @@ async fn runtime_resize_shrinks_as_calls_finish_and_grows_at_once() {
     let h = svc.handle();
     let mut held: Vec<_> = Vec::new();
     for i in 0..4 {
-        held.push(call(&svc, Req::new(i)).await.unwrap());
+        held.push(call(&svc, Ask::numbered(i)).await.unwrap());
     }
     h.set_limit(2);
     let s = h.stats();
     assert_eq!((s.limit, s.in_flight, s.owed), (2, 4, 2));
-    let waiter = spawn_call(&svc, Req::new(10));
+    let waiter = spawn_call(&svc, Ask::numbered(10));
     settle().await;
     held.truncate(2);
     settle().await;
@@ -593,7 +599,7 @@ async fn runtime_resize_shrinks_as_calls_finish_and_grows_at_once() {
     h.set_limit(6);
     for i in 20..24 {
         let t0 = Instant::now();
-        held.push(call(&svc, Req::new(i)).await.unwrap());
+        held.push(call(&svc, Ask::numbered(i)).await.unwrap());
         assert_eq!(t0.elapsed(), Duration::ZERO);
     }
     assert_eq!(up.live(), 6);
@@ -604,12 +610,12 @@ async fn runtime_resize_shrinks_as_calls_finish_and_grows_at_once() {
     // Queue bound and max wait change at run time too.
     h.set_max_queue(0);
     h.set_limit(0);
-    let e = call(&svc, Req::new(30)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(30)).await.unwrap_err();
     assert_eq!(rejection(&e).reason(), RejectReason::QueueFull);
     h.set_max_queue(5);
     h.set_max_wait(secs(2));
     let t0 = Instant::now();
-    let e = call(&svc, Req::new(31)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(31)).await.unwrap_err();
     assert_eq!(rejection(&e).reason(), RejectReason::WaitTimeout);
     assert_eq!(t0.elapsed(), secs(2));
 }
@@ -635,22 +641,22 @@ async fn runtime_rates_per_key() {
     );
     let t0 = Instant::now();
     for i in 0..3 {
-        drop(call(&svc, Req::new(i).key("fast")).await.unwrap());
+        drop(call(&svc, Ask::numbered(i).key("fast")).await.unwrap());
     }
     assert_eq!(t0.elapsed(), Duration::ZERO);
-    drop(call(&svc, Req::new(10).key("slow")).await.unwrap());
-    drop(call(&svc, Req::new(11).key("slow")).await.unwrap());
+    drop(call(&svc, Ask::numbered(10).key("slow")).await.unwrap());
+    drop(call(&svc, Ask::numbered(11).key("slow")).await.unwrap());
     assert_eq!(t0.elapsed(), secs(10));
     // Limit every key at run time; lift the slow key's own limit.
     h.set_rates(Rates::new().with_requests(Limit::per_minute(60).with_burst(1)));
     h.set_key_rates("slow", None);
     let t1 = Instant::now();
-    drop(call(&svc, Req::new(20).key("fast")).await.unwrap());
-    drop(call(&svc, Req::new(21).key("fast")).await.unwrap());
+    drop(call(&svc, Ask::numbered(20).key("fast")).await.unwrap());
+    drop(call(&svc, Ask::numbered(21).key("fast")).await.unwrap());
     assert_eq!(t1.elapsed(), secs(1));
     // A zero rate rejects at once.
     h.set_key_rates("none", Some(Rates::new().requests_per_minute(0)));
-    let e = call(&svc, Req::new(30).key("none")).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(30).key("none")).await.unwrap_err();
     assert_eq!(rejection(&e).reason(), RejectReason::ZeroRate);
 }
 
@@ -663,9 +669,9 @@ async fn a_rate_wait_beyond_max_wait_rejects_at_once_with_a_hint() {
             .rates(Rates::new().with_requests(Limit::per_minute(6).with_burst(1))),
         &up,
     );
-    drop(call(&svc, Req::new(0)).await.unwrap());
+    drop(call(&svc, Ask::numbered(0)).await.unwrap());
     let t0 = Instant::now();
-    let e = call(&svc, Req::new(1)).await.unwrap_err();
+    let e = call(&svc, Ask::numbered(1)).await.unwrap_err();
     assert_eq!(t0.elapsed(), Duration::ZERO);
     assert_eq!(rejection(&e).reason(), RejectReason::RateLimited);
     assert_eq!(e.retry_after(), Some(secs(10)));
@@ -686,11 +692,11 @@ async fn inner_errors_release_the_permit_and_give_back_output_tokens() {
             .rates(Rates::new().with_tokens(Limit::per_minute(60).with_burst(1000))),
         &up,
     );
-    assert!(call(&svc, Req::new(0).tokens(100, 900)).await.is_err());
+    assert!(call(&svc, Ask::numbered(0).tokens(100, 900)).await.is_err());
     assert_eq!(svc.handle().stats().in_flight, 0);
     // 100 input tokens stay charged; the 900 never generated came back.
     let t0 = Instant::now();
-    drop(call(&svc, Req::new(1).tokens(0, 900)).await.unwrap());
+    drop(call(&svc, Ask::numbered(1).tokens(0, 900)).await.unwrap());
     assert_eq!(t0.elapsed(), Duration::ZERO);
 }
 
@@ -701,7 +707,7 @@ async fn key_fn_and_the_key_table_bound() {
         .max_keys(4)
         .max_wait(secs(3600))
         .rates(Rates::new().with_requests(Limit::per_minute(1).with_burst(1)))
-        .key_fn(|r: &Req| Some(format!("tenant-{}", r.id % 10)))
+        .key_fn(|r: &Ask| Some(format!("tenant-{}", r.id % 10)))
         .build()
         .unwrap();
     let h = layer.handle();
@@ -710,7 +716,7 @@ async fn key_fn_and_the_key_table_bound() {
     // one (5 waits a minute for its refill); by then 0-3 are idle and make room for 6-9.
     let t0 = Instant::now();
     for i in 0..10 {
-        drop(svc.clone().oneshot(Req::new(i)).await.unwrap());
+        drop(svc.clone().oneshot(Ask::numbered(i)).await.unwrap());
         assert!(h.keys() <= 4);
     }
     assert_eq!(t0.elapsed(), secs(60));
@@ -725,7 +731,7 @@ fn tpm_gate(b: ConcurrencyGateBuilder, up: &Upstream) -> Gate {
 }
 
 /// When a call of `tokens(0, 100)` is admitted after `first` holds its stream open.
-async fn wait_behind(b: ConcurrencyGateBuilder, first: Req) -> Result<Duration, LlmError> {
+async fn wait_behind(b: ConcurrencyGateBuilder, first: Ask) -> Result<Duration, LlmError> {
     let up = Upstream::new(|r| {
         if r.id == 0 {
             Reply::stream()
@@ -736,25 +742,25 @@ async fn wait_behind(b: ConcurrencyGateBuilder, first: Req) -> Result<Duration, 
     let svc = tpm_gate(b, &up);
     let _held = call(&svc, first).await.unwrap();
     let t0 = Instant::now();
-    call(&svc, Req::new(1).tokens(0, 100)).await?;
+    call(&svc, Ask::numbered(1).tokens(0, 100)).await?;
     Ok(t0.elapsed())
 }
 
 #[tokio::test(start_paused = true)]
 async fn every_one_of_n_answers_is_charged_to_the_token_rate() {
     // 5 answers of up to 200 tokens take the whole bucket: the next 100 wait a second.
-    let mut five = Req::new(0).tokens(0, 200);
+    let mut five = Ask::numbered(0).tokens(0, 200);
     five.choices = 5;
     let waited = wait_behind(ConcurrencyGateLayer::builder(), five).await;
     assert_eq!(waited.unwrap(), secs(1));
-    let one = Req::new(0).tokens(0, 200);
+    let one = Ask::numbered(0).tokens(0, 200);
     let waited = wait_behind(ConcurrencyGateLayer::builder(), one).await;
     assert_eq!(waited.unwrap(), Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]
 async fn media_parts_are_charged_at_the_part_estimate() {
-    let mut two_images = Req::new(0).tokens(0, 0);
+    let mut two_images = Ask::numbered(0).tokens(0, 0);
     two_images.media = MediaParts {
         images: 2,
         ..MediaParts::default()
@@ -771,8 +777,8 @@ async fn media_parts_are_charged_at_the_part_estimate() {
 
 #[tokio::test(start_paused = true)]
 async fn output_without_a_maximum_is_never_free() {
-    let mut unbounded = Req::new(0).tokens(10, 0);
-    unbounded.max_out = None;
+    let mut unbounded = Ask::numbered(0).tokens(10, 0);
+    unbounded.max = None;
     // While it runs, the key's bucket is in debt: nothing else fits within the max wait.
     let err = wait_behind(ConcurrencyGateLayer::builder(), unbounded)
         .await
@@ -782,16 +788,18 @@ async fn output_without_a_maximum_is_never_free() {
 
 /// The first call asks for `max_tokens: 4e9` and ends as `end` says; the second, of
 /// `tokens(0, 100)`, should then be admitted at once.
-async fn admitted_after(end: fn(&Gate, Req) -> tokio::task::JoinHandle<()>) -> Duration {
+async fn admitted_after(end: fn(&Gate, Ask) -> tokio::task::JoinHandle<()>) -> Duration {
     let up = Upstream::new(|r| match r.id {
         0 => Reply::after(secs(10)),
         2 => Reply::stream(),
         _ => Reply::ok(),
     });
     let svc = tpm_gate(ConcurrencyGateLayer::builder(), &up);
-    end(&svc, Req::new(0).tokens(10, u32::MAX)).await.unwrap();
+    end(&svc, Ask::numbered(0).tokens(10, u32::MAX))
+        .await
+        .unwrap();
     let t0 = Instant::now();
-    call(&svc, Req::new(1).tokens(0, 100)).await.unwrap();
+    call(&svc, Ask::numbered(1).tokens(0, 100)).await.unwrap();
     t0.elapsed()
 }
 

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Reply, Req, Upstream, settle};
+use common::{Ask, Reply, Upstream, settle};
 use seawall_core::{CallContext, FailureClass};
 use seawall_gate::{ConcurrencyGateLayer, QueueWait, RejectReason, Rejection};
 use tokio::time::advance;
@@ -59,13 +59,13 @@ async fn queue_time_is_recorded_in_extensions_context_and_tracing() {
         .unwrap()
         .layer(up.clone());
     let cx = Arc::new(CallContext::new());
-    let mut req = Req::new(1);
+    let mut req = Ask::numbered(1);
     req.ext.insert(cx.clone());
 
     // The first call's response is dropped as soon as it arrives, freeing its permit.
     let first = {
         let svc = svc.clone();
-        tokio::spawn(async move { svc.oneshot(Req::new(0)).await.map(drop) })
+        tokio::spawn(async move { svc.oneshot(Ask::numbered(0)).await.map(drop) })
     };
     settle().await;
     // Attempt 1 waits 2 s behind the first call.
@@ -82,7 +82,7 @@ async fn queue_time_is_recorded_in_extensions_context_and_tracing() {
     first.await.unwrap().unwrap();
     drop(resp);
     // Attempt 2 (same call context) waits 3 s behind another call's open body.
-    let blocker = svc.clone().oneshot(Req::new(5)).await.unwrap();
+    let blocker = svc.clone().oneshot(Ask::numbered(5)).await.unwrap();
     let attempt = tokio::spawn(svc.clone().oneshot(req.clone()));
     settle().await;
     advance(secs(3)).await;
@@ -93,8 +93,8 @@ async fn queue_time_is_recorded_in_extensions_context_and_tracing() {
     assert!(facts.rejections.is_empty());
 
     // A rejection is recorded as well.
-    let blocker = svc.clone().oneshot(Req::new(6)).await.unwrap();
-    let _queued = tokio::spawn(svc.clone().oneshot(Req::new(7)));
+    let blocker = svc.clone().oneshot(Ask::numbered(6)).await.unwrap();
+    let _queued = tokio::spawn(svc.clone().oneshot(Ask::numbered(7)));
     settle().await;
     let e = svc.clone().oneshot(req.clone()).await.unwrap_err();
     assert_eq!(e.class(), FailureClass::GateRejected, "{e}");

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Reply, Req, Upstream};
+use common::{Ask, Reply, Upstream};
 use proptest::prelude::*;
 use seawall_gate::{ConcurrencyGateLayer, Rates};
 use seawall_test_support::{extreme_duration as extreme, paused_runtime, poll_twice};
@@ -16,7 +16,7 @@ use tower::{Layer, Service, ServiceExt};
 async fn polling_a_finished_call_again_panics() {
     let up = Upstream::new(|_| Reply::ok());
     let mut svc = ConcurrencyGateLayer::builder().build().unwrap().layer(up);
-    poll_twice(svc.ready().await.unwrap().call(Req::new(1)));
+    poll_twice(svc.ready().await.unwrap().call(Ask::numbered(1)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -29,7 +29,7 @@ async fn polling_a_rejected_call_again_panics() {
         .build()
         .unwrap();
     let mut svc = layer.layer(up);
-    poll_twice(svc.ready().await.unwrap().call(Req::new(1)));
+    poll_twice(svc.ready().await.unwrap().call(Ask::numbered(1)));
 }
 
 proptest! {
@@ -56,8 +56,8 @@ proptest! {
             layer.handle().pause_key(Some("m"), pause);
             let svc = layer.layer(up);
             // Two calls for one permit: the second waits in the queue.
-            let first = tokio::spawn(svc.clone().oneshot(Req::new(1)));
-            let second = tokio::spawn(svc.clone().oneshot(Req::new(2)));
+            let first = tokio::spawn(svc.clone().oneshot(Ask::numbered(1)));
+            let second = tokio::spawn(svc.clone().oneshot(Ask::numbered(2)));
             let year = Duration::from_secs(365 * 86_400);
             let mut answered = 0;
             for call in [first, second] {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Reply, Req, Upstream};
+use common::{Ask, Name, Reply, Upstream};
 use seawall_core::{Random, SeededRandom};
 use seawall_gate::{ConcurrencyGate, ConcurrencyGateLayer, Limit, Rates};
 use tower::{Layer, ServiceExt};
@@ -77,7 +77,11 @@ async fn run(tasks: usize, resize: bool, seed: u64) {
                     // Now and then the upstream pauses key "b" briefly.
                     h.pause_key(Some("b"), Duration::from_micros(200));
                 }
-                let req = Req { key, ..Req::new(i) }.tokens(10, 10);
+                let req = Ask {
+                    model: key.map(Name::from),
+                    ..Ask::numbered(i)
+                }
+                .tokens(10, 10);
                 let give_up = (rng.next_f64() * 8.0) as u64;
                 let hold = (rng.next_f64() * 4.0) as u64;
                 tokio::select! {

@@ -231,28 +231,11 @@ mod tests {
     use super::*;
     use crate::record::CallRecord;
     use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
-    use std::time::Duration;
 
     fn record(model: &str) -> CallRecord {
         CallRecord {
-            request_id: None,
             model: Some(Arc::from(model)),
-            served_model: None,
-            target: None,
-            outcome: CallOutcome::Success,
-            status: Some(200),
-            class: None,
-            error_code: None,
-            usage: None,
-            cost_usd: None,
-            attempts: 1,
-            queue_wait: None,
-            time_to_first_token: None,
-            time_per_output_token: None,
-            latency: Duration::from_millis(5),
-            fallback: false,
-            degraded: false,
-            config_version: None,
+            ..crate::record::success()
         }
     }
 

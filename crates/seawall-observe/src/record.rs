@@ -172,3 +172,28 @@ impl Recorder for TracingRecorder {
         );
     }
 }
+
+/// A successful one-attempt call of 5 ms with nothing else reported, for unit tests to adjust.
+#[cfg(test)]
+pub(crate) fn success() -> CallRecord {
+    CallRecord {
+        request_id: None,
+        model: None,
+        served_model: None,
+        target: None,
+        outcome: CallOutcome::Success,
+        status: Some(200),
+        class: None,
+        error_code: None,
+        usage: None,
+        cost_usd: None,
+        attempts: 1,
+        queue_wait: None,
+        time_to_first_token: None,
+        time_per_output_token: None,
+        latency: std::time::Duration::from_millis(5),
+        fallback: false,
+        degraded: false,
+        config_version: None,
+    }
+}

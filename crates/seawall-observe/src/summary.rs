@@ -219,24 +219,9 @@ mod tests {
 
     fn call(latency: Duration, ttft: Option<Duration>) -> CallRecord {
         CallRecord {
-            request_id: None,
-            model: None,
-            served_model: None,
-            target: None,
-            outcome: CallOutcome::Success,
-            status: Some(200),
-            class: None,
-            error_code: None,
-            usage: None,
-            cost_usd: None,
-            attempts: 1,
-            queue_wait: None,
-            time_to_first_token: ttft,
-            time_per_output_token: None,
             latency,
-            fallback: false,
-            degraded: false,
-            config_version: None,
+            time_to_first_token: ttft,
+            ..crate::record::success()
         }
     }
 

@@ -28,11 +28,15 @@
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
 pub mod breaker;
+pub mod budget;
 mod client;
+pub mod fleet;
 mod policy;
 
 pub use breaker::{RedisBreakerState, RedisBreakerStateBuilder};
+pub use budget::{DEFAULT_LEASE, RedisBudgetStore, RedisBudgetStoreBuilder};
 pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
+pub use fleet::{FleetLimit, FleetLimitBuilder, FleetLimitLayer};
 pub use policy::OnUnavailable;
 /// The Redis client this crate is built on, for callers who run their own commands.
 pub use redis;

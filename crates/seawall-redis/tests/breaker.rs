@@ -13,7 +13,7 @@ use seawall_breaker::{
 };
 use seawall_core::{FailureClass, HookedBody, LlmError};
 use seawall_redis::{RedisBreakerState, SharedRedis};
-use seawall_test_support::{Ask, RedisServer};
+use seawall_test_support::{Ask, RedisServer, eventually};
 use tokio::sync::Semaphore;
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
@@ -163,13 +163,8 @@ async fn call(mut svc: Svc) -> Result<(), LlmError> {
 /// Polls `cond` until it holds, for at most `PATIENCE`; returns how long it took.
 async fn until(mut cond: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
-    while !cond() {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "condition not met in {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let met = eventually(PATIENCE, || std::future::ready(cond())).await;
+    assert!(met, "condition not met in {PATIENCE:?}");
     started.elapsed()
 }
 

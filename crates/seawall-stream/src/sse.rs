@@ -509,29 +509,9 @@ mod tests {
         /// a mix) and with or without a byte order mark, the reader sees the same events.
         #[test]
         fn any_split_of_a_stream_gives_the_same_events(
-            endings in proptest::collection::vec(0usize..3, 1..16),
-            bom in any::<bool>(),
-            cuts in proptest::collection::vec(any::<usize>(), 0..12),
+            chunks in seawall_test_support::reframed_sse(STREAM),
         ) {
-            let mut body = if bom { b"\xEF\xBB\xBF".to_vec() } else { Vec::new() };
-            for (i, b) in STREAM.iter().enumerate() {
-                // A CR followed by an LF would be one ending (CRLF), not two.
-                let after_cr = body.last() == Some(&b'\r');
-                match (b, endings[i % endings.len()]) {
-                    (b'\n', 0) if !after_cr => body.push(b'\n'),
-                    (b'\n', 1) => body.push(b'\r'),
-                    (b'\n', _) => body.extend_from_slice(b"\r\n"),
-                    (b, _) => body.push(*b),
-                }
-            }
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut chunks = Vec::new();
-            let mut last = 0;
-            for c in cuts.into_iter().chain([body.len()]) {
-                chunks.push(&body[last..c]);
-                last = c;
-            }
+            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
             prop_assert_eq!(events_of(&chunks), events_of(&[STREAM]));
             prop_assert_eq!(events_of(&[STREAM]), (2, Some(FinishReason::Stop), true, false));
         }

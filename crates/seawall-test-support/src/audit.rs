@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use seawall_budget::{
-    Admission, Budget, BudgetStore, Charge, MemoryStore, SoftLimitCrossed, Spend, Timestamp, Usd,
+    Admission, Budget, BudgetStore, Charge, MemoryStore, Settled, Spend, Timestamp, Usd,
 };
 
 /// A [`MemoryStore`] that checks every line of every admission, under its own lock so the
@@ -44,7 +44,7 @@ impl BudgetStore for AuditStore {
         result
     }
 
-    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Vec<SoftLimitCrossed> {
+    fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled {
         let _g = self.lock.lock().unwrap();
         self.inner.settle(charge, cost)
     }

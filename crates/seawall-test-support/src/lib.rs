@@ -1,7 +1,8 @@
 //! Fixtures the workspace's tests share, so that each lives in one place instead of a copy per
 //! test file: a typed request, channel-fed bodies, a paused-time harness, the
 //! polled-after-completion check, extreme-duration strategies, a counting allocator, a
-//! captured log, and behind features an auditing budget store (`budget`) and a loopback chaos
+//! captured log, and behind features an auditing budget store and the budget stores'
+//! conformance tests (`budget`) and a loopback chaos
 //! upstream (`mock`) and a real `redis-server` on loopback (`redis`).
 //!
 //! Not published: only the workspace's own tests depend on it, as a dev-dependency.
@@ -9,8 +10,11 @@
 mod alloc;
 #[cfg(feature = "budget")]
 mod audit;
+mod bench;
 mod body;
 mod captured;
+#[cfg(feature = "budget")]
+pub mod conformance;
 #[cfg(feature = "mock")]
 mod loopback;
 mod poll;
@@ -27,6 +31,7 @@ pub use tokio;
 
 #[cfg(feature = "budget")]
 pub use audit::AuditStore;
+pub use bench::{Bare, Done};
 pub use body::{ChanBody, Feed};
 pub use captured::{Captured, global_log};
 #[cfg(feature = "mock")]
@@ -35,5 +40,5 @@ pub use poll::{poll_again_after, poll_twice};
 #[cfg(feature = "redis")]
 pub use redis::RedisServer;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
-pub use strategy::{extreme_duration, extreme_duration_or_none};
-pub use time::{paused_runtime, settle};
+pub use strategy::{extreme_duration, extreme_duration_or_none, reframed_sse};
+pub use time::{eventually, paused_runtime, settle};

@@ -6,7 +6,7 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use http::Extensions;
-use seawall_core::{CallContext, LlmError, LlmRequest};
+use seawall_core::{CallContext, LlmError, LlmRequest, MediaParts};
 
 /// How long a flood model name is: 64 KiB.
 pub const NAME_LEN: usize = 64 * 1024;
@@ -83,6 +83,12 @@ pub struct Ask {
     pub context: Option<Arc<CallContext>>,
     /// The extensions.
     pub ext: Extensions,
+    /// A number the test gives the request, to tell calls apart in what an upstream saw.
+    pub id: usize,
+    /// Answers asked for (`n`); 0 counts as 1.
+    pub choices: u32,
+    /// The images, audio and files of the request.
+    pub media: MediaParts,
 }
 
 impl Default for Ask {
@@ -94,6 +100,9 @@ impl Default for Ask {
             idempotent: false,
             context: None,
             ext: Extensions::new(),
+            id: 0,
+            choices: 1,
+            media: MediaParts::default(),
         }
     }
 }
@@ -122,6 +131,27 @@ impl Ask {
         }
     }
 
+    /// Request number `id` for model `m`, with no tokens in and no output cap.
+    pub fn numbered(id: usize) -> Ask {
+        Ask {
+            id,
+            ..Ask::named("m")
+        }
+    }
+
+    /// The same request for `model`.
+    pub fn key(mut self, model: &str) -> Ask {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The same request with `input` tokens in and at most `max` out.
+    pub fn tokens(mut self, input: u32, max: u32) -> Ask {
+        self.input = input;
+        self.max = Some(max);
+        self
+    }
+
     /// Marks the request as the tenant `t`'s.
     pub fn tenant(mut self, t: &str) -> Ask {
         self.ext.insert(Tenant(t.into()));
@@ -147,6 +177,12 @@ impl LlmRequest for Ask {
     }
     fn is_idempotent(&self) -> bool {
         self.idempotent
+    }
+    fn choices(&self) -> u32 {
+        self.choices.max(1)
+    }
+    fn media_parts(&self) -> MediaParts {
+        self.media
     }
     fn set_max_output_tokens(&mut self, max: u32) -> Result<(), LlmError> {
         self.max = Some(max);

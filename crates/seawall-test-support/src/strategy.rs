@@ -29,3 +29,40 @@ pub fn extreme_duration_or_none() -> impl Strategy<Value = Option<Duration>> {
         any::<u64>().prop_map(|s| Some(Duration::from_secs(s))),
     ]
 }
+
+/// The same server-sent-events stream as the wire may deliver it: each line ending of
+/// `stream` (written with LF) turned into LF, CR or CRLF, a byte order mark or none, and the
+/// bytes cut into chunks at arbitrary places. A reader must see the same events in every one.
+pub fn reframed_sse(stream: &'static [u8]) -> impl Strategy<Value = Vec<Vec<u8>>> {
+    (
+        proptest::collection::vec(0usize..3, 1..16),
+        any::<bool>(),
+        proptest::collection::vec(any::<usize>(), 0..12),
+    )
+        .prop_map(move |(endings, bom, cuts)| {
+            let mut body = if bom {
+                b"\xEF\xBB\xBF".to_vec()
+            } else {
+                Vec::new()
+            };
+            for (i, b) in stream.iter().enumerate() {
+                // A CR followed by an LF would be one ending (CRLF), not two.
+                let after_cr = body.last() == Some(&b'\r');
+                match (b, endings[i % endings.len()]) {
+                    (b'\n', 0) if !after_cr => body.push(b'\n'),
+                    (b'\n', 1) => body.push(b'\r'),
+                    (b'\n', _) => body.extend_from_slice(b"\r\n"),
+                    (b, _) => body.push(*b),
+                }
+            }
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut last = 0;
+            for c in cuts.into_iter().chain([body.len()]) {
+                chunks.push(body[last..c].to_vec());
+                last = c;
+            }
+            chunks
+        })
+}

@@ -19,3 +19,23 @@ pub async fn settle() {
         tokio::task::yield_now().await;
     }
 }
+
+/// Polls `condition` every 10 ms of real time until it holds, for at most `within`; whether it
+/// did. For tests on real time (a real Redis) that wait for a background effect: they poll
+/// the effect with a deadline instead of sleeping a guessed time.
+pub async fn eventually<F, Fut>(within: std::time::Duration, mut condition: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -36,13 +36,7 @@ struct Held {
 
 impl Held {
     fn failed(&self, err: &LlmError) {
-        let hint = match err.class() {
-            FailureClass::RateLimited => err.retry_hint(),
-            _ => err
-                .rate_limit()
-                .and_then(RateLimitSnapshot::exhausted_until),
-        };
-        if let Some(d) = hint {
+        if let Some(d) = super::signals::pause_hint(err) {
             self.shared.pause(&self.key, d);
         }
         if matches!(
@@ -108,9 +102,8 @@ impl Held {
     /// part goes back and the input estimate stays charged, as for a failure: keeping a
     /// `max_tokens` of billions charged would lock the key for good after one disconnect.
     fn settle(&self, usage: Option<seawall_core::Usage>) {
-        let used = usage.map_or(self.cost.input, |u| u.total());
         self.key
-            .settle_tokens(self.cost.tokens, used, Instant::now());
+            .settle_tokens(self.cost.tokens, self.cost.used(usage), Instant::now());
     }
 }
 

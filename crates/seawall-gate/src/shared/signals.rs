@@ -4,10 +4,34 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use seawall_core::{FailureClass, LlmError, RateLimitSnapshot};
 use tokio::time::Instant;
 
 use super::Shared;
 use crate::key::KeyState;
+
+/// How long a failed call says the upstream wants no more requests: a 429's `Retry-After` (or
+/// reset), or, for any other failure, the reset of a rate-limit window it reports used up.
+/// `None` when it says nothing.
+///
+/// The gate pauses a key for this long; it is public so that a fleet-wide limiter reads the
+/// same signal the same way.
+///
+/// ```
+/// use std::time::Duration;
+/// use seawall_core::{FailureClass, LlmError};
+/// let err = LlmError::new(FailureClass::RateLimited, "429").with_retry_after(Duration::from_secs(3));
+/// assert_eq!(seawall_gate::pause_hint(&err), Some(Duration::from_secs(3)));
+/// assert_eq!(seawall_gate::pause_hint(&LlmError::new(FailureClass::ServerError, "500")), None);
+/// ```
+pub fn pause_hint(err: &LlmError) -> Option<Duration> {
+    match err.class() {
+        FailureClass::RateLimited => err.retry_hint(),
+        _ => err
+            .rate_limit()
+            .and_then(RateLimitSnapshot::exhausted_until),
+    }
+}
 
 impl Shared {
     pub(super) fn pause(&self, key: &KeyState, d: Duration) {

@@ -16,61 +16,8 @@ use seawall_gate::QueueWait;
 pub use seawall_test_support::{ChanBody, Feed, settle};
 use tokio::time::Instant;
 
-/// A request with a key, a token estimate and extensions.
-#[derive(Clone, Debug, Default)]
-pub struct Req {
-    pub id: usize,
-    pub key: Option<&'static str>,
-    pub input: u32,
-    pub max_out: Option<u32>,
-    /// Answers asked for (`n`); 0 counts as 1.
-    pub choices: u32,
-    pub media: MediaParts,
-    pub ext: http::Extensions,
-}
-
-impl Req {
-    pub fn new(id: usize) -> Self {
-        Req {
-            id,
-            key: Some("m"),
-            ..Req::default()
-        }
-    }
-    pub fn key(mut self, key: &'static str) -> Self {
-        self.key = Some(key);
-        self
-    }
-    pub fn tokens(mut self, input: u32, max_out: u32) -> Self {
-        self.input = input;
-        self.max_out = Some(max_out);
-        self
-    }
-}
-
-impl LlmRequest for Req {
-    fn model(&self) -> Option<&str> {
-        self.key
-    }
-    fn max_output_tokens(&self) -> Option<u32> {
-        self.max_out
-    }
-    fn estimated_input_tokens(&self) -> u32 {
-        self.input
-    }
-    fn choices(&self) -> u32 {
-        self.choices.max(1)
-    }
-    fn media_parts(&self) -> MediaParts {
-        self.media
-    }
-    fn extensions(&self) -> Option<&http::Extensions> {
-        Some(&self.ext)
-    }
-    fn extensions_mut(&mut self) -> Option<&mut http::Extensions> {
-        Some(&mut self.ext)
-    }
-}
+/// The shared typed request: `Ask::numbered(id)` for model `m`, `.key(..)`, `.tokens(..)`.
+pub use seawall_test_support::{Ask, Name};
 
 /// What the upstream answers to one call.
 #[derive(Debug)]
@@ -145,12 +92,12 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub id: usize,
-    pub key: Option<&'static str>,
+    pub key: Option<String>,
     pub at: Instant,
     pub queue_wait: Option<QueueWait>,
 }
 
-type Script = Box<dyn Fn(&Req) -> Reply + Send + Sync>;
+type Script = Box<dyn Fn(&Ask) -> Reply + Send + Sync>;
 
 pub struct State {
     script: Script,
@@ -166,7 +113,7 @@ pub struct State {
 pub struct Upstream(pub Arc<State>);
 
 impl Upstream {
-    pub fn new(script: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Self {
+    pub fn new(script: impl Fn(&Ask) -> Reply + Send + Sync + 'static) -> Self {
         Upstream(Arc::new(State {
             script: Box::new(script),
             live: AtomicUsize::new(0),
@@ -229,7 +176,7 @@ pub type Resp = http::Response<ChanBody>;
 pub type Resp2 = http::Response<seawall_core::HookedBody<ChanBody, seawall_gate::GatePermit>>;
 pub type BoxFut = Pin<Box<dyn Future<Output = Result<Resp, LlmError>> + Send>>;
 
-impl tower::Service<Req> for Upstream {
+impl tower::Service<Ask> for Upstream {
     type Response = Resp;
     type Error = LlmError;
     type Future = BoxFut;
@@ -238,11 +185,11 @@ impl tower::Service<Req> for Upstream {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Req) -> BoxFut {
+    fn call(&mut self, req: Ask) -> BoxFut {
         let st = self.0.clone();
         st.seen.lock().unwrap().push(Seen {
             id: req.id,
-            key: req.key,
+            key: req.model.as_deref().map(str::to_owned),
             at: Instant::now(),
             queue_wait: req.ext.get::<QueueWait>().copied(),
         });
