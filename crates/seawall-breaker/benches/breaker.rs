@@ -4,15 +4,17 @@
 //! `cargo bench -p seawall-breaker --bench breaker`
 //!
 //! Every variant runs `ready().await` then `call(req).await` on a current-thread runtime, so
-//! the runtime's cost is the same for all; `baseline` is the inner service alone.
+//! the runtime's cost is the same for all; `baseline` is the inner service alone;
+//! `seawall_shared` is seawall's breaker with a (no-op) fleet state, to show what sharing adds
+//! to a call through a closed breaker.
 
 use std::future::{Ready, ready};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Bencher, Criterion, criterion_group, criterion_main};
-use seawall_breaker::{CircuitBreakerLayer, State};
-use seawall_core::{FailureClass, LlmError};
+use seawall_breaker::{CircuitBreakerLayer, FleetLink, SharedBreakerState, State, StateChange};
+use seawall_core::{ConfigError, FailureClass, LlmError};
 use seawall_test_support::{Bare as Ask, Done as Answer};
 use tokio::runtime::Runtime;
 use tower::{Layer, Service, ServiceExt};
@@ -37,6 +39,20 @@ impl Service<Ask> for Noop {
     }
 }
 
+/// A shared state that shares nothing: what sharing itself adds to a call (the outcome
+/// counted for the fleet), without any store's background work.
+struct NoFleet;
+
+impl SharedBreakerState for NoFleet {
+    fn attach(&self, _: FleetLink) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    fn on_state_change(&self, _: &StateChange) {}
+    fn interval(&self) -> Duration {
+        Duration::from_millis(250)
+    }
+}
+
 const REQ: Ask = Ask {
     model: "api.openai.com/gpt-4o",
     input: 0,
@@ -52,6 +68,11 @@ fn bench(c: &mut Criterion) {
 
     let seawall = CircuitBreakerLayer::new();
     let seawall_svc = seawall.layer(Noop);
+    let shared = CircuitBreakerLayer::builder()
+        .shared_state(NoFleet)
+        .build()
+        .unwrap();
+    let shared_svc = shared.layer(Noop);
     let resilience = tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
         .failure_rate_threshold(0.5)
         .sliding_window_size(100)
@@ -63,6 +84,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("closed");
     group.bench_function("baseline", |b| run(b, &rt, &Noop, true));
     group.bench_function("seawall", |b| run(b, &rt, &seawall_svc, true));
+    group.bench_function("seawall_shared", |b| run(b, &rt, &shared_svc, true));
     group.bench_function("tower_resilience", |b| run(b, &rt, &resilience_svc, true));
     group.finish();
 

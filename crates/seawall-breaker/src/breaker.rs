@@ -22,6 +22,12 @@ use crate::sync::{AtomicU8, AtomicU64, Mutex, Ordering};
 use crate::window::Window;
 
 const STATE_BITS: u32 = 3;
+/// `fleet` flag: the fleet's shared state holds this key open; it goes half-open only when the
+/// fleet grants this replica the probe lease (or the sharing stops).
+const HELD: u8 = 1;
+/// `fleet` flag: a call found the key held open past its open period (this replica wants to
+/// probe).
+const WANTED: u8 = 2;
 const TICKET_BITS: u32 = 24;
 const NANOS_PER_MS: u64 = 1_000_000;
 
@@ -63,6 +69,44 @@ pub(crate) enum Refusal {
     ForcedOpen,
 }
 
+/// A key's counted outcomes not yet handed to the fleet. Calls and failures share one word
+/// (32 bits each, so one `fetch_add` per call and no overflow short of four billion calls
+/// between two syncs); slow calls, which only a slow-call setting makes, have their own.
+/// Relaxed throughout: a count handed over a little late only lands in the next sync.
+#[derive(Debug)]
+struct Evidence {
+    calls_failures: AtomicU64,
+    slow: AtomicU64,
+}
+
+impl Evidence {
+    fn new() -> Self {
+        Evidence {
+            calls_failures: AtomicU64::new(0),
+            slow: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn add(&self, failure: bool, slow: bool) {
+        self.calls_failures
+            .fetch_add(1 | u64::from(failure) << 32, Ordering::Relaxed);
+        if slow {
+            self.slow.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn take(&self) -> (u32, u32, u32) {
+        let cf = self.calls_failures.swap(0, Ordering::Relaxed);
+        let slow = self.slow.swap(0, Ordering::Relaxed);
+        (
+            cf as u32,
+            (cf >> 32) as u32,
+            slow.min(u64::from(u32::MAX)) as u32,
+        )
+    }
+}
+
 #[derive(Debug)]
 struct Transitions {
     reopens: u32,
@@ -92,6 +136,11 @@ pub(crate) struct Breaker {
     /// Set when the registry dropped this breaker; a service's cached copy is then stale.
     evicted: AtomicU8,
     lock: Mutex<Transitions>,
+    /// Only with a [`SharedBreakerState`](crate::SharedBreakerState): the counted outcomes not
+    /// yet handed to it. The default breaker pays nothing but a check of this `Option`.
+    evidence: Option<Evidence>,
+    /// `HELD` and `WANTED`: what the fleet's shared state says of this key.
+    fleet: AtomicU8,
 }
 
 impl Breaker {
@@ -111,6 +160,8 @@ impl Breaker {
             last_used: AtomicU64::new(now),
             evicted: AtomicU8::new(0),
             lock: Mutex::new(Transitions { reopens: 0 }),
+            evidence: cfg.shared.is_some().then(Evidence::new),
+            fleet: AtomicU8::new(0),
             cfg,
         }
     }
@@ -187,6 +238,18 @@ impl Breaker {
                     if now < until {
                         return Err(Refusal::Open {
                             retry_after: Duration::from_nanos(until - now),
+                        });
+                    }
+                    if self.fleet.load(Ordering::Relaxed) & HELD != 0 {
+                        // The fleet holds the key open: only the replica holding the probe
+                        // lease probes. Ask for it, and look again after the next sync.
+                        self.fleet.fetch_or(WANTED, Ordering::Relaxed);
+                        return Err(Refusal::Open {
+                            retry_after: self
+                                .cfg
+                                .shared
+                                .as_ref()
+                                .map_or(Duration::ZERO, |s| s.interval()),
                         });
                     }
                     self.transition(w, State::HalfOpen, Reason::OpenElapsed, now);
@@ -286,6 +349,9 @@ impl Breaker {
             return;
         }
         let failure = verdict == Verdict::Failure;
+        if let Some(evidence) = &self.evidence {
+            evidence.add(failure, slow);
+        }
         let mut trip = None;
         // The streak is Relaxed: it publishes no other data, and the trip it suggests goes
         // through `transition`, which re-checks the state word under the lock.
@@ -494,6 +560,7 @@ impl Breaker {
             g.reopens = 0;
             self.clear_counts();
             self.clear_probes();
+            self.fleet.store(0, Ordering::Relaxed);
             self.word
                 .store(word(epoch_of(w) + 1, to), Ordering::Release);
             StateChange {
@@ -531,6 +598,92 @@ impl Breaker {
         }
         if let Some(f) = &self.cfg.on_change {
             f(change);
+        }
+        if let Some(shared) = &self.cfg.shared {
+            shared.on_state_change(change);
+        }
+    }
+
+    /// Takes the outcome counts not yet handed to the fleet: (calls, failures, slow calls).
+    pub(crate) fn take_evidence(&self) -> (u32, u32, u32) {
+        self.evidence.as_ref().map_or((0, 0, 0), Evidence::take)
+    }
+
+    /// Whether the fleet holds this key open, and whether a call wanted to probe since the
+    /// last look (which clears that wish).
+    pub(crate) fn take_fleet_flags(&self) -> (bool, bool) {
+        let f = self.fleet.fetch_and(!WANTED, Ordering::Relaxed);
+        (f & HELD != 0, f & WANTED != 0)
+    }
+
+    /// The fleet says the key is open for `remaining` more (zero: its open period is over but
+    /// another replica probes): open it if closed or half-open, with the fleet's deadline, and
+    /// hold it open past then until the fleet grants a probe or closes it. Manual modes are
+    /// left alone.
+    pub(crate) fn fleet_open(&self, remaining: Duration, now: u64) {
+        let until = now.saturating_add(nanos(remaining));
+        let change = {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let w = self.word.load(Ordering::Acquire);
+            let from = state_of(w);
+            match from {
+                State::Open => {
+                    // The fleet's deadline replaces the local one (both ways): while the fleet
+                    // holds the key, its open period is the fleet's.
+                    self.open_until.store(until, Ordering::Relaxed);
+                    self.fleet.fetch_or(HELD, Ordering::Relaxed);
+                    return;
+                }
+                State::Closed | State::HalfOpen => {}
+                _ => return,
+            }
+            self.open_until.store(until, Ordering::Relaxed);
+            self.fleet.store(HELD, Ordering::Relaxed);
+            // Release: a caller that sees the new word sees the deadline and the hold.
+            self.word
+                .store(word(epoch_of(w) + 1, State::Open), Ordering::Release);
+            StateChange {
+                key: self.key.clone(),
+                from,
+                to: State::Open,
+                reason: Reason::Shared,
+                open_for: Some(remaining),
+            }
+        };
+        self.emit(&change);
+    }
+
+    /// The fleet granted this replica the probe lease: a key it holds open turns half-open.
+    pub(crate) fn fleet_probe(&self, now: u64) {
+        let w = self.word.load(Ordering::Acquire);
+        if state_of(w) != State::Open || self.fleet.load(Ordering::Relaxed) & HELD == 0 {
+            return;
+        }
+        {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            if self.open_until.load(Ordering::Relaxed) > now {
+                self.open_until.store(now, Ordering::Relaxed);
+            }
+        }
+        self.fleet.store(0, Ordering::Relaxed);
+        self.transition(w, State::HalfOpen, Reason::Shared, now);
+    }
+
+    /// The fleet closed the key: a key it held open closes (with fresh counts).
+    pub(crate) fn fleet_close(&self, now: u64) {
+        let w = self.word.load(Ordering::Acquire);
+        if state_of(w) != State::Open || self.fleet.load(Ordering::Relaxed) & HELD == 0 {
+            return;
+        }
+        self.fleet.store(0, Ordering::Relaxed);
+        self.transition(w, State::Closed, Reason::Shared, now);
+    }
+
+    /// The fleet cannot be asked: the key runs on its local state again (an open key goes
+    /// half-open by itself when its open period ends).
+    pub(crate) fn fleet_release(&self) {
+        if self.fleet.load(Ordering::Relaxed) != 0 {
+            self.fleet.store(0, Ordering::Relaxed);
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use seawall_core::{Dispositions, FailureClass, LlmError, Random, SeededRandom};
 
+use crate::shared::SharedBreakerState;
 use crate::state::{StateChange, Verdict};
 use crate::window::WindowKind;
 
@@ -39,6 +40,7 @@ pub(crate) struct Config {
     pub(crate) max_keys: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) start: tokio::time::Instant,
+    pub(crate) shared: Option<Arc<dyn SharedBreakerState>>,
 }
 
 impl Default for Config {
@@ -67,6 +69,7 @@ impl Default for Config {
             max_keys: 1024,
             idle_timeout: Duration::from_secs(600),
             start: tokio::time::Instant::now(),
+            shared: None,
         }
     }
 }
@@ -125,6 +128,7 @@ impl fmt::Debug for Config {
             .field("on_change", &self.on_change.is_some())
             .field("max_keys", &self.max_keys)
             .field("idle_timeout", &self.idle_timeout)
+            .field("shared", &self.shared.is_some())
             .finish_non_exhaustive()
     }
 }

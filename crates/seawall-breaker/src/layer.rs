@@ -10,6 +10,7 @@ use tower_layer::Layer;
 use crate::config::Config;
 use crate::registry::{BreakerHandle, Shared};
 use crate::service::CircuitBreaker;
+use crate::shared::{FleetLink, SharedBreakerState};
 use crate::state::{StateChange, Verdict};
 use crate::window::{MAX_COUNT_WINDOW, MAX_TIME_WINDOW, MIN_TIME_WINDOW, WindowKind};
 
@@ -264,6 +265,16 @@ impl<K> CircuitBreakerBuilder<K> {
         self
     }
 
+    /// Shares the breakers' state with the other replicas of a fleet through `state` (e.g.
+    /// `seawall_redis::RedisBreakerState`). The calls themselves stay local: a call through a
+    /// closed breaker never waits on the shared state; what the fleet decides reaches the
+    /// breakers through the state's background task. Off by default. See
+    /// [`SharedBreakerState`] for the contract.
+    pub fn shared_state(mut self, state: impl SharedBreakerState) -> Self {
+        self.cfg.shared = Some(Arc::new(state));
+        self
+    }
+
     /// Keys requests with `key` instead of [`LlmRequest::state_key`](seawall_core::LlmRequest::state_key).
     pub fn key_fn<K2>(self, key: K2) -> CircuitBreakerBuilder<K2> {
         CircuitBreakerBuilder { cfg: self.cfg, key }
@@ -365,8 +376,12 @@ impl<K> CircuitBreakerBuilder<K> {
         }
         let mut cfg = self.cfg;
         cfg.start = tokio::time::Instant::now();
+        let shared = Arc::new(Shared::new(cfg));
+        if let Some(state) = &shared.cfg.shared {
+            state.attach(FleetLink::new(&shared))?;
+        }
         Ok(CircuitBreakerLayer {
-            shared: Arc::new(Shared::new(cfg)),
+            shared,
             key: self.key,
         })
     }

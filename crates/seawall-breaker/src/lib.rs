@@ -50,6 +50,17 @@
 //! state and counts can be read. Every state change is a `tracing` event (target
 //! `seawall::breaker`) and, optionally, a callback ([`CircuitBreakerBuilder::on_state_change`]).
 //!
+//! # A fleet
+//!
+//! By default each process keeps its own breakers. A fleet of replicas can share them through
+//! a [`SharedBreakerState`] set with [`CircuitBreakerBuilder::shared_state`] (e.g.
+//! `seawall_redis::RedisBreakerState`): a key the fleet opens opens on every replica within a
+//! bounded delay, one replica probes for the whole fleet, and a key opens fleet-wide only on
+//! the fleet's evidence, so one replica with a bad network does not open it for the others.
+//! Nothing of this is on a call's path: the shared state's own task collects each key's
+//! outcome counts and applies the fleet's decisions to the local breakers through a
+//! [`FleetLink`].
+//!
 //! # Cost
 //!
 //! In the closed state a call does one map lookup under an uncontended read lock, one atomic
@@ -102,6 +113,7 @@ mod future;
 mod layer;
 mod registry;
 mod service;
+mod shared;
 mod state;
 mod sync;
 mod window;
@@ -111,6 +123,7 @@ pub use layer::{CircuitBreakerBuilder, CircuitBreakerLayer, MAX_PROBES};
 pub use registry::{BreakerHandle, OVERFLOW_KEY};
 pub use seawall_core::{BorrowedKey, FixedKey, KeyFn, ModelKey, StateKey};
 pub use service::CircuitBreaker;
+pub use shared::{FleetLink, FleetRules, KeyReport, SharedBreakerState};
 pub use state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
 
 #[doc(no_inline)]

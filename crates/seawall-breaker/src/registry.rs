@@ -190,7 +190,7 @@ impl Shared {
         }
     }
 
-    fn get(&self, key: &str) -> Option<Arc<Breaker>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Breaker>> {
         let key = bound_key(key);
         let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
         keys.map
@@ -200,7 +200,7 @@ impl Shared {
     }
 
     /// Every breaker, the overflow one included once it exists.
-    fn all(&self) -> Vec<Arc<Breaker>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Breaker>> {
         let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
         keys.map
             .values()

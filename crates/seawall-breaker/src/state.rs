@@ -129,6 +129,10 @@ pub enum Reason {
     RetryHint,
     /// A mode was set through the handle.
     Manual,
+    /// The fleet's shared state said so (a [`SharedBreakerState`](crate::SharedBreakerState)):
+    /// the fleet's evidence or another replica opened the key, this replica was granted the
+    /// probe, or the fleet closed the key after another replica's probe succeeded.
+    Shared,
 }
 
 impl Reason {
@@ -143,6 +147,7 @@ impl Reason {
             Reason::OpenElapsed => "open_elapsed",
             Reason::RetryHint => "retry_hint",
             Reason::Manual => "manual",
+            Reason::Shared => "shared",
         }
     }
 }

@@ -31,6 +31,7 @@ struct Inner {
     replica: Arc<str>,
     degraded: AtomicBool,
     failures: AtomicU64,
+    calls: AtomicU64,
 }
 
 impl fmt::Debug for SharedRedis {
@@ -104,6 +105,12 @@ impl SharedRedis {
         self.inner.failures.load(Ordering::Relaxed)
     }
 
+    /// How many calls were made through [`run`](Self::run) since the handle was built (each is
+    /// one round trip, or its attempt).
+    pub fn calls(&self) -> u64 {
+        self.inner.calls.load(Ordering::Relaxed)
+    }
+
     /// A key under this handle's prefix: `prefix:kind:name`.
     pub fn key(&self, kind: &str, name: &str) -> String {
         format!("{}:{kind}:{name}", self.inner.prefix)
@@ -119,6 +126,7 @@ impl SharedRedis {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let conn = self.inner.conn.clone();
         match tokio::time::timeout(self.inner.timeout, call(conn)).await {
             Ok(Ok(value)) => {
@@ -196,6 +204,7 @@ impl SharedRedisBuilder {
                 replica,
                 degraded: AtomicBool::new(false),
                 failures: AtomicU64::new(0),
+                calls: AtomicU64::new(0),
             }),
         })
     }

@@ -27,11 +27,13 @@
 //! metric. The connection reconnects on its own.
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
+pub mod breaker;
 pub mod budget;
 mod client;
 pub mod fleet;
 mod policy;
 
+pub use breaker::{RedisBreakerState, RedisBreakerStateBuilder};
 pub use budget::{DEFAULT_LEASE, RedisBudgetStore, RedisBudgetStoreBuilder};
 pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
 pub use fleet::{FleetLimit, FleetLimitBuilder, FleetLimitLayer};
