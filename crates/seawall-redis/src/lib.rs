@@ -8,6 +8,17 @@
 //! that state in the Redis the fleet already runs, behind the same seams the in-process state
 //! uses, so a stack switches by passing a store to a builder and nothing else changes.
 //!
+//! # The three pieces
+//!
+//! - [`RedisBudgetStore`]: a `BudgetStore` for `CostBudgetBuilder::store`, one budget for
+//!   the fleet ([`budget`] explains the scripts, leases and idempotent attempt ids).
+//! - [`FleetLimitLayer`]: the key's RPM/TPM buckets, upstream pauses and optional permits,
+//!   fleet-wide, just inside the in-process gate ([`fleet`]).
+//! - [`RedisBreakerState`]: a `SharedBreakerState` for `CircuitBreakerBuilder::shared_state`,
+//!   one view of a sick upstream and one probe at a time for the fleet ([`breaker`]).
+//!
+//! All three share one [`SharedRedis`] per replica.
+//!
 //! # What a call costs
 //!
 //! Every decision that must be exact for the fleet (reserve a budget, take from a rate bucket,
@@ -25,6 +36,14 @@
 //! Either way the replica logs one `tracing` warning when it degrades and one when it recovers
 //! (target `seawall::redis`), and counts failed calls in the `seawall_redis_unavailable_total`
 //! metric. The connection reconnects on its own.
+//!
+//! # The client
+//!
+//! redis-rs, the Redis project's own Rust client, with its tokio `ConnectionManager`: one
+//! multiplexed connection per replica that every store shares (no pool to size), remade on its
+//! own after a failure, and `Script`, which runs a script by its hash and loads it once when
+//! a (restarted) server answers NOSCRIPT. fred would do as well; redis-rs is the more widely
+//! used of the two and pulls fewer dependencies with the features used here.
 #![doc(html_root_url = "https://docs.rs/seawall-redis/0.1.0")]
 
 pub mod breaker;
