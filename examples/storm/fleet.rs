@@ -17,6 +17,7 @@
 //! of `--http` ([`Scenario::fleet`]), in process.
 
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant as WallClock, SystemTime, UNIX_EPOCH};
 
 use seawall::budget::Usd;
@@ -25,7 +26,6 @@ use seawall::observe::Summary;
 use seawall::redis::redis;
 use seawall::redis::{FleetLimitLayer, OnUnavailable, RedisBudgetStore, SharedRedis};
 use seawall_test_support::RedisServer;
-use std::sync::Arc;
 use tower::layer::util::Identity;
 
 use crate::policies::{self, Outcome, Providers, SeawallSetup, classified};
@@ -80,15 +80,15 @@ pub(crate) fn run(args: &Args, replicas: usize) -> Result<(), String> {
         None => {
             if !redis_server_on_path() {
                 return Err(
-                    "--replicas needs a Redis for the shared run: put redis-server on \
-                            the PATH (it is started on a free loopback port and stopped at \
-                            the end) or pass --redis URL"
+                    "--replicas needs a Redis for the shared run: put redis-server \
+                            on the PATH (it is started on a free loopback port and stopped \
+                            at the end) or pass --redis URL"
                         .into(),
                 );
             }
-            let started = RedisServer::start();
-            let url = started.url();
-            server = Some(started);
+            let own = RedisServer::start();
+            let url = own.url();
+            server = Some(own);
             url
         }
     };
@@ -110,44 +110,31 @@ pub(crate) fn run(args: &Args, replicas: usize) -> Result<(), String> {
         budget_store: None,
         gate_rates: true,
     };
-    progress.set_message("0 calm baseline");
-    let (baseline, _) = run_fleet(
-        &runtime,
-        &scenario,
-        State::Calm,
-        &setup,
-        replicas,
-        &progress,
-    )?;
+    let measure = |state, setup: &SeawallSetup, label: &str| {
+        progress.set_message(label.to_owned());
+        run_fleet(
+            &runtime, &scenario, state, setup, replicas, &progress, label,
+        )
+    };
+    let (baseline, _) = measure(State::Calm, &setup, "0 calm baseline")?;
     let limit = (baseline.spend * LIMIT_SHARE * 100.0).floor() / 100.0;
     setup.budget = Usd::from_f64(limit).map_err(|e| e.to_string())?;
 
-    let label = |state: &str| format!("{replicas} x seawall, {state}");
-    progress.set_message("per-process state");
-    let (mut per_process, per_process_extra) = run_fleet(
-        &runtime,
-        &scenario,
+    let (per_process, per_process_extra) = measure(
         State::PerProcess,
         &setup,
-        replicas,
-        &progress,
+        &format!("{replicas} x seawall, per-process"),
     )?;
-    per_process.label = label("per-process");
-    progress.set_message("shared state");
     let prefix = format!("storm-{}-{}", std::process::id(), unix_millis());
-    let shared_run = run_fleet(
-        &runtime,
-        &scenario,
+    let shared_run = measure(
         State::Shared(&url, &prefix),
         &setup,
-        replicas,
-        &progress,
+        &format!("{replicas} x seawall, shared"),
     );
     // The keys of the run go whatever happened (a --redis server outlives the demo).
     let cleaned = runtime.block_on(delete_prefix(&url, &prefix));
-    let (mut shared, shared_extra) = shared_run?;
+    let (shared, shared_extra) = shared_run?;
     cleaned?;
-    shared.label = label("shared");
     progress.finish_and_clear();
 
     println!(
@@ -253,108 +240,104 @@ fn run_fleet(
     setup: &SeawallSetup,
     replicas: usize,
     progress: &indicatif::ProgressBar,
+    label: &str,
 ) -> Result<(RunResult, Extra), String> {
-    runtime
-        .block_on(async {
-            let calm = matches!(state, State::Calm);
-            let mut primary_profile = scenario.primary_profile(!calm);
-            let mut backup_profile = scenario.backup_profile();
-            if calm {
-                // The reference: what the workload costs and how fast it is answered, unthrottled.
-                for p in [&mut primary_profile, &mut backup_profile] {
-                    p.limits.rpm = None;
-                    p.limits.tpm = None;
-                }
+    runtime.block_on(async {
+        let calm = matches!(state, State::Calm);
+        let mut primary_profile = scenario.primary_profile(!calm);
+        let mut backup_profile = scenario.backup_profile();
+        if calm {
+            // The reference: what the workload costs and how fast it is answered, unthrottled.
+            for p in [&mut primary_profile, &mut backup_profile] {
+                p.limits.rpm = None;
+                p.limits.tpm = None;
             }
-            let primary = MockUpstream::with_epoch(primary_profile, epoch());
-            let backup = MockUpstream::with_epoch(backup_profile, epoch());
-            let providers = Providers {
-                primary: primary.clone(),
-                backup: backup.clone(),
-            };
-            let plans = split(&scenario.workload(), replicas);
-            let summary = Arc::new(Summary::new());
-            let mut redis = None;
-            let calls = match state {
-                State::Calm => {
-                    let ask = policies::no_retry(classified(providers));
-                    drive(&plans.concat(), &ask, progress).await
-                }
-                State::PerProcess => {
-                    let asks = (0..replicas)
-                        .map(|_| {
-                            policies::seawall(
-                                providers.clone(),
-                                scenario,
-                                setup,
-                                summary.clone(),
-                                Identity::new(),
-                            )
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    drive_fleet(&plans, &asks, progress).await
-                }
-                State::Shared(url, prefix) => {
-                    let before = round_trips(url).await?;
-                    let mut handles = Vec::new();
-                    let mut asks = Vec::new();
-                    for i in 0..replicas {
-                        let handle = SharedRedis::builder(url)
-                            .prefix(prefix)
-                            .replica(format!("replica-{i}"))
-                            .build()
-                            .map_err(|e| e.to_string())?;
-                        let store = RedisBudgetStore::builder(handle.clone())
-                            .build()
-                            .map_err(|e| e.to_string())?;
-                        let mut fleet = FleetLimitLayer::builder(handle.clone())
-                            .on_unavailable(OnUnavailable::fail_open(replicas as u32));
-                        for (key, rates) in policies::provider_rates(scenario) {
-                            fleet = fleet.key_rates(key, rates);
-                        }
-                        let fleet = fleet.build().map_err(|e| e.to_string())?;
-                        let setup = SeawallSetup {
-                            budget_store: Some(store),
-                            gate_rates: false,
-                            ..setup.clone()
-                        };
-                        asks.push(policies::seawall(
+        }
+        let primary = MockUpstream::with_epoch(primary_profile, epoch());
+        let backup = MockUpstream::with_epoch(backup_profile, epoch());
+        let providers = Providers {
+            primary: primary.clone(),
+            backup: backup.clone(),
+        };
+        let plans = split(&scenario.workload(), replicas);
+        let summary = Arc::new(Summary::new());
+        let mut redis = None;
+        let calls = match state {
+            State::Calm => {
+                let ask = policies::no_retry(classified(providers));
+                drive(&plans.concat(), &ask, progress).await
+            }
+            State::PerProcess => {
+                let asks = (0..replicas)
+                    .map(|_| {
+                        policies::seawall(
                             providers.clone(),
                             scenario,
-                            &setup,
+                            setup,
                             summary.clone(),
-                            fleet,
-                        )?);
-                        handles.push(handle);
+                            Identity::new(),
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                drive_fleet(&plans, &asks, progress).await
+            }
+            State::Shared(url, prefix) => {
+                let before = round_trips(url).await?;
+                let mut handles = Vec::new();
+                let mut asks = Vec::new();
+                for i in 0..replicas {
+                    let handle = SharedRedis::builder(url)
+                        .prefix(prefix)
+                        .replica(format!("replica-{i}"))
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    let store = RedisBudgetStore::builder(handle.clone())
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    let mut fleet = FleetLimitLayer::builder(handle.clone())
+                        .on_unavailable(OnUnavailable::fail_open(replicas as u32));
+                    for (key, rates) in policies::provider_rates(scenario) {
+                        fleet = fleet.key_rates(key, rates);
                     }
-                    let calls = drive_fleet(&plans, &asks, progress).await;
-                    let after = round_trips(url).await?;
-                    let failures = handles.iter().map(SharedRedis::failures).sum();
-                    redis = Some((after.saturating_sub(before), failures));
-                    calls
+                    let fleet = fleet.build().map_err(|e| e.to_string())?;
+                    // SHARED BREAKER: once seawall-redis has the breaker's shared state, build
+                    // this replica's on `handle` here and put it in the setup.
+                    let setup = SeawallSetup {
+                        budget_store: Some(store),
+                        gate_rates: false,
+                        ..setup.clone()
+                    };
+                    asks.push(policies::seawall(
+                        providers.clone(),
+                        scenario,
+                        &setup,
+                        summary.clone(),
+                        fleet,
+                    )?);
+                    handles.push(handle);
                 }
-            };
-            let mut notes = Vec::new();
-            if !calm {
-                notes.push(format!(
-                    "{} answers came from the backup provider",
-                    summary.report().fallbacks
-                ));
+                let calls = drive_fleet(&plans, &asks, progress).await;
+                let after = round_trips(url).await?;
+                let failures = handles.iter().map(SharedRedis::failures).sum();
+                redis = Some((after.saturating_sub(before), failures));
+                calls
             }
-            let (p, b) = (primary.stats(), backup.stats());
-            notes.push(providers_saw(&p, &b));
-            let extra = Extra {
-                rate_limited: p.status(429) + b.status(429),
-                redis,
-            };
-            Ok((result(String::new(), calls, notes, &p, &b), extra))
-        })
-        .map(|(mut r, extra)| {
-            if matches!(state, State::Calm) {
-                r.label = "0 calm baseline".to_owned();
-            }
-            (r, extra)
-        })
+        };
+        let mut notes = Vec::new();
+        if !calm {
+            notes.push(format!(
+                "{} answers came from the backup provider",
+                summary.report().fallbacks
+            ));
+        }
+        let (p, b) = (primary.stats(), backup.stats());
+        notes.push(providers_saw(&p, &b));
+        let extra = Extra {
+            rate_limited: p.status(429) + b.status(429),
+            redis,
+        };
+        Ok((result(label.to_owned(), calls, notes, &p, &b), extra))
+    })
 }
 
 /// Every replica's clients at once, each replica through its own stack.

@@ -16,8 +16,7 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use seawall::budget::{Budget, CostBudgetLayer, Price, PriceTable, Usd};
-use seawall::classify::Classify;
-use seawall::classify::ClassifyLayer;
+use seawall::classify::{Classify, ClassifyLayer};
 use seawall::core::{
     BoxError, FailureClass, LlmError, LlmRequest, Random, RetryPolicy, SeededRandom,
 };
@@ -387,12 +386,12 @@ where
         .seed(scenario.seed ^ 0x05ea_3a11)
         .build()
         .map_err(|e| e.to_string())?;
+    // The breaker stays per process in the fleet run too: its shared state is not in
+    // seawall-redis yet. SHARED BREAKER: a setup field with the replica's store goes here.
     let breaker = seawall::breaker::CircuitBreakerLayer::builder()
         .random(SeededRandom::new(scenario.seed ^ 0x0b4e_a4e4))
         .build()
         .map_err(|e| e.to_string())?;
-    // The breaker stays per process in the fleet run too: its shared state in Redis is not
-    // in seawall-redis yet. SHARED BREAKER: give the fleet's replicas its store here.
     let mut gate = ConcurrencyGateLayer::builder()
         .limit(setup.concurrency)
         .max_queue(10 * setup.concurrency)
