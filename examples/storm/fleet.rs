@@ -178,6 +178,7 @@ pub(crate) fn run(args: &Args, replicas: usize) -> Result<(), String> {
         "over budget    the fleet's spend above its limit",
         "429s           answers of 429 the providers gave (a rate limit the fleet went over)",
         "upstream/call  requests the providers received per logical call (amplification)",
+        "success        share of calls that got a complete answer; a call the fleet's budget refused is not one",
         "P50/P99        time from the call to the end of a complete answer (\"no answer\" as in the main table)",
         "redis          round trips to Redis per logical call (the scripts the server ran: on a shared server,",
         "               other clients' too), and the replicas' calls to it that failed or timed out (50 ms)",
