@@ -103,13 +103,7 @@ pub(crate) fn run(args: &Args, replicas: usize) -> Result<(), String> {
         ))
     );
     let progress = progress_bar(3 * scenario.requests as u64);
-    let mut setup = SeawallSetup {
-        budget: Usd::from_dollars(1_000_000),
-        concurrency: 200,
-        first_token_timeout: Duration::from_secs(8),
-        budget_store: None,
-        gate_rates: true,
-    };
+    let mut setup = SeawallSetup::in_process();
     let measure = |state, setup: &SeawallSetup, label: &str| {
         progress.set_message(label.to_owned());
         run_fleet(

@@ -177,13 +177,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!("{}\n", scenario.describe(mode));
 
     let progress = progress_bar((Policy::ALL.len() as u64 + 1) * scenario.requests as u64);
-    let mut setup = SeawallSetup {
-        budget: Usd::from_dollars(1_000_000),
-        concurrency: 200,
-        first_token_timeout: Duration::from_secs(8),
-        budget_store: None,
-        gate_rates: true,
-    };
+    let mut setup = SeawallSetup::in_process();
 
     progress.set_message("0 calm baseline");
     let baseline = run_once(&scenario, None, &setup, &progress, args.http)?;

@@ -321,6 +321,20 @@ pub(crate) struct SeawallSetup {
     pub(crate) gate_rates: bool,
 }
 
+impl SeawallSetup {
+    /// One process's setup before the run's limit is known: no budget to speak of (the limit
+    /// is set from the calm run), 200 permits, 8 s to the first token, everything in memory.
+    pub(crate) fn in_process() -> SeawallSetup {
+        SeawallSetup {
+            budget: Usd::from_dollars(1_000_000),
+            concurrency: 200,
+            first_token_timeout: Duration::from_secs(8),
+            budget_store: None,
+            gate_rates: true,
+        }
+    }
+}
+
 /// The providers' rate limits by the key seawall counts them under, for the gate or the fleet.
 pub(crate) fn provider_rates(scenario: &Scenario) -> [(String, Rates); 2] {
     let rates = |rpm: u32, tpm: u32| {
