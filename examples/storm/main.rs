@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example storm                 # virtual time, in-process chaos upstream
 //! cargo run --release --example storm -- --http       # the same over loopback HTTP, real time
+//! cargo run --release --example storm -- --replicas 4 # a fleet of 4, per-process vs shared state
 //! cargo run --release --example storm -- --help
 //! ```
 //!
@@ -16,7 +17,18 @@
 //! every run prints the same table. The table counts what a user feels: how many calls got a
 //! complete answer, how long that took, how much load the policy added upstream, what it cost
 //! and what it wasted, and how far it went over the run's spend limit.
+//!
+//! `--replicas N` asks what one process cannot show: the same incident through a fleet of N
+//! replicas of seawall's stack, the clients split evenly over them, run once with each
+//! replica's budget and rate limits in its own memory and once with them shared in Redis
+//! (`seawall-redis`: `RedisBudgetStore`, `FleetLimitLayer`). Its table shows the spend over the
+//! fleet's limit, the 429s the providers answered, the amplification, success, latency and the
+//! round trips to Redis (module `fleet`). Redis I/O needs real time, so this run is on real time
+//! with a scaled workload; it needs `redis-server` on the `PATH` (started on a free loopback
+//! port without persistence and stopped at the end) or `--redis URL`, and stops with an error
+//! without either.
 
+mod fleet;
 mod policies;
 mod report;
 mod scenario;
@@ -38,6 +50,7 @@ use seawall::core::BoxError;
 use seawall::mock::{MockUpstream, Stats};
 use seawall::observe::Summary;
 use tower::Service;
+use tower::layer::util::Identity;
 
 use policies::{Outcome, Policy, Providers, SeawallSetup, classified};
 use report::{Row, RunResult, dollars};
@@ -47,10 +60,16 @@ const USAGE: &str = "\
 usage: cargo run --release --example storm -- [options]
 
   --http            run over loopback HTTP on real time (a scaled-down workload)
-  --svg PATH        where to write the latency chart (default target/storm.svg)
+  --svg PATH        where to write the latency chart (default target/storm.svg; none with
+                    --replicas)
   --seed N          the seed of the workload and the upstream (default 2024)
   --clients N       concurrent clients (default 200; 100 with --http)
-  --requests N      logical calls in all (default 3000; 500 with --http)
+  --requests N      logical calls in all (default 3000; 500 with --http; 1200 with --replicas)
+  --replicas N      the fleet run: the clients split over N replicas, each its own seawall
+                    stack, first with per-process state, then with the budget and the providers'
+                    rate limits shared in Redis; in process, on real time (a scaled workload)
+  --redis URL       the Redis of --replicas (default: start redis-server from the PATH on a
+                    free loopback port, without persistence, and stop it at the end)
   -h, --help        this text";
 
 struct Args {
@@ -59,6 +78,8 @@ struct Args {
     seed: u64,
     clients: Option<usize>,
     requests: Option<usize>,
+    replicas: Option<usize>,
+    redis: Option<String>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -68,6 +89,8 @@ fn parse_args() -> Result<Option<Args>, String> {
         seed: 2024,
         clients: None,
         requests: None,
+        replicas: None,
+        redis: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -87,8 +110,18 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--requests" => {
                 args.requests = Some(number("--requests", value("--requests")?)? as usize)
             }
+            "--replicas" => {
+                args.replicas = Some(number("--replicas", value("--replicas")?)? as usize)
+            }
+            "--redis" => args.redis = Some(value("--redis")?),
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if args.replicas.is_some() && args.http {
+        return Err("--replicas runs in process; it does not combine with --http".into());
+    }
+    if args.redis.is_some() && args.replicas.is_none() {
+        return Err("--redis is for the fleet run: give --replicas N too".into());
     }
     Ok(Some(args))
 }
@@ -115,6 +148,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if let Some(replicas) = args.replicas {
+        return fleet::run(args, replicas);
+    }
     let started = WallClock::now();
     let scenario = if args.http {
         Scenario::real_time(
@@ -141,11 +177,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!("{}\n", scenario.describe(mode));
 
     let progress = progress_bar((Policy::ALL.len() as u64 + 1) * scenario.requests as u64);
-    let mut setup = SeawallSetup {
-        budget: Usd::from_dollars(1_000_000),
-        concurrency: 200,
-        first_token_timeout: Duration::from_secs(8),
-    };
+    let mut setup = SeawallSetup::in_process();
 
     progress.set_message("0 calm baseline");
     let baseline = run_once(&scenario, None, &setup, &progress, args.http)?;
@@ -294,33 +326,49 @@ fn run_once(
             run_policy(scenario, policy, transport, setup, progress).await?
         };
         let (p, b) = (primary.stats(), backup.stats());
-        notes.push(format!(
-            "primary {} requests: {} x 429, {} x 5xx, {} streams cut, {} error events, {} \
-             abandoned; backup {} requests; {:.0} s of traffic",
-            p.requests,
-            p.status(429),
-            server_errors(&p),
-            p.streams_cut,
-            p.streams_errored,
-            p.abandoned,
-            b.requests,
-            p.elapsed.as_secs_f64(),
-        ));
-        Ok(RunResult {
-            label,
-            calls,
-            upstream_calls: p.requests + b.requests,
-            spend: dollars(
-                p.input_tokens + b.input_tokens,
-                p.output_tokens + b.output_tokens,
-            ),
-            wasted: dollars(
-                p.wasted_input_tokens + b.wasted_input_tokens,
-                p.wasted_output_tokens + b.wasted_output_tokens,
-            ),
-            notes,
-        })
+        notes.push(providers_saw(&p, &b));
+        Ok(result(label, calls, notes, &p, &b))
     })
+}
+
+/// One line on what the providers saw in a run.
+fn providers_saw(p: &Stats, b: &Stats) -> String {
+    format!(
+        "primary {} requests: {} x 429, {} x 5xx, {} streams cut, {} error events, {} \
+         abandoned; backup {} requests; {:.0} s of traffic",
+        p.requests,
+        p.status(429),
+        server_errors(p),
+        p.streams_cut,
+        p.streams_errored,
+        p.abandoned,
+        b.requests,
+        p.elapsed.as_secs_f64(),
+    )
+}
+
+/// A run's result from its calls and the providers' counts.
+fn result(
+    label: String,
+    calls: Vec<(Duration, Outcome)>,
+    notes: Vec<String>,
+    p: &Stats,
+    b: &Stats,
+) -> RunResult {
+    RunResult {
+        label,
+        calls,
+        upstream_calls: p.requests + b.requests,
+        spend: dollars(
+            p.input_tokens + b.input_tokens,
+            p.output_tokens + b.output_tokens,
+        ),
+        wasted: dollars(
+            p.wasted_input_tokens + b.wasted_input_tokens,
+            p.wasted_output_tokens + b.wasted_output_tokens,
+        ),
+        notes,
+    }
 }
 
 fn server_errors(s: &Stats) -> u64 {
@@ -403,7 +451,8 @@ where
         }
         Policy::Seawall => {
             let summary = Arc::new(Summary::new());
-            let ask = policies::seawall(transport, scenario, setup, summary.clone())?;
+            let ask =
+                policies::seawall(transport, scenario, setup, summary.clone(), Identity::new())?;
             let calls = drive(&plans, &ask, progress).await;
             notes.push(format!(
                 "{} answers came from the backup provider",

@@ -16,15 +16,16 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use seawall::budget::{Budget, CostBudgetLayer, Price, PriceTable, Usd};
-use seawall::classify::ClassifyLayer;
+use seawall::classify::{Classify, ClassifyLayer};
 use seawall::core::{
     BoxError, FailureClass, LlmError, LlmRequest, Random, RetryPolicy, SeededRandom,
 };
 use seawall::fallback::{FallbackLayer, Target};
-use seawall::gate::{ConcurrencyGateLayer, Rates};
+use seawall::gate::{ConcurrencyGateLayer, Limit, Rates};
 use seawall::observe::{ObserveLayer, Summary};
+use seawall::redis::RedisBudgetStore;
 use seawall::retry::BackoffRetryLayer;
-use seawall::stream::StreamTimeoutLayer;
+use seawall::stream::{StreamTimeout, StreamTimeoutLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_resilience::bulkhead::{BulkheadLayer, BulkheadServiceError};
 use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
@@ -314,57 +315,107 @@ pub(crate) struct SeawallSetup {
     pub(crate) concurrency: usize,
     /// Time to first token before an attempt is abandoned and retried.
     pub(crate) first_token_timeout: Duration,
+    /// Where the budget is counted: `None` in this process, else the fleet's store in Redis.
+    pub(crate) budget_store: Option<RedisBudgetStore>,
+    /// Whether the gate enforces the providers' rates itself (not when a fleet layer does).
+    pub(crate) gate_rates: bool,
+}
+
+impl SeawallSetup {
+    /// One process's setup before the run's limit is known: no budget to speak of (the limit
+    /// is set from the calm run), 200 permits, 8 s to the first token, everything in memory.
+    pub(crate) fn in_process() -> SeawallSetup {
+        SeawallSetup {
+            budget: Usd::from_dollars(1_000_000),
+            concurrency: 200,
+            first_token_timeout: Duration::from_secs(8),
+            budget_store: None,
+            gate_rates: true,
+        }
+    }
+}
+
+/// The providers' rate limits by the key seawall counts them under, for the gate or the fleet.
+pub(crate) fn provider_rates(scenario: &Scenario) -> [(String, Rates); 2] {
+    let rates = |rpm: u32, tpm: u32| {
+        let (rpm, tpm) = (u64::from(rpm), u64::from(tpm));
+        if scenario.minute_buckets {
+            Rates::new()
+                .with_requests(Limit::per_minute(rpm).with_burst(rpm))
+                .with_tokens(Limit::per_minute(tpm).with_burst(tpm))
+        } else {
+            Rates::new().requests_per_minute(rpm).tokens_per_minute(tpm)
+        }
+    };
+    [
+        (
+            format!("upstream/{PRIMARY_MODEL}"),
+            rates(scenario.primary_rpm, scenario.primary_tpm),
+        ),
+        (
+            format!("upstream/{BACKUP_MODEL}"),
+            rates(scenario.backup_rpm, scenario.backup_tpm),
+        ),
+    ]
 }
 
 /// Policy 5: seawall's recommended stack, configured as a user with a backup provider would.
-pub(crate) fn seawall<T, B>(
+///
+/// `fleet` sits just inside the gate: `Identity` for one process, a `FleetLimitLayer` for a
+/// replica of the fleet run that shares the providers' rate limits in Redis.
+pub(crate) fn seawall<T, B, F, FB>(
     transport: T,
     scenario: &Scenario,
     setup: &SeawallSetup,
     summary: Arc<Summary>,
-) -> Result<impl AsyncFn(Request<Bytes>) -> Outcome, String>
+    fleet: F,
+) -> Result<impl AsyncFn(Request<Bytes>) -> Outcome + use<T, B, F, FB>, String>
 where
     T: Service<Request<Bytes>, Response = Response<B>> + Clone + Send + Sync + 'static,
     T::Error: Into<BoxError> + Send + Sync + 'static,
     T::Future: Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError> + Send + Sync + 'static,
+    F: Layer<StreamTimeout<Classify<T>>>,
+    F::Service: Service<Request<Bytes>, Response = Response<FB>, Error = LlmError>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    <F::Service as Service<Request<Bytes>>>::Future: Send + 'static,
+    FB: Body<Data = Bytes> + Send + Unpin + 'static,
+    FB::Error: Into<BoxError> + Send + Sync + 'static,
 {
     let price = Price::per_million_f64(PRICE_IN, PRICE_OUT).map_err(|e| e.to_string())?;
     let prices = PriceTable::new()
         .with(PRIMARY_MODEL, price)
         .with(BACKUP_MODEL, price);
-    let budget = CostBudgetLayer::builder(prices)
-        .budget(Budget::total("storm-run", setup.budget))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let mut budget =
+        CostBudgetLayer::builder(prices).budget(Budget::total("storm-run", setup.budget));
+    if let Some(store) = &setup.budget_store {
+        budget = budget.store(store.clone());
+    }
+    let budget = budget.build().map_err(|e| e.to_string())?;
     let retry = BackoffRetryLayer::builder()
         .seed(scenario.seed ^ 0x05ea_3a11)
         .build()
         .map_err(|e| e.to_string())?;
+    // The breaker stays per process in the fleet run too: its shared state is not in
+    // seawall-redis yet. SHARED BREAKER: a setup field with the replica's store goes here.
     let breaker = seawall::breaker::CircuitBreakerLayer::builder()
         .random(SeededRandom::new(scenario.seed ^ 0x0b4e_a4e4))
         .build()
         .map_err(|e| e.to_string())?;
-    let rates = |rpm: u32, tpm: u32| {
-        Rates::new()
-            .requests_per_minute(u64::from(rpm))
-            .tokens_per_minute(u64::from(tpm))
-    };
-    let gate = ConcurrencyGateLayer::builder()
+    let mut gate = ConcurrencyGateLayer::builder()
         .limit(setup.concurrency)
         .max_queue(10 * setup.concurrency)
-        .max_wait(Duration::from_secs(30))
-        .key_rates(
-            format!("upstream/{PRIMARY_MODEL}"),
-            rates(scenario.primary_rpm, scenario.primary_tpm),
-        )
-        .key_rates(
-            format!("upstream/{BACKUP_MODEL}"),
-            rates(scenario.backup_rpm, scenario.backup_tpm),
-        )
-        .build()
-        .map_err(|e| e.to_string())?;
+        .max_wait(Duration::from_secs(30));
+    if setup.gate_rates {
+        for (key, rates) in provider_rates(scenario) {
+            gate = gate.key_rates(key, rates);
+        }
+    }
+    let gate = gate.build().map_err(|e| e.to_string())?;
     let timeouts = StreamTimeoutLayer::builder()
         .first_token(setup.first_token_timeout)
         .idle(Duration::from_secs(10))
@@ -386,6 +437,7 @@ where
         .layer(budget)
         .layer(breaker)
         .layer(gate)
+        .layer(fleet)
         .layer(timeouts)
         .layer(ClassifyLayer::default())
         .service(transport);
@@ -393,6 +445,6 @@ where
 }
 
 /// The transport behind the classifier, for policies 1-4.
-pub(crate) fn classified<T>(transport: T) -> seawall::classify::Classify<T> {
+pub(crate) fn classified<T>(transport: T) -> Classify<T> {
     ClassifyLayer::default().layer(transport)
 }

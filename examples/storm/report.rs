@@ -32,6 +32,8 @@ pub(crate) fn dollars(input: u64, output: u64) -> f64 {
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
     pub(crate) label: String,
+    /// Logical calls in the run.
+    pub(crate) calls: usize,
     pub(crate) success: f64,
     pub(crate) amplification: f64,
     /// P50, P95, P99 of the time to a complete answer; `None` when that percentile falls on
@@ -66,6 +68,7 @@ impl Row {
         }
         Row {
             label: r.label.clone(),
+            calls: r.calls.len(),
             success: ok.len() as f64 / n as f64,
             amplification: r.upstream_calls as f64 / n as f64,
             latency: [pct(0.50), pct(0.95), pct(0.99)],
@@ -122,6 +125,58 @@ pub(crate) fn table(rows: &[Row]) -> String {
             usd(r.wasted, 3),
             usd(r.per_answer, 3),
             usd(r.overrun, 2),
+        );
+    }
+    s
+}
+
+/// A row of the fleet run: the figures of [`Row`] and what a fleet adds.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetRow {
+    pub(crate) row: Row,
+    /// The calm reference: no budget and no rate limits to go over (shown as "-").
+    pub(crate) reference: bool,
+    /// 429s the providers answered.
+    pub(crate) rate_limited: u64,
+    /// Round trips to Redis in the run and the replicas' failed calls; `None` without Redis.
+    pub(crate) redis: Option<(u64, u64)>,
+}
+
+/// The fleet run's table: what sharing the state changes, and what it costs.
+pub(crate) fn fleet_table(rows: &[FleetRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<26} {:>11} {:>6} {:>13} {:>8} {:>10} {:>10} {:>8} {:>20}",
+        "run", "over budget", "429s", "upstream/call", "success", "P50", "P99", "spend", "redis"
+    );
+    let _ = writeln!(s, "{}", "-".repeat(120));
+    for f in rows {
+        let r = &f.row;
+        let redis = match f.redis {
+            Some((round_trips, failed)) => {
+                let per_call = round_trips as f64 / (r.calls as f64).max(1.0);
+                format!("{per_call:.1}/call, {failed} failed")
+            }
+            None => "-".to_owned(),
+        };
+        let (over, rate_limited) = if f.reference {
+            ("-".to_owned(), "-".to_owned())
+        } else {
+            (format!("${:.2}", r.overrun), f.rate_limited.to_string())
+        };
+        let _ = writeln!(
+            s,
+            "{:<26} {:>11} {:>6} {:>12.3}x {:>7.2}% {:>10} {:>10} {:>8} {:>20}",
+            r.label,
+            over,
+            rate_limited,
+            r.amplification,
+            r.success * 100.0,
+            secs(r.latency[0]),
+            secs(r.latency[2]),
+            format!("${:.2}", r.spend),
+            redis,
         );
     }
     s
