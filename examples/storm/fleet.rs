@@ -24,7 +24,9 @@ use seawall::budget::Usd;
 use seawall::mock::MockUpstream;
 use seawall::observe::Summary;
 use seawall::redis::redis;
-use seawall::redis::{FleetLimitLayer, OnUnavailable, RedisBudgetStore, SharedRedis};
+use seawall::redis::{
+    FleetLimitLayer, OnUnavailable, RedisBreakerState, RedisBudgetStore, SharedRedis,
+};
 use seawall_test_support::RedisServer;
 use tower::layer::util::Identity;
 
@@ -148,8 +150,8 @@ pub(crate) fn run(args: &Args, replicas: usize) -> Result<(), String> {
     println!(
         "  shared        the same stack with one budget in Redis (RedisBudgetStore, fail \
          closed) and the providers' rates for the fleet (FleetLimitLayer inside the gate, \
-         fail open to 1/{replicas}); the gate keeps its permits and queue; the circuit \
-         breaker stays per replica (its shared state is not built yet)"
+         fail open to 1/{replicas}) and the breakers' view shared (RedisBreakerState); the \
+         gate keeps its permits and queue"
     );
     println!();
     let runs = [
@@ -295,11 +297,10 @@ fn run_fleet(
                         fleet = fleet.key_rates(key, rates);
                     }
                     let fleet = fleet.build().map_err(|e| e.to_string())?;
-                    // SHARED BREAKER: once seawall-redis has the breaker's shared state, build
-                    // this replica's on `handle` here and put it in the setup.
                     let setup = SeawallSetup {
                         budget_store: Some(store),
                         gate_rates: false,
+                        breaker_state: Some(RedisBreakerState::new(handle.clone())),
                         ..setup.clone()
                     };
                     asks.push(policies::seawall(

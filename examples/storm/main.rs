@@ -20,10 +20,10 @@
 //!
 //! `--replicas N` asks what one process cannot show: the same incident through a fleet of N
 //! replicas of seawall's stack, the clients split evenly over them, run once with each
-//! replica's budget and rate limits in its own memory and once with them shared in Redis
-//! (`seawall-redis`: `RedisBudgetStore`, `FleetLimitLayer`). Its table shows the spend over the
-//! fleet's limit, the 429s the providers answered, the amplification, success, latency and the
-//! round trips to Redis (module `fleet`). Redis I/O needs real time, so this run is on real time
+//! replica's budget, rate limits and breakers in its own memory and once with them shared in
+//! Redis (`seawall-redis`: `RedisBudgetStore`, `FleetLimitLayer`, `RedisBreakerState`). Its
+//! table shows the spend over the fleet's limit, the 429s the providers answered, the
+//! amplification, success, latency and the round trips to Redis (module `fleet`). Redis I/O needs real time, so this run is on real time
 //! with a scaled workload; it needs `redis-server` on the `PATH` (started on a free loopback
 //! port without persistence and stopped at the end) or `--redis URL`, and stops with an error
 //! without either.

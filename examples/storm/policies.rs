@@ -23,7 +23,7 @@ use seawall::core::{
 use seawall::fallback::{FallbackLayer, Target};
 use seawall::gate::{ConcurrencyGateLayer, Limit, Rates};
 use seawall::observe::{ObserveLayer, Summary};
-use seawall::redis::RedisBudgetStore;
+use seawall::redis::{RedisBreakerState, RedisBudgetStore};
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::{StreamTimeout, StreamTimeoutLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -319,6 +319,8 @@ pub(crate) struct SeawallSetup {
     pub(crate) budget_store: Option<RedisBudgetStore>,
     /// Whether the gate enforces the providers' rates itself (not when a fleet layer does).
     pub(crate) gate_rates: bool,
+    /// The breaker's view shared with the fleet in Redis; `None`: this process's own.
+    pub(crate) breaker_state: Option<RedisBreakerState>,
 }
 
 impl SeawallSetup {
@@ -330,6 +332,7 @@ impl SeawallSetup {
             concurrency: 200,
             first_token_timeout: Duration::from_secs(8),
             budget_store: None,
+            breaker_state: None,
             gate_rates: true,
         }
     }
@@ -400,12 +403,12 @@ where
         .seed(scenario.seed ^ 0x05ea_3a11)
         .build()
         .map_err(|e| e.to_string())?;
-    // The breaker stays per process in the fleet run too: its shared state is not in
-    // seawall-redis yet. SHARED BREAKER: a setup field with the replica's store goes here.
-    let breaker = seawall::breaker::CircuitBreakerLayer::builder()
-        .random(SeededRandom::new(scenario.seed ^ 0x0b4e_a4e4))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let mut breaker = seawall::breaker::CircuitBreakerLayer::builder()
+        .random(SeededRandom::new(scenario.seed ^ 0x0b4e_a4e4));
+    if let Some(state) = &setup.breaker_state {
+        breaker = breaker.shared_state(state.clone());
+    }
+    let breaker = breaker.build().map_err(|e| e.to_string())?;
     let mut gate = ConcurrencyGateLayer::builder()
         .limit(setup.concurrency)
         .max_queue(10 * setup.concurrency)
