@@ -112,17 +112,18 @@ fn budget(store: Option<RedisBudgetStore>) -> CostBudgetLayer<FixedKey> {
     b.build().expect("a valid budget")
 }
 
-fn gate() -> ConcurrencyGateLayer {
-    ConcurrencyGateLayer::builder()
-        .limit(TASKS)
-        .rates(rates())
-        .build()
-        .expect("a valid gate")
+/// The gate: as many permits as there are calling tasks (no call queues), with the rates in
+/// process, or without (in front of the fleet limits, whose rates are the ones that count).
+fn gate(with_rates: bool) -> ConcurrencyGateLayer {
+    let b = ConcurrencyGateLayer::builder().limit(TASKS);
+    let b = if with_rates { b.rates(rates()) } else { b };
+    b.build().expect("a valid gate")
 }
 
-/// The breaker of the stacks. The shared breaker state (being built) goes here: its closed
-/// state must cost no round trip, so the shared stack's round trips per attempt must stay
-/// those of the budget and the fleet limits once it does.
+/// The breaker of both stacks, in process. The shared breaker state (being built) goes here
+/// for the Redis stack once it lands: a call through a closed breaker must cost no round
+/// trip, so that stack's round trips per attempt must stay those of the budget and the fleet
+/// limits (4.00).
 fn breaker() -> CircuitBreakerLayer {
     CircuitBreakerLayer::new()
 }
@@ -330,8 +331,10 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
     };
     let p = &plan;
     let probe = &mut probe;
-    let store = |prefix| RedisBudgetStore::new(shared(&url, prefix));
-    let fleet = |prefix| FleetLimitLayer::new(shared(&url, prefix), rates());
+    let store = |redis| RedisBudgetStore::new(redis);
+    let fleet = |redis| FleetLimitLayer::new(redis, rates());
+    // The stack's layers share one handle (one connection), as a replica's do.
+    let stack = shared(&url, "v6");
 
     vec![
         measure(p, probe, "v0", "inner service alone", "-", Noop).await,
@@ -350,7 +353,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v2",
             "budget (3 budgets)",
             "Redis",
-            budget(Some(store("v2"))).layer(Noop),
+            budget(Some(store(shared(&url, "v2")))).layer(Noop),
         )
         .await,
         measure(
@@ -359,34 +362,40 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v3",
             "gate with RPM+TPM",
             "in process",
-            gate().layer(Noop),
+            gate(true).layer(Noop),
         )
         .await,
         measure(
             p,
             probe,
             "v4",
-            "gate + fleet RPM+TPM",
+            "gate + fleet limits, RPM+TPM",
             "Redis",
-            (gate(), fleet("v4")).layer(Noop),
+            (gate(false), fleet(shared(&url, "v4"))).layer(Noop),
         )
         .await,
         measure(
             p,
             probe,
             "v5",
-            "stack: budget, breaker, gate",
+            "stack: budget, breaker, gate with RPM+TPM",
             "in process",
-            (budget(None), breaker(), gate()).layer(Noop),
+            (budget(None), breaker(), gate(true)).layer(Noop),
         )
         .await,
         measure(
             p,
             probe,
             "v6",
-            "stack: budget, breaker, gate + fleet",
+            "stack: budget, breaker, gate, fleet limits",
             "Redis",
-            (budget(Some(store("v6"))), breaker(), gate(), fleet("v6")).layer(Noop),
+            (
+                budget(Some(store(stack.clone()))),
+                breaker(),
+                gate(false),
+                fleet(stack),
+            )
+                .layer(Noop),
         )
         .await,
     ]
