@@ -17,8 +17,9 @@
 //! reads another's counters.
 
 use std::collections::BTreeMap;
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
 use std::hint::black_box;
+use std::pin::Pin;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +87,32 @@ impl Service<Bare> for Noop {
 
     fn call(&mut self, _: Bare) -> Self::Future {
         ready(Ok(Done))
+    }
+}
+
+/// For scale: a call that is one bare round trip (`PING`) through [`SharedRedis::run`], the
+/// path every script of the layers takes (the shared connection, the timeout).
+#[derive(Clone)]
+struct Ping(SharedRedis);
+
+impl Service<Bare> for Ping {
+    type Response = Done;
+    type Error = LlmError;
+    type Future = Pin<Box<dyn Future<Output = Result<Done, LlmError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Bare) -> Self::Future {
+        let redis = self.0.clone();
+        Box::pin(async move {
+            let pong = redis.run("bench", |mut c| async move {
+                redis::cmd("PING").query_async::<String>(&mut c).await
+            });
+            pong.await.expect("PING");
+            Ok(Done)
+        })
     }
 }
 
@@ -165,10 +192,10 @@ struct Probe {
 }
 
 /// The commands that are round trips: the layers send nothing but scripts, run by hash (or
-/// loaded, then run, when the server does not have them yet). Redis also counts the commands
-/// a script runs inside itself (`hget`, `zadd`, ...); those are not round trips, and a script
-/// cannot call these.
-const ROUND_TRIPS: [&str; 3] = ["evalsha", "eval", "script|load"];
+/// loaded, then run, when the server does not have them yet), and the reference row sends
+/// `PING`. Redis also counts the commands a script runs inside itself (`hget`, `zadd`, ...);
+/// those are not round trips, and none of the scripts calls these.
+const ROUND_TRIPS: [&str; 4] = ["evalsha", "eval", "script|load", "ping"];
 
 /// Commands the probe sends itself, left out of the counts.
 const PROBE: [&str; 3] = ["info", "config|resetstat", "keys"];
@@ -338,6 +365,15 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
 
     vec![
         measure(p, probe, "v0", "inner service alone", "-", Noop).await,
+        measure(
+            p,
+            probe,
+            "ping",
+            "for scale: one `PING` through `SharedRedis::run`",
+            "Redis",
+            Ping(shared(&url, "ping")),
+        )
+        .await,
         measure(
             p,
             probe,
