@@ -17,7 +17,7 @@
 //! reads another's counters.
 
 use std::collections::BTreeMap;
-use std::future::{Future, Ready, ready};
+use std::future::{Future, ready};
 use std::hint::black_box;
 use std::pin::Pin;
 use std::process::{Command, ExitCode};
@@ -34,7 +34,7 @@ use seawall_gate::{ConcurrencyGateLayer, Rates};
 use seawall_redis::redis::{self, AsyncCommands};
 use seawall_redis::{FleetLimitLayer, RedisBudgetStore, SharedRedis};
 use seawall_test_support::{Bare, Done, RedisServer, eventually};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// Tasks calling at once in the throughput run, and the runtime's workers.
 const TASKS: usize = 64;
@@ -73,21 +73,8 @@ impl Plan {
 }
 
 /// The inner service: always ready, answers a finished response at once.
-#[derive(Clone, Copy)]
-struct Noop;
-
-impl Service<Bare> for Noop {
-    type Response = Done;
-    type Error = LlmError;
-    type Future = Ready<Result<Done, LlmError>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Bare) -> Self::Future {
-        ready(Ok(Done))
-    }
+fn noop() -> impl Service<Bare, Response = Done, Error = LlmError, Future: Send> + Clone + Send {
+    service_fn(|_: Bare| ready(Ok::<_, LlmError>(Done)))
 }
 
 /// For scale: a call that is one bare round trip (`PING`) through [`SharedRedis::run`], the
@@ -364,7 +351,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
     let stack = shared(&url, "v6");
 
     vec![
-        measure(p, probe, "v0", "inner service alone", "-", Noop).await,
+        measure(p, probe, "v0", "inner service alone", "-", noop()).await,
         measure(
             p,
             probe,
@@ -380,7 +367,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v1",
             "budget (3 budgets)",
             "in process",
-            budget(None).layer(Noop),
+            budget(None).layer(noop()),
         )
         .await,
         measure(
@@ -389,7 +376,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v2",
             "budget (3 budgets)",
             "Redis",
-            budget(Some(store(shared(&url, "v2")))).layer(Noop),
+            budget(Some(store(shared(&url, "v2")))).layer(noop()),
         )
         .await,
         measure(
@@ -398,7 +385,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v3",
             "gate with RPM+TPM",
             "in process",
-            gate(true).layer(Noop),
+            gate(true).layer(noop()),
         )
         .await,
         measure(
@@ -407,7 +394,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v4",
             "gate + fleet limits, RPM+TPM",
             "Redis",
-            (gate(false), fleet(shared(&url, "v4"))).layer(Noop),
+            (gate(false), fleet(shared(&url, "v4"))).layer(noop()),
         )
         .await,
         measure(
@@ -416,7 +403,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             "v5",
             "stack: budget, breaker, gate with RPM+TPM",
             "in process",
-            (budget(None), breaker(), gate(true)).layer(Noop),
+            (budget(None), breaker(), gate(true)).layer(noop()),
         )
         .await,
         measure(
@@ -431,7 +418,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
                 gate(false),
                 fleet(stack),
             )
-                .layer(Noop),
+                .layer(noop()),
         )
         .await,
     ]
