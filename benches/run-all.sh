@@ -12,6 +12,10 @@
 #   - crates/*/benches/*.rs    each crate's own criterion bench (retry, breaker, gate, budget,
 #                              observe, and any other found there)
 #   - benches/allocs.rs        heap allocations per call (exact counts, machine-independent)
+#   - crates/seawall-redis/benches/shared_state.rs
+#                              what shared state on Redis costs (a plain `main`, not criterion;
+#                              starts its own redis-server, and is left out, saying so, when
+#                              there is none on the PATH)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -49,12 +53,15 @@ cargo bench -p seawall --no-run
 crate_benches=()
 for f in crates/*/benches/*.rs; do
     [[ -e "$f" ]] || continue
+    # Only criterion benches take criterion's flags and print bencher lines; others run below.
+    grep -q criterion_main "$f" || continue
     crate=$(basename "$(dirname "$(dirname "$f")")")
     crate_benches+=("$crate:$(basename "$f" .rs)")
 done
 for cb in "${crate_benches[@]}"; do
     cargo bench -p "${cb%%:*}" --bench "${cb##*:}" --no-run
 done
+cargo bench -p seawall-redis --bench shared_state --no-run
 
 machine >"$OUT/machine.md"
 
@@ -71,6 +78,14 @@ done
 echo "== benches/allocs.rs"
 cargo bench -p seawall --bench allocs | tee "$OUT/allocs.md"
 
+echo "== crates/seawall-redis/benches/shared_state.rs"
+if command -v redis-server >/dev/null; then
+    # QUICK, when set, reaches the bench through the environment.
+    cargo bench -p seawall-redis --bench shared_state | tee "$OUT/shared_state.md"
+else
+    echo "Not measured: redis-server is not on the PATH." | tee "$OUT/shared_state.md"
+fi
+
 {
     echo "## Machine"
     echo
@@ -81,6 +96,10 @@ cargo bench -p seawall --bench allocs | tee "$OUT/allocs.md"
     echo "### Heap allocations per call (benches/allocs.rs)"
     echo
     grep '^|' "$OUT/allocs.md"
+    echo
+    echo "### Shared state on Redis (crates/seawall-redis/benches/shared_state.rs)"
+    echo
+    cat "$OUT/shared_state.md"
 } >"$OUT/summary.md"
 
 echo
