@@ -415,7 +415,7 @@ async fn run(plan: Plan, url: String) -> Vec<Row> {
             p,
             probe,
             "v6",
-            "stack: budget, breaker, gate, fleet limits",
+            "stack: budget, shared breaker, gate, fleet limits",
             "Redis",
             (
                 budget(Some(store(stack.clone()))),
