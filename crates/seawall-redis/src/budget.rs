@@ -290,6 +290,10 @@ impl RedisBudgetStore {
 
     async fn reserve_call(&self, call: &Call) -> Result<Vec<Spend>, Refusal> {
         let inner = &self.inner;
+        if inner.redis.skip_while_degraded() {
+            // Nothing was sent, so there is nothing to give back.
+            return self.unavailable(call, &crate::Unavailable::Degraded);
+        }
         let answer = inner
             .redis
             .run(STORE, |mut conn| async move {

@@ -13,6 +13,10 @@ use seawall_core::ConfigError;
 /// How long a call to Redis may take before the layer treats the state as unreachable.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// While Redis is degraded, how often a call on the caller's path asks it again (see
+/// [`SharedRedis::skip_while_degraded`]).
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
+
 /// A handle on the fleet's Redis: cheap to clone, one multiplexed connection per replica.
 ///
 /// The connection is made lazily and remade on its own after a failure, so building a
@@ -31,6 +35,10 @@ struct Inner {
     replica: Arc<str>,
     degraded: AtomicBool,
     failures: AtomicU64,
+    /// When a call last asked a degraded Redis (real time since `epoch`, in ns: this is
+    /// about the connection, not about any layer's clock).
+    last_probe: AtomicU64,
+    epoch: std::time::Instant,
     calls: AtomicU64,
 }
 
@@ -98,6 +106,28 @@ impl SharedRedis {
     /// Whether the last call failed (the state is being served under the layers' policies).
     pub fn is_degraded(&self) -> bool {
         self.inner.degraded.load(Ordering::Relaxed)
+    }
+
+    /// Whether a call on the caller's path should skip Redis and follow its layer's
+    /// [`OnUnavailable`](crate::OnUnavailable) policy at once: while the connection is
+    /// degraded, only one such call every [`PROBE_EVERY`] asks (and pays the timeout if Redis
+    /// is still gone), so an outage does not add the timeout to every call. The winner of a
+    /// period probes; a success clears the degraded state for everyone.
+    pub fn skip_while_degraded(&self) -> bool {
+        if !self.is_degraded() {
+            return false;
+        }
+        let now = u64::try_from(self.inner.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.inner.last_probe.load(Ordering::Acquire);
+        let every = u64::try_from(PROBE_EVERY.as_nanos()).unwrap_or(u64::MAX);
+        if now.saturating_sub(last) < every {
+            return true;
+        }
+        // The one call that wins this probes; the others go on skipping.
+        self.inner
+            .last_probe
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
     }
 
     /// How many calls failed or timed out since the handle was built.
@@ -204,6 +234,8 @@ impl SharedRedisBuilder {
                 replica,
                 degraded: AtomicBool::new(false),
                 failures: AtomicU64::new(0),
+                last_probe: AtomicU64::new(0),
+                epoch: std::time::Instant::now(),
                 calls: AtomicU64::new(0),
             }),
         })
@@ -226,6 +258,8 @@ pub enum Unavailable {
     /// The connection or the server refused (the kind of error, never its text, which may
     /// quote the URL).
     Failed(ErrorKind),
+    /// Not asked: the connection is degraded and another call probes it this period.
+    Degraded,
 }
 
 /// The kind of a Redis failure, as a short name.
@@ -243,6 +277,9 @@ impl fmt::Display for Unavailable {
         match self {
             Unavailable::TimedOut(d) => write!(f, "no answer from redis within {d:?}"),
             Unavailable::Failed(kind) => write!(f, "redis call failed ({})", kind.0),
+            Unavailable::Degraded => {
+                f.write_str("redis is unreachable; not asked until it answers a probe")
+            }
         }
     }
 }

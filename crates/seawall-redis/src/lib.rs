@@ -54,7 +54,9 @@ mod policy;
 
 pub use breaker::{RedisBreakerState, RedisBreakerStateBuilder};
 pub use budget::{DEFAULT_LEASE, RedisBudgetStore, RedisBudgetStoreBuilder};
-pub use client::{DEFAULT_TIMEOUT, ErrorKind, SharedRedis, SharedRedisBuilder, Unavailable};
+pub use client::{
+    DEFAULT_TIMEOUT, ErrorKind, PROBE_EVERY, SharedRedis, SharedRedisBuilder, Unavailable,
+};
 pub use fleet::{FleetLimit, FleetLimitBuilder, FleetLimitLayer};
 pub use policy::OnUnavailable;
 /// The Redis client this crate is built on, for callers who run their own commands.

@@ -369,3 +369,57 @@ async fn a_replica_that_never_settles_through_its_layer_frees_the_budget_after_i
     let spend = other.read_spend("total", None).unwrap().await.unwrap();
     assert_eq!(spend.reserved, Usd::ZERO);
 }
+
+#[tokio::test]
+async fn while_redis_hangs_only_one_call_a_period_pays_the_timeout() {
+    let server = RedisServer::start();
+    let redis = SharedRedis::builder(server.url())
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let s = RedisBudgetStore::builder(redis.clone())
+        .on_unavailable(OnUnavailable::fail_open(4))
+        .build()
+        .unwrap();
+    let b = [Budget::total("total", Usd::from_dollars(1))];
+    reserve(&s, &Charge::new(&b, &[], Usd::from_nanos(1), at(T0)))
+        .await
+        .unwrap();
+    // Another client makes the server hold every command for two seconds.
+    let admin = SharedRedis::new(server.url()).unwrap();
+    admin
+        .run("test", |mut c| async move {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(2000)
+                .arg("ALL")
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    // The first call asks, waits out the timeout, and is decided on the local share.
+    let started = Instant::now();
+    reserve(&s, &Charge::new(&b, &[], Usd::from_nanos(1), at(T0)))
+        .await
+        .unwrap();
+    let first = started.elapsed();
+    assert!(first >= Duration::from_millis(100), "{first:?}");
+    assert!(redis.is_degraded());
+    // The next ones, within the probe period, do not ask: no timeout for them.
+    let started = Instant::now();
+    for _ in 0..20 {
+        reserve(&s, &Charge::new(&b, &[], Usd::from_nanos(1), at(T0)))
+            .await
+            .unwrap();
+    }
+    let rest = started.elapsed();
+    assert!(
+        rest < seawall_redis::PROBE_EVERY,
+        "20 calls took {rest:?}: they waited for the hung server"
+    );
+    assert_eq!(
+        s.local().spend(&b[0].share(4), None, at(T0)).reserved,
+        Usd::from_nanos(21)
+    );
+}

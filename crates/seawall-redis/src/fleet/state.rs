@@ -23,10 +23,6 @@ use crate::{OnUnavailable, SharedRedis};
 /// The name the fleet's calls go under in the shared connection's logs and metric.
 const STORE: &str = "fleet";
 
-/// While Redis is unreachable, how often one call asks it again (the others follow the
-/// failure policy at once).
-pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(250);
-
 /// The pauses between the attempts of a settlement: four attempts within about a second.
 const SETTLE_RETRIES: [Duration; 4] = [
     Duration::from_millis(20),
@@ -83,10 +79,6 @@ pub(crate) struct Fleet {
     next_id: AtomicU64,
     /// The runtime the layer was built in, for the settlements of hooks that run outside one.
     runtime: Option<Handle>,
-    /// When a call last asked a degraded Redis (real time since `epoch`, in ns: this is about
-    /// the connection, not the limits, so it is not on the fleet's clock).
-    last_probe: AtomicU64,
-    epoch: std::time::Instant,
 }
 
 impl fmt::Debug for Fleet {
@@ -141,8 +133,6 @@ impl Fleet {
             renewing: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             runtime: Handle::try_current().ok(),
-            last_probe: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
         }
     }
 
@@ -233,7 +223,7 @@ impl Fleet {
             self.id_prefix,
             self.next_id.fetch_add(1, Ordering::Relaxed)
         ));
-        let reached = if self.skip_redis() {
+        let reached = if self.redis.skip_while_degraded() {
             None
         } else {
             // If this future is dropped mid-call, or the call times out after the script ran,
@@ -265,25 +255,6 @@ impl Fleet {
                 }
             },
         }
-    }
-
-    /// Whether to answer this call by the failure policy without asking Redis: while the
-    /// connection is degraded, only one call every [`PROBE_EVERY`] asks (and pays the
-    /// timeout if Redis is still gone), so an outage does not add the timeout to every call.
-    fn skip_redis(&self) -> bool {
-        if !self.redis.is_degraded() {
-            return false;
-        }
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let last = self.last_probe.load(Ordering::Acquire);
-        let every = u64::try_from(PROBE_EVERY.as_nanos()).unwrap_or(u64::MAX);
-        if now.saturating_sub(last) < every {
-            return true;
-        }
-        // The one call that wins this probes; the others go on skipping.
-        self.last_probe
-            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
     }
 
     /// The acquire script (see `scripts/fleet_acquire.lua`).
