@@ -93,7 +93,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use seawall_breaker::{
     FleetLink, FleetRules, KeyReport, Reason, SharedBreakerState, State, StateChange,
@@ -103,6 +103,7 @@ use tokio::sync::Notify;
 use tokio::time::MissedTickBehavior;
 
 use crate::client::SharedRedis;
+use crate::clock::{Clock, SystemClock};
 
 /// How often a replica syncs by default.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
@@ -114,8 +115,6 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 const BUCKETS: u32 = 10;
 /// The store's name in logs and metrics.
 const STORE: &str = "breaker";
-
-type Clock = dyn Fn() -> SystemTime + Send + Sync;
 
 /// Breaker state shared through Redis; give it to
 /// [`CircuitBreakerBuilder::shared_state`](seawall_breaker::CircuitBreakerBuilder::shared_state).
@@ -133,14 +132,14 @@ pub struct RedisBreakerStateBuilder {
     redis: SharedRedis,
     interval: Duration,
     window: Option<Duration>,
-    clock: Arc<Clock>,
+    clock: Arc<dyn Clock>,
 }
 
 struct Inner {
     redis: SharedRedis,
     interval: Duration,
     window: Option<Duration>,
-    clock: Arc<Clock>,
+    clock: Arc<dyn Clock>,
     script: redis::Script,
     /// Events to publish at the next sync, queued by `on_state_change` on callers' tasks.
     events: Mutex<Vec<Event>>,
@@ -169,7 +168,7 @@ impl RedisBreakerState {
             redis,
             interval: DEFAULT_INTERVAL,
             window: None,
-            clock: Arc::new(SystemTime::now),
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -223,9 +222,10 @@ impl RedisBreakerStateBuilder {
         self
     }
 
-    /// The wall clock open periods, windows and leases are dated by. Every replica's clock
-    /// must agree to well under the interval (NTP does). Default: the system clock.
-    pub fn clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+    /// The clock open periods, windows and leases are dated by (the wall clock by default;
+    /// a [`ManualClock`](crate::ManualClock) in tests). Every replica's clock must agree to
+    /// well under the interval (NTP does).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
     }
@@ -368,10 +368,7 @@ impl Inner {
         reports: &[KeyReport],
         events: &[Event],
     ) -> Option<Vec<FleetOpen>> {
-        let now = (self.clock)()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as u64;
+        let now = self.clock.now_ms();
         let window = self.window.or(rules.time_window).unwrap_or(DEFAULT_WINDOW);
         let bucket = (window / BUCKETS).max(Duration::from_millis(1));
         let rate = |r: Option<f64>| r.map(|r| r.to_string()).unwrap_or_default();

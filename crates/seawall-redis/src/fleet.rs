@@ -111,7 +111,6 @@
 //! must be built with the same limits and lease for a key: the scripts take them as arguments.
 //! A pause and a renewal are each one attempt (the next renewal comes a `renew_every` later).
 
-mod clock;
 mod error;
 mod future;
 mod keys;
@@ -121,7 +120,7 @@ mod permit;
 mod service;
 mod state;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use error::FleetRejection;
 pub use future::ResponseFuture;
 pub use layer::{

@@ -49,6 +49,7 @@
 pub mod breaker;
 pub mod budget;
 mod client;
+mod clock;
 pub mod fleet;
 mod policy;
 
@@ -57,6 +58,7 @@ pub use budget::{DEFAULT_LEASE, RedisBudgetStore, RedisBudgetStoreBuilder};
 pub use client::{
     DEFAULT_TIMEOUT, ErrorKind, PROBE_EVERY, SharedRedis, SharedRedisBuilder, Unavailable,
 };
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use fleet::{FleetLimit, FleetLimitBuilder, FleetLimitLayer};
 pub use policy::OnUnavailable;
 /// The Redis client this crate is built on, for callers who run their own commands.

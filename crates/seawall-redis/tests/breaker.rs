@@ -4,15 +4,15 @@
 //! replica on its local state, and a call through a closed breaker costs no round trip.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use seawall_breaker::{
     BreakerGuard, BreakerHandle, CircuitBreakerBuilder, CircuitBreakerLayer, State,
 };
 use seawall_core::{FailureClass, HookedBody, LlmError};
-use seawall_redis::{RedisBreakerState, SharedRedis};
+use seawall_redis::{Clock, ManualClock, RedisBreakerState, SharedRedis, SystemClock};
 use seawall_test_support::{Ask, RedisServer, eventually};
 use tokio::sync::Semaphore;
 use tower::util::BoxCloneService;
@@ -32,22 +32,9 @@ const HINT: u8 = 2;
 /// Answer only once the test releases a permit.
 const HANG: u8 = 3;
 
-/// The fleet's wall clock, moved by hand.
-#[derive(Clone)]
-struct Clock(Arc<AtomicU64>);
-
-impl Clock {
-    fn new() -> Self {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        Clock(Arc::new(AtomicU64::new(now.as_millis() as u64)))
-    }
-    fn advance(&self, d: Duration) {
-        self.0.fetch_add(d.as_millis() as u64, Ordering::SeqCst);
-    }
-    fn reader(&self) -> impl Fn() -> SystemTime + Send + Sync + 'static {
-        let ms = self.0.clone();
-        move || UNIX_EPOCH + Duration::from_millis(ms.load(Ordering::SeqCst))
-    }
+/// The fleet's wall clock, moved by hand: it starts at the system clock's reading.
+fn wall_clock() -> ManualClock {
+    ManualClock::new(SystemClock.now_ms())
 }
 
 type Svc = BoxCloneService<Ask, http::Response<HookedBody<String, BreakerGuard>>, LlmError>;
@@ -66,7 +53,7 @@ struct Replica {
 fn replica(
     server: &RedisServer,
     name: &str,
-    clock: &Clock,
+    clock: &ManualClock,
     configure: impl FnOnce(CircuitBreakerBuilder) -> CircuitBreakerBuilder,
 ) -> Replica {
     replica_every(server, name, clock, INTERVAL, configure)
@@ -75,7 +62,7 @@ fn replica(
 fn replica_every(
     server: &RedisServer,
     name: &str,
-    clock: &Clock,
+    clock: &ManualClock,
     interval: Duration,
     configure: impl FnOnce(CircuitBreakerBuilder) -> CircuitBreakerBuilder,
 ) -> Replica {
@@ -87,7 +74,7 @@ fn replica_every(
         .unwrap();
     let state = RedisBreakerState::builder(redis.clone())
         .interval(interval)
-        .clock(clock.reader())
+        .clock(clock.clone())
         .build()
         .unwrap();
     // Trips on the failure rate only (10 calls, 50%), so a replica's evidence reaches the
@@ -179,7 +166,7 @@ async fn fail_until_open(r: &Replica) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trip_on_one_replica_opens_the_key_on_the_others_within_the_bound() {
     let server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let [a, b, c] = ["a", "b", "c"].map(|n| replica(&server, n, &clock, |b| b));
     for r in [&a, &b, &c] {
         r.synced(1).await;
@@ -199,7 +186,7 @@ async fn a_trip_on_one_replica_opens_the_key_on_the_others_within_the_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_open_until_reaches_the_other_replicas() {
     let server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let hint = |b: CircuitBreakerBuilder| b.open_on_retry_hint(Duration::from_secs(60));
     let [a, b] = ["a", "b"].map(|n| replica(&server, n, &clock, hint));
     a.synced(1).await;
@@ -222,7 +209,7 @@ async fn an_upstream_open_until_reaches_the_other_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_sends_one_probe_for_the_whole_fleet() {
     let server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let fleet: Vec<Replica> = ["a", "b", "c", "d"]
         .map(|n| replica(&server, n, &clock, |b| b))
         .into_iter()
@@ -307,7 +294,7 @@ async fn half_open_sends_one_probe_for_the_whole_fleet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_failing_alone_does_not_open_the_others() {
     let server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let [a, b, c] = ["a", "b", "c"].map(|n| replica(&server, n, &clock, |b| b));
     for r in [&b, &c] {
         for _ in 0..20 {
@@ -331,7 +318,7 @@ async fn one_replica_failing_alone_does_not_open_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_each_replica_breaks_on_its_own_and_the_sync_resumes_after_a_restart() {
     let mut server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let [a, b, c] = ["a", "b", "c"].map(|n| replica(&server, n, &clock, |b| b));
     for r in [&a, &b, &c] {
         r.synced(1).await;
@@ -368,7 +355,7 @@ async fn without_redis_each_replica_breaks_on_its_own_and_the_sync_resumes_after
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_a_key_the_fleet_held_open_probes_on_local_state() {
     let mut server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let [a, b] = ["a", "b"].map(|n| replica(&server, n, &clock, |b| b));
     a.synced(1).await;
     b.synced(1).await;
@@ -399,7 +386,7 @@ async fn without_redis_a_key_the_fleet_held_open_probes_on_local_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_through_a_closed_breaker_costs_no_round_trip() {
     let server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let a = replica_every(&server, "a", &clock, Duration::from_secs(60), |b| {
         b.count_window(10)
     });
@@ -417,7 +404,7 @@ async fn a_call_through_a_closed_breaker_costs_no_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sync_task_stops_when_the_layer_is_gone() {
     let server = RedisServer::start();
-    let clock = Clock::new();
+    let clock = wall_clock();
     let a = replica(&server, "a", &clock, |b| b);
     a.synced(1).await;
     assert!(a.state.is_running());

@@ -7,10 +7,10 @@ use seawall_core::{ConfigError, PartEstimate, StateKey};
 use seawall_gate::{DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, Rates};
 use tower_layer::Layer;
 
-use super::clock::{Clock, SystemClock};
 use super::keys::Limits;
 use super::service::FleetLimit;
 use super::state::{Fleet, Settings};
+use crate::clock::{Clock, SystemClock};
 use crate::{OnUnavailable, SharedRedis};
 
 /// The default longest wait for the fleet's admission before a call is rejected.

@@ -13,11 +13,11 @@ use seawall_gate::{Cost, Limit, RejectReason};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use super::clock::Clock;
 use super::error::FleetRejection;
 use super::keys::{Limits, Target};
 use super::local::{Local, LocalAnswer};
 use super::permit::FleetPermit;
+use crate::clock::Clock;
 use crate::{OnUnavailable, SharedRedis};
 
 /// The name the fleet's calls go under in the shared connection's logs and metric.

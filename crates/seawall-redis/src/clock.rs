@@ -1,10 +1,10 @@
-//! The clock the fleet's buckets and leases are computed on, injectable so that tests move
-//! time by setting it.
+//! The clock the fleet limits' buckets and leases and the shared breakers' open periods and
+//! windows are computed on, injectable so that tests move time by setting it.
 //!
 //! Every replica passes its own reading to the scripts (in milliseconds since the Unix epoch
-//! by default) rather than using the server's `TIME`: tests can then drive refills, pauses and
-//! lease expiry through a [`ManualClock`] while Redis runs on real time, and the scripts stay
-//! deterministic. Replicas' wall clocks differ by a few milliseconds under NTP, which moves a
+//! by default) rather than using the server's `TIME`: tests can then drive refills, pauses,
+//! open periods and lease expiry through a [`ManualClock`] while Redis runs on real time, and
+//! the scripts stay deterministic. Replicas' wall clocks differ by a few milliseconds under NTP, which moves a
 //! refill or a lease expiry by as much; a bucket never refills twice for a clock that runs
 //! behind (time only moves forward in the scripts).
 
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of time in milliseconds, for the fleet's buckets, pauses and leases.
+/// A source of time in milliseconds, for the fleet's buckets, pauses, leases and open periods.
 pub trait Clock: fmt::Debug + Send + Sync + 'static {
     /// Now, in milliseconds (since the Unix epoch for [`SystemClock`]; any origin works as
     /// long as every replica of the fleet uses the same one).
@@ -37,7 +37,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use seawall_redis::fleet::{Clock, ManualClock};
+/// use seawall_redis::{Clock, ManualClock};
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(2));
 /// assert_eq!(clock.now_ms(), 3_000);
