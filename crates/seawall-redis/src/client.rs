@@ -160,7 +160,9 @@ impl SharedRedis {
         let conn = self.inner.conn.clone();
         match tokio::time::timeout(self.inner.timeout, call(conn)).await {
             Ok(Ok(value)) => {
-                if self.inner.degraded.swap(false, Ordering::Relaxed) {
+                // Read first: a swap on every success would write the shared flag's cache
+                // line on every call of every task.
+                if self.is_degraded() && self.inner.degraded.swap(false, Ordering::Relaxed) {
                     tracing::warn!(target: "seawall::redis", store, "shared state reachable again");
                 }
                 Ok(value)
