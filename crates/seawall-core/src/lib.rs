@@ -40,6 +40,7 @@ mod request;
 mod response;
 mod sse;
 mod time;
+pub mod upstream;
 
 pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};

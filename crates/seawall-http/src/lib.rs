@@ -41,10 +41,10 @@
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-http/0.1.0")]
 
-mod config;
 mod transport;
 
-pub use config::{AnthropicConfig, ApiKey, OpenAiConfig, Upstream};
 #[doc(no_inline)]
 pub use seawall_core::ConfigError;
+/// The upstream configurations, shared by every transport (they live in `seawall-core`).
+pub use seawall_core::upstream::{AnthropicConfig, ApiKey, OpenAiConfig, Upstream};
 pub use transport::{HttpTransport, HttpTransportBuilder, ResponseFuture, into_llm_error};

@@ -15,10 +15,10 @@ use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{self, Client, connect::HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use seawall_core::{BoxError, ConfigError, FailureClass, LlmError};
+use seawall_core::{BoxError, ConfigError, LlmError};
 use tower_service::Service;
 
-use crate::config::Upstream;
+use seawall_core::upstream::{Upstream, route};
 
 type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -73,32 +73,7 @@ impl HttpTransport {
 
     fn prepare(&self, req: Request<Bytes>) -> Result<Request<Full<Bytes>>, LlmError> {
         let (mut parts, body) = req.into_parts();
-        let upstream = match (&self.upstream, parts.uri.authority().is_some()) {
-            (Some(up), false) => {
-                parts.uri = up.join(&parts.uri).map_err(|e| {
-                    LlmError::new(
-                        FailureClass::InvalidRequest,
-                        format!("cannot join the request path onto the base URL: {e}"),
-                    )
-                })?;
-                Some(up)
-            }
-            (Some(up), true) => Some(up).filter(|up| up.same_origin(&parts.uri)),
-            (None, false) => {
-                return Err(LlmError::new(
-                    FailureClass::InvalidRequest,
-                    "a relative request URI needs a transport with an upstream base URL",
-                ));
-            }
-            (None, true) => None,
-        };
-        if let Some(up) = upstream {
-            for (name, value) in up.headers() {
-                if !parts.headers.contains_key(name) {
-                    parts.headers.insert(name.clone(), value.clone());
-                }
-            }
-        }
+        route(self.upstream.as_deref(), &mut parts)?;
         Ok(Request::from_parts(parts, Full::new(body)))
     }
 }
@@ -325,6 +300,7 @@ pub fn into_llm_error(err: BoxError) -> LlmError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use seawall_core::FailureClass;
     use std::io;
 
     #[test]

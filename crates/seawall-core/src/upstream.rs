@@ -1,12 +1,17 @@
-//! Where requests go and which credentials they carry.
+//! Where requests go and which credentials they carry: the upstream configurations every
+//! transport shares.
+//!
+//! They live in core, not in a transport crate, because seawall has more than one transport
+//! (its own hyper client, a user's `reqwest::Client`, a custom one) and a provider's base URL,
+//! credential headers and environment variables are the same fact for all of them.
 
 use std::fmt;
 use std::sync::Arc;
 
+use crate::{ConfigError, FailureClass, LlmError};
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Uri};
-use seawall_core::ConfigError;
 
 /// The variable an environment lookup reads is missing (or empty).
 const NOT_SET: &str = "the environment variable is not set (or is empty)";
@@ -30,7 +35,7 @@ fn bad_api_key() -> ConfigError {
 /// An API key. Its `Debug` shows `ApiKey([REDACTED])`; it has no `Display`.
 ///
 /// ```
-/// use seawall_http::ApiKey;
+/// use seawall_core::ApiKey;
 /// let key = ApiKey::new("sk-proj-0123456789abcdef").unwrap();
 /// assert_eq!(format!("{key:?}"), "ApiKey([REDACTED])");
 /// assert!(ApiKey::new("  ").is_err());
@@ -150,7 +155,7 @@ impl Upstream {
     }
 
     /// Whether `uri` points at this upstream's origin.
-    pub(crate) fn same_origin(&self, uri: &Uri) -> bool {
+    pub fn same_origin(&self, uri: &Uri) -> bool {
         let port = |a: &Authority| {
             a.port_u16().unwrap_or(if self.scheme == Scheme::HTTPS {
                 443
@@ -166,7 +171,7 @@ impl Upstream {
     }
 
     /// Joins a relative request URI onto the base URL.
-    pub(crate) fn join(&self, uri: &Uri) -> Result<Uri, http::Error> {
+    pub fn join(&self, uri: &Uri) -> Result<Uri, http::Error> {
         let pq = uri.path_and_query().map_or("/", PathAndQuery::as_str);
         let sep = if pq.starts_with('/') { "" } else { "/" };
         let joined = format!("{}{sep}{pq}", self.base_path);
@@ -176,6 +181,46 @@ impl Upstream {
             .path_and_query(joined)
             .build()
     }
+}
+
+/// Points a request's head at `upstream`, as every transport does before sending.
+///
+/// A relative URI (`/chat/completions`) is joined onto the base URL; the upstream's headers are
+/// added unless the request already has them. An absolute URI to the upstream's origin gets
+/// the headers too; one to another origin gets none of them, so credentials never leave for a
+/// host they were not configured for. A relative URI without an upstream is an
+/// `InvalidRequest` error.
+pub fn route(
+    upstream: Option<&Upstream>,
+    parts: &mut http::request::Parts,
+) -> Result<(), LlmError> {
+    let upstream = match (upstream, parts.uri.authority().is_some()) {
+        (Some(up), false) => {
+            parts.uri = up.join(&parts.uri).map_err(|e| {
+                LlmError::new(
+                    FailureClass::InvalidRequest,
+                    format!("cannot join the request path onto the base URL: {e}"),
+                )
+            })?;
+            Some(up)
+        }
+        (Some(up), true) => Some(up).filter(|up| up.same_origin(&parts.uri)),
+        (None, false) => {
+            return Err(LlmError::new(
+                FailureClass::InvalidRequest,
+                "a relative request URI needs a transport with an upstream base URL",
+            ));
+        }
+        (None, true) => None,
+    };
+    if let Some(up) = upstream {
+        for (name, value) in up.headers() {
+            if !parts.headers.contains_key(name) {
+                parts.headers.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Upstream {
@@ -197,7 +242,7 @@ fn var(lookup: &mut impl FnMut(&str) -> Option<String>, name: &str) -> Option<St
 /// the seawall chaos upstream, ...).
 ///
 /// ```
-/// use seawall_http::{ApiKey, OpenAiConfig};
+/// use seawall_core::{ApiKey, OpenAiConfig};
 /// let cfg = OpenAiConfig::new(ApiKey::new("sk-test-0123456789").unwrap())
 ///     .with_base_url("https://api.deepseek.com/v1");
 /// let up = cfg.upstream().unwrap();
@@ -288,7 +333,7 @@ impl OpenAiConfig {
 /// Anthropic's Messages API.
 ///
 /// ```
-/// use seawall_http::{AnthropicConfig, ApiKey};
+/// use seawall_core::{AnthropicConfig, ApiKey};
 /// let up = AnthropicConfig::new(ApiKey::new("sk-ant-0123456789").unwrap()).upstream().unwrap();
 /// assert_eq!(up.headers()["anthropic-version"], "2023-06-01");
 /// assert!(up.headers()["x-api-key"].is_sensitive());
