@@ -17,7 +17,17 @@
 //! [`OpenAiConfig::from_env`] reads `OPENAI_API_KEY` and `OPENAI_BASE_URL`,
 //! [`AnthropicConfig::from_env`] reads `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL`. Requests
 //! then use relative URIs (`/chat/completions`, `/v1/messages`), and the transport adds the
-//! credentials. Keys are held in [`ApiKey`], whose `Debug` is redacted, and their header values
+//! credentials. The other providers users have come from their own variables too:
+//! [`AzureOpenAiConfig::from_env`] (`AZURE_OPENAI_ENDPOINT`, `AZURE_OPENAI_API_KEY`,
+//! `OPENAI_API_VERSION`: deployment paths and the `api-version` query, or Azure's v1 API),
+//! [`OpenAiConfig::gemini_from_env`] (`GEMINI_API_KEY`: Gemini's OpenAI-compatible endpoint)
+//! and [`OpenAiConfig::compatible_from_env`] (`{PREFIX}_API_KEY` and `{PREFIX}_BASE_URL`, for
+//! DeepSeek, Groq, Mistral, OpenRouter, a self-hosted vLLM, ...). The configurations live in
+//! `seawall-core` so that every transport shares them.
+//!
+//! Behind a corporate proxy, the transport finds it where curl and the SDKs do:
+//! `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (see
+//! [`HttpTransportBuilder::proxy`]). Keys are held in [`ApiKey`], whose `Debug` is redacted, and their header values
 //! are marked sensitive.
 //!
 //! ```no_run
@@ -41,10 +51,15 @@
 //! ```
 #![doc(html_root_url = "https://docs.rs/seawall-http/0.1.0")]
 
+mod proxy;
 mod transport;
 
+/// The proxy rules of [`HttpTransportBuilder::proxy`] (hyper-util's, re-exported).
+pub use hyper_util::client::proxy::matcher::Matcher as ProxyMatcher;
 #[doc(no_inline)]
 pub use seawall_core::ConfigError;
 /// The upstream configurations, shared by every transport (they live in `seawall-core`).
-pub use seawall_core::upstream::{AnthropicConfig, ApiKey, OpenAiConfig, Upstream};
+pub use seawall_core::upstream::{
+    AnthropicConfig, ApiKey, AzureOpenAiConfig, OpenAiConfig, Upstream,
+};
 pub use transport::{HttpTransport, HttpTransportBuilder, ResponseFuture, into_llm_error};

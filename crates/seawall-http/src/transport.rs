@@ -9,18 +9,23 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::PROXY_AUTHORIZATION;
+use http::uri::Scheme;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{self, Client, connect::HttpConnector};
+use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use seawall_core::{BoxError, ConfigError, LlmError};
 use tower_service::Service;
 
 use seawall_core::upstream::{Upstream, route};
 
-type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+use crate::proxy::{ProxyConnector, intercept};
+
+type Inner = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
 /// An HTTP/1.1 and HTTP/2 client for LLM APIs: `Service<http::Request<Bytes>>`.
 ///
@@ -34,6 +39,8 @@ type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 /// - with an [`Upstream`], relative request URIs are resolved against its base URL and its
 ///   headers (credentials, API version, `content-type: application/json`) are added unless
 ///   the request has them. Credentials go only to the upstream's own origin.
+/// - through the proxy that `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` name (read
+///   when the transport is built; see [`HttpTransportBuilder::proxy`]).
 ///
 /// Clones share one connection pool; [`with_upstream`](Self::with_upstream) makes a transport
 /// for another upstream on the same pool.
@@ -47,6 +54,7 @@ type Inner = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 pub struct HttpTransport {
     client: Inner,
     upstream: Option<Arc<Upstream>>,
+    proxy: Option<Arc<Matcher>>,
 }
 
 impl HttpTransport {
@@ -73,7 +81,21 @@ impl HttpTransport {
 
     fn prepare(&self, req: Request<Bytes>) -> Result<Request<Full<Bytes>>, LlmError> {
         let (mut parts, body) = req.into_parts();
-        route(self.upstream.as_deref(), &mut parts)?;
+        route(self.upstream.as_deref(), &mut parts, &body)?;
+        // A forward proxy (plain `http://` destinations) reads its credentials from the request;
+        // a tunnel (`https://`) gets them in its `CONNECT`, never in the end-to-end request.
+        if parts.uri.scheme() == Some(&Scheme::HTTP)
+            && !parts.headers.contains_key(PROXY_AUTHORIZATION)
+        {
+            if let Some(auth) = intercept(self.proxy.as_deref(), &parts.uri)
+                .as_ref()
+                .and_then(|p| p.basic_auth())
+            {
+                let mut auth = auth.clone();
+                auth.set_sensitive(true);
+                parts.headers.insert(PROXY_AUTHORIZATION, auth);
+            }
+        }
         Ok(Request::from_parts(parts, Full::new(body)))
     }
 }
@@ -82,6 +104,7 @@ impl fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpTransport")
             .field("upstream", &self.upstream)
+            .field("proxy", &self.proxy)
             .finish_non_exhaustive()
     }
 }
@@ -146,9 +169,10 @@ impl Future for ResponseFuture {
 ///
 /// Defaults: 32 idle connections kept per host, idle connections closed after 90 s, a 10 s
 /// connect timeout, TCP keep-alive every 60 s, HTTP/2 offered by ALPN over HTTPS (HTTP/1.1
-/// otherwise), TLS with the Mozilla roots.
+/// otherwise), TLS with the Mozilla roots, proxies from the environment.
 #[derive(Debug, Clone)]
 pub struct HttpTransportBuilder {
+    proxy: Proxies,
     pool_max_idle_per_host: usize,
     pool_idle_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
@@ -159,9 +183,18 @@ pub struct HttpTransportBuilder {
     upstream: Option<Upstream>,
 }
 
+/// Where the proxy settings come from.
+#[derive(Debug, Clone)]
+enum Proxies {
+    FromEnv,
+    Given(Arc<Matcher>),
+    Off,
+}
+
 impl Default for HttpTransportBuilder {
     fn default() -> Self {
         HttpTransportBuilder {
+            proxy: Proxies::FromEnv,
             pool_max_idle_per_host: 32,
             pool_idle_timeout: Some(Duration::from_secs(90)),
             connect_timeout: Some(Duration::from_secs(10)),
@@ -221,6 +254,34 @@ impl HttpTransportBuilder {
         self
     }
 
+    /// Sends through the proxies `matcher` names, instead of those of the environment.
+    ///
+    /// By default the builder reads `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY`
+    /// (or their lowercase forms) when it builds, as curl and the official SDKs do. `https://`
+    /// destinations go through a `CONNECT` tunnel with TLS end to end, `http://` ones to the
+    /// proxy in absolute form; credentials in the proxy URL become `Proxy-Authorization`.
+    ///
+    /// ```
+    /// use seawall_http::{HttpTransport, ProxyMatcher};
+    ///
+    /// let proxies = ProxyMatcher::builder()
+    ///     .https("http://proxy.internal:3128")
+    ///     .no("localhost,127.0.0.1,.svc.cluster.local")
+    ///     .build();
+    /// let transport = HttpTransport::builder().proxy(proxies).build().unwrap();
+    /// # let _ = transport;
+    /// ```
+    pub fn proxy(mut self, matcher: Matcher) -> Self {
+        self.proxy = Proxies::Given(Arc::new(matcher));
+        self
+    }
+
+    /// Connects directly, whatever the environment says.
+    pub fn no_proxy(mut self) -> Self {
+        self.proxy = Proxies::Off;
+        self
+    }
+
     /// Sends to `upstream` (see [`HttpTransport::with_upstream`]).
     pub fn upstream(mut self, upstream: Upstream) -> Self {
         self.upstream = Some(upstream);
@@ -241,14 +302,20 @@ impl HttpTransportBuilder {
         http.set_nodelay(true);
         http.set_connect_timeout(self.connect_timeout);
         http.set_keepalive(self.tcp_keepalive);
+        let proxy = match self.proxy {
+            Proxies::FromEnv => Some(Arc::new(Matcher::from_env())),
+            Proxies::Given(m) => Some(m),
+            Proxies::Off => None,
+        };
+        let tcp = ProxyConnector::new(http, proxy.clone());
         let b = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1();
         let connector = if self.http2 || self.http2_prior_knowledge {
-            b.enable_http2().wrap_connector(http)
+            b.enable_http2().wrap_connector(tcp)
         } else {
-            b.wrap_connector(http)
+            b.wrap_connector(tcp)
         };
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(self.pool_max_idle_per_host)
@@ -260,6 +327,7 @@ impl HttpTransportBuilder {
         Ok(HttpTransport {
             client,
             upstream: self.upstream.map(Arc::new),
+            proxy,
         })
     }
 }

@@ -13,7 +13,7 @@ use hyper_util::server::conn::auto;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use seawall_core::{BoxError, FailureClass, LlmError};
 use seawall_http::{
-    AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, Upstream, into_llm_error,
+    AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, ProxyMatcher, Upstream, into_llm_error,
 };
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -258,8 +258,9 @@ async fn debug_never_shows_the_key() {
     assert!(format!("{t:?}").contains("api.openai.com"));
 }
 
-#[tokio::test]
-async fn https_with_http2_by_alpn() {
+/// A self-signed certificate for `localhost`: the server's acceptor (h2 and http/1.1 by ALPN)
+/// and a client configuration that trusts it.
+fn tls_pair() -> (TlsAcceptor, rustls::ClientConfig) {
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let cert_der: CertificateDer<'static> = cert.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
@@ -271,8 +272,6 @@ async fn https_with_http2_by_alpn() {
         .with_single_cert(vec![cert_der.clone()], key)
         .unwrap();
     server_cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let srv = server(Some(TlsAcceptor::from(Arc::new(server_cfg)))).await;
-
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert_der).unwrap();
     let client_cfg = rustls::ClientConfig::builder_with_provider(provider)
@@ -280,6 +279,13 @@ async fn https_with_http2_by_alpn() {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    (TlsAcceptor::from(Arc::new(server_cfg)), client_cfg)
+}
+
+#[tokio::test]
+async fn https_with_http2_by_alpn() {
+    let (acceptor, client_cfg) = tls_pair();
+    let srv = server(Some(acceptor)).await;
     let up = OpenAiConfig::new(ApiKey::new(KEY).unwrap())
         .with_base_url(format!("https://localhost:{}/v1", srv.addr.port()))
         .upstream()
@@ -318,4 +324,178 @@ async fn http2_prior_knowledge_over_plain_http() {
         .unwrap();
     send(&t, post("/v1/messages", "{}")).await.unwrap();
     assert_eq!(srv.last().version, Version::HTTP_2);
+}
+
+/// What a loopback proxy saw: the head of each request it received, in order.
+#[derive(Clone, Default)]
+struct ProxyLog(Arc<Mutex<Vec<String>>>);
+
+impl ProxyLog {
+    fn heads(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A small HTTP proxy on 127.0.0.1: `CONNECT` opens a tunnel to the target (or answers `407`
+/// when `password` is set and the request lacks it); any other request is answered by the
+/// proxy itself with `proxied`, as a forward proxy's upstream would.
+async fn proxy(password: Option<&'static str>) -> (String, ProxyLog) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let log = ProxyLog::default();
+    let seen = log.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if client.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                seen.0.lock().unwrap().push(head.clone());
+                let authorized = password.is_none_or(|p| head.contains(p));
+                if !authorized {
+                    let _ = client
+                        .write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                } else if let Some(target) = head.strip_prefix("CONNECT ") {
+                    let target = target.split(' ').next().unwrap().to_owned();
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    client.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                } else {
+                    let _ = client
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nproxied!")
+                        .await;
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+#[tokio::test]
+async fn https_goes_through_a_connect_tunnel_with_tls_end_to_end() {
+    let (acceptor, client_cfg) = tls_pair();
+    let srv = server(Some(acceptor)).await;
+    let (proxy_url, log) = proxy(None).await;
+    let t = HttpTransport::builder()
+        .tls_config(client_cfg)
+        .proxy(ProxyMatcher::builder().https(proxy_url.as_str()).build())
+        .upstream(
+            OpenAiConfig::new(ApiKey::new(KEY).unwrap())
+                .with_base_url(format!("https://localhost:{}/v1", srv.addr.port()))
+                .upstream()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(
+        send(&t, post("/chat/completions", "{}")).await.unwrap(),
+        "echo:2"
+    );
+    let heads = log.heads();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].starts_with(&format!("CONNECT localhost:{} HTTP/1.1", srv.addr.port())),
+        "{heads:?}"
+    );
+    // The key travels inside the TLS tunnel, never in what the proxy can read.
+    assert!(!heads[0].contains("SECRET"), "{heads:?}");
+    assert_eq!(
+        srv.last().headers["authorization"],
+        format!("Bearer {KEY}").as_str()
+    );
+}
+
+#[tokio::test]
+async fn no_proxy_hosts_connect_directly() {
+    let srv = server(None).await;
+    let (proxy_url, log) = proxy(None).await;
+    let t = HttpTransport::builder()
+        .proxy(
+            ProxyMatcher::builder()
+                .all(proxy_url.as_str())
+                .no("localhost,127.0.0.0/8")
+                .build(),
+        )
+        .upstream(Upstream::new(&srv.url("/v1")).unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(send(&t, post("/messages", "{}")).await.unwrap(), "echo:2");
+    assert!(log.heads().is_empty(), "{:?}", log.heads());
+    assert_eq!(srv.last().path, "/v1/messages");
+}
+
+#[tokio::test]
+async fn plain_http_goes_to_a_forward_proxy_in_absolute_form_with_its_credentials() {
+    let (proxy_url, log) = proxy(Some("Basic dXNlcjpwcm94eS1wYXNz")).await;
+    let with_auth = proxy_url.replace("http://", "http://user:proxy-pass@");
+    let t = HttpTransport::builder()
+        .proxy(ProxyMatcher::builder().http(with_auth.as_str()).build())
+        .upstream(Upstream::new("http://llm.internal:8000/v1").unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(
+        send(&t, post("/chat/completions", "{}")).await.unwrap(),
+        "proxied!"
+    );
+    let heads = log.heads();
+    assert!(
+        heads[0].starts_with("POST http://llm.internal:8000/v1/chat/completions HTTP/1.1"),
+        "{heads:?}"
+    );
+    assert!(
+        heads[0].contains("proxy-authorization: Basic dXNlcjpwcm94eS1wYXNz"),
+        "{heads:?}"
+    );
+    assert!(!format!("{t:?}").contains("proxy-pass"), "{t:?}");
+}
+
+#[tokio::test]
+async fn a_proxy_that_refuses_the_tunnel_is_a_connect_error_without_its_credentials() {
+    let (proxy_url, log) = proxy(Some("never sent")).await;
+    let with_auth = proxy_url.replace("http://", "http://user:proxy-pass@");
+    let t = HttpTransport::builder()
+        .proxy(ProxyMatcher::builder().https(with_auth.as_str()).build())
+        .upstream(Upstream::new("https://api.openai.com/v1").unwrap())
+        .build()
+        .unwrap();
+    let err = into_llm_error(
+        t.oneshot(post("/chat/completions", "{}"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.class(), FailureClass::Connect, "{err}");
+    assert_eq!(log.heads().len(), 1);
+    assert!(log.heads()[0].starts_with("CONNECT api.openai.com:443"));
+    let mut shown = format!("{err} {err:?}");
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        shown.push_str(&format!(" {s} {s:?}"));
+        source = s.source();
+    }
+    assert!(!shown.contains("proxy-pass"), "{shown}");
+}
+
+#[tokio::test]
+async fn a_socks_proxy_is_refused_with_a_clear_connect_error_not_bypassed() {
+    let srv = server(None).await;
+    let t = HttpTransport::builder()
+        .proxy(ProxyMatcher::builder().all("socks5://127.0.0.1:1").build())
+        .upstream(Upstream::new(&srv.url("/v1")).unwrap())
+        .build()
+        .unwrap();
+    let err = into_llm_error(t.oneshot(post("/messages", "{}")).await.unwrap_err());
+    assert_eq!(err.class(), FailureClass::Connect, "{err}");
+    assert!(err.to_string().contains("socks5"), "{err}");
+    assert_eq!(srv.connections.load(Ordering::SeqCst), 0);
 }
