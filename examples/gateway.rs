@@ -138,15 +138,12 @@ async fn main() -> Result<(), BoxError> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(seawall::mock::serve(listener, MockUpstream::new(chaos())));
-        let openai = OpenAiConfig::new(ApiKey::new("sk-chaos-mock")?)
-            .with_base_url(format!("http://{addr}/v1"));
-        let anthropic = AnthropicConfig::new(ApiKey::new("sk-ant-chaos-mock")?)
-            .with_base_url(format!("http://{addr}"));
+        let (openai, anthropic) = mock_upstreams(addr, "sk-chaos-mock")?;
         let note = format!(
             "  both routes: the chaos upstream at http://{addr} (no OPENAI_API_KEY nor \
              ANTHROPIC_API_KEY; stats: curl -s http://{addr}/mock/stats)"
         );
-        (Some(openai.upstream()?), Some(anthropic.upstream()?), note)
+        (Some(openai), Some(anthropic), note)
     } else {
         let openai_note = openai.as_ref().map_or_else(
             || "not served (OPENAI_API_KEY unset)".to_owned(),
@@ -171,6 +168,18 @@ async fn main() -> Result<(), BoxError> {
         })
         .await?;
     Ok(())
+}
+
+/// The OpenAI and the Anthropic upstream on one `seawall-mock` server at `addr` (it speaks
+/// both), called with `key`.
+pub(crate) fn mock_upstreams(
+    addr: SocketAddr,
+    key: &str,
+) -> Result<(Upstream, Upstream), BoxError> {
+    let key = ApiKey::new(key)?;
+    let openai = OpenAiConfig::new(key.clone()).with_base_url(format!("http://{addr}/v1"));
+    let anthropic = AnthropicConfig::new(key).with_base_url(format!("http://{addr}"));
+    Ok((openai.upstream()?, anthropic.upstream()?))
 }
 
 /// A configuration read from the environment, or `None` when its key variable is not set.

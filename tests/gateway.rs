@@ -17,7 +17,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use seawall::http::{AnthropicConfig, ApiKey, OpenAiConfig};
 use seawall::mock::{Count, ErrorRule, MockUpstream, Profile};
 use seawall_test_support::global_log;
 use serde_json::Value;
@@ -89,15 +88,7 @@ async fn start_serving(profile: Profile, settings: Settings, apis: Apis) -> Runn
         .layer(axum::middleware::map_response(with_org_headers));
     tokio::spawn(async move { axum::serve(listener, router).await });
 
-    let key = ApiKey::new(UPSTREAM_KEY).unwrap();
-    let openai = OpenAiConfig::new(key.clone())
-        .with_base_url(format!("http://{upstream_addr}/v1"))
-        .upstream()
-        .unwrap();
-    let anthropic = AnthropicConfig::new(key)
-        .with_base_url(format!("http://{upstream_addr}"))
-        .upstream()
-        .unwrap();
+    let (openai, anthropic) = gateway::mock_upstreams(upstream_addr, UPSTREAM_KEY).unwrap();
     let anthropic = (apis == Apis::Both).then_some(anthropic);
     let providers = gateway::Providers::new(Some(openai), anthropic, &settings).unwrap();
     let listener = gateway::bind(&settings.addr, &settings.keys).await.unwrap();

@@ -23,7 +23,6 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use gateway::{ClientKeys, Settings};
-use seawall::http::{AnthropicConfig, ApiKey, OpenAiConfig};
 use seawall::mock::{ErrorRule, MockUpstream, Profile};
 use seawall_test_support::global_log;
 use tokio::net::TcpListener;
@@ -90,15 +89,8 @@ async fn the_official_python_sdks_work_against_the_gateway() {
         anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
         allow_unpriced: false,
     };
-    let key = ApiKey::new("sk-upstream-key-of-the-gateway").unwrap();
-    let openai = OpenAiConfig::new(key.clone())
-        .with_base_url(format!("http://{upstream}/v1"))
-        .upstream()
-        .unwrap();
-    let anthropic = AnthropicConfig::new(key)
-        .with_base_url(format!("http://{upstream}"))
-        .upstream()
-        .unwrap();
+    let (openai, anthropic) =
+        gateway::mock_upstreams(upstream, "sk-upstream-key-of-the-gateway").unwrap();
     let providers = gateway::Providers::new(Some(openai), Some(anthropic), &settings).unwrap();
     let listener = gateway::bind(&settings.addr, &settings.keys).await.unwrap();
     let addr = listener.local_addr().unwrap();
