@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use seawall::mock::{Count, ErrorRule, MockUpstream, Profile};
+use seawall::mock::{Count, Delay, ErrorRule, MockUpstream, Profile};
 use seawall_test_support::global_log;
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -493,7 +493,7 @@ async fn a_model_is_retrieved_by_id_in_either_format() {
 
 #[tokio::test]
 async fn messages_are_answered_through_the_anthropic_stack() {
-    let log = global_log();
+    global_log();
     let run = start(Profile::default(), settings("", false)).await;
     let a = post_messages(run.gateway, &[], message("claude-sonnet-4-5", false)).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
@@ -521,12 +521,22 @@ async fn messages_are_answered_through_the_anthropic_stack() {
         );
     }
     assert_eq!(run.upstream.stats().requests, 1);
-    // The call record covers the Messages API too.
+}
+
+#[tokio::test]
+async fn messages_calls_are_recorded_and_charged() {
+    let log = global_log();
+    // A model name no other test uses, so its record is this test's.
+    let run = start(Profile::default(), settings("", true)).await;
+    let a = post_messages(run.gateway, &[], message("claude-record-probe", false)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let logged = log.text();
-    assert!(
-        logged.contains("seawall::call") && logged.contains("claude-sonnet-4-5"),
-        "{logged}"
-    );
+    let record = logged
+        .lines()
+        .find(|l| l.contains("seawall::call") && l.contains("claude-record-probe"))
+        .unwrap_or_else(|| panic!("no call record in {logged}"));
+    assert!(record.contains("\"cost_usd\""), "{record}");
+    assert!(record.contains("\"output_tokens\""), "{record}");
 }
 
 #[tokio::test]
@@ -727,4 +737,51 @@ async fn an_anthropic_outage_is_answered_by_the_claude_fallback() {
         let served = a.headers["x-seawall-served-by"].to_str().unwrap();
         assert!(served.contains("claude-haiku-4-5"), "{served}");
     }
+}
+
+#[tokio::test]
+async fn one_daily_budget_covers_both_apis() {
+    global_log();
+    // Streams that start at once and then take a minute per token: a started stream keeps its
+    // reservation while the test holds it open.
+    let profile = Profile::default()
+        .output_tokens(Count::fixed(2))
+        .per_token_latency(Delay::fixed(Duration::from_secs(60)));
+    let run = start(profile, settings("", false)).await;
+    // $4 reserved: 400k output tokens of gpt-4o at $10 per million.
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let held = http::Request::post(format!("http://{}/v1/chat/completions", run.gateway))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(chat("gpt-4o").replace(
+            "\"max_tokens\":16",
+            "\"stream\":true,\"max_tokens\":400000",
+        ))))
+        .unwrap();
+    let held = bounded(client.request(held)).await.unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+
+    // $1.50 more through the other API: 100k output tokens of Claude Sonnet at $15 per million.
+    // Streamed, so that were it served, its head would come at once, not after the tokens.
+    let sonnet =
+        message("claude-sonnet-4-5", true).replace("\"max_tokens\":16", "\"max_tokens\":100000");
+    let req = http::Request::post(format!("http://{}/v1/messages", run.gateway))
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .body(Full::new(Bytes::from(sonnet.clone())))
+        .unwrap();
+    let refused = bounded(client.request(req)).await.unwrap();
+    drop(held);
+    assert_eq!(refused.status(), StatusCode::PAYMENT_REQUIRED);
+    let body = bounded(refused.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap_or_default();
+    assert_eq!(body["error"]["type"], "billing_error", "{body}");
+
+    // Without the held reservation the same call fits: the refusal was the shared budget's.
+    let other = start(Profile::default(), settings("", false)).await;
+    let a = post_messages(other.gateway, &[], sonnet).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
 }

@@ -46,12 +46,12 @@ impl Dialect {
 /// nor a budget's limit and spend: those go to the log.
 #[derive(Debug)]
 pub(crate) struct PublicError {
-    pub(crate) status: StatusCode,
+    status: StatusCode,
     /// OpenAI's `type`; Anthropic's is derived from the status.
-    pub(crate) kind: &'static str,
-    pub(crate) message: &'static str,
+    kind: &'static str,
+    message: &'static str,
     /// OpenAI's `code` (Anthropic's bodies have none).
-    pub(crate) code: Option<&'static str>,
+    code: Option<&'static str>,
 }
 
 impl PublicError {
@@ -84,7 +84,7 @@ impl PublicError {
     }
 }
 
-pub(crate) fn public_error(e: &LlmError) -> PublicError {
+fn public_error(e: &LlmError) -> PublicError {
     use FailureClass::*;
     if e.code() == Some("unpriced_model") {
         return PublicError {
@@ -160,7 +160,7 @@ fn anthropic_kind(status: StatusCode) -> &'static str {
 }
 
 /// The error body in the client's format.
-pub(crate) fn error_body(e: &PublicError, dialect: Dialect) -> String {
+fn error_body(e: &PublicError, dialect: Dialect) -> String {
     let body = match dialect {
         Dialect::OpenAi => serde_json::json!({
             "error": {
