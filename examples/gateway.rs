@@ -101,14 +101,15 @@ use tokio::net::TcpListener;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
-// The files of a multi-file example live in a directory named after it; the paths are
-// spelled out because the tests include this file as a module of their own.
+// As an example's crate root, this file would look for `mod errors;` in examples/, where Cargo
+// takes every file for an example of its own; so the modules live in examples/gateway/ and
+// are named by path (which also holds when the tests include this file as a module).
 #[path = "gateway/errors.rs"]
 mod errors;
 #[path = "gateway/models.rs"]
 mod models;
 
-pub(crate) use errors::{Dialect, ProxyBody, PublicError};
+use errors::{Dialect, ProxyBody, PublicError};
 use models::Model;
 
 /// One upstream's protected client: every request through the whole stack.
