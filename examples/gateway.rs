@@ -1,71 +1,94 @@
-//! An OpenAI-compatible gateway: `POST /v1/chat/completions`, protected by the full
-//! recommended seawall stack, with streaming passed through to the client as server-sent events.
+//! An OpenAI- and Anthropic-compatible gateway: `POST /v1/chat/completions` and
+//! `POST /v1/messages`, each protected by the full recommended seawall stack, with streaming
+//! passed through to the client as server-sent events. Point the official SDKs at it:
+//! `OpenAI(base_url="http://127.0.0.1:8080/v1")`, `Anthropic(base_url="http://127.0.0.1:8080")`
+//! (tests/sdk/ runs both against it).
 //!
 //! ```text
-//! cargo run --example gateway                          # no key: an in-process chaos upstream
-//! OPENAI_API_KEY=sk-... cargo run --example gateway    # a real provider (OPENAI_BASE_URL too)
+//! cargo run --example gateway                            # no keys: an in-process chaos upstream
+//! OPENAI_API_KEY=sk-... cargo run --example gateway      # OpenAI (OPENAI_BASE_URL too)
+//! ANTHROPIC_API_KEY=sk-ant-... cargo run --example gateway   # Anthropic (ANTHROPIC_BASE_URL too)
 //! ```
 //!
-//! It prints its address and ready-to-paste `curl` commands. `GATEWAY_ADDR` sets the address
-//! (default `127.0.0.1:8080`), `FALLBACK_MODEL` the model tried when the requested one has
-//! failed for good (default `gpt-4o-mini`), `RUST_LOG` the log filter (default `info`).
+//! Routes:
 //!
-//! The gateway spends its upstream key for whoever reaches it, so it is closed by default:
+//! - `POST /v1/chat/completions`: OpenAI's Chat Completions API, to the OpenAI upstream
+//!   (`OPENAI_API_KEY`, `OPENAI_BASE_URL`).
+//! - `POST /v1/messages`: Anthropic's Messages API, to the Anthropic upstream
+//!   (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
+//! - `GET /v1/models` and `GET /v1/models/{id}`: the models the gateway serves (its price
+//!   table's, plus the fallback model), in OpenAI's list format, or in Anthropic's when the
+//!   request carries `anthropic-version` (the Anthropic SDK always sends it). Each format
+//!   lists its own upstream's models.
+//!
+//! The gateway does not translate between the two formats: `/v1/messages` needs an Anthropic
+//! upstream and `/v1/chat/completions` an OpenAI one. With only `OPENAI_API_KEY` set,
+//! `/v1/messages` answers 404 with an error that says so (and the other way round). With
+//! neither key, the chaos upstream below speaks both formats and serves both routes.
+//!
+//! It prints its address and ready-to-paste `curl` commands. `GATEWAY_ADDR` sets the address
+//! (default `127.0.0.1:8080`), `FALLBACK_MODEL` the model tried when the requested OpenAI
+//! model has failed for good (default `gpt-4o-mini`), `ANTHROPIC_FALLBACK_MODEL` the same for
+//! Claude (default `claude-haiku-4-5`), `RUST_LOG` the log filter (default `info`).
+//!
+//! The gateway spends its upstream keys for whoever reaches it, so it is closed by default:
 //!
 //! - `GATEWAY_KEYS` (comma-separated) lists the keys clients must send, as
-//!   `Authorization: Bearer <key>` or `x-api-key: <key>`; they are compared in constant time.
-//!   Without it the gateway refuses to listen anywhere but on a loopback address, and its
-//!   banner says so.
+//!   `Authorization: Bearer <key>` (the OpenAI SDK) or `x-api-key: <key>` (the Anthropic SDK);
+//!   they are compared in constant time. Without it the gateway refuses to listen anywhere but
+//!   on a loopback address, and its banner says so.
 //! - Clients see the answer, its content type and who served it; the upstream's rate-limit
 //!   headers, organisation and project ids and request ids stay behind.
-//! - A failure reaches the client as an HTTP status and a class-level message. The detail
-//!   (the provider's message, a budget's limit and spend) goes to the log, redacted.
+//! - A failure reaches the client as an HTTP status and a class-level message, in the error
+//!   format of the API it called (OpenAI's `{"error":{...}}`, Anthropic's
+//!   `{"type":"error","error":{...}}`), with the same status for the same failure class. The
+//!   detail (the provider's message, a budget's limit and spend) goes to the log, redacted.
 //! - Request bodies are capped at [`MAX_REQUEST_BODY`] (413 beyond).
 //! - A model missing from the price table is refused with a 400, since its spend cannot be
-//!   counted; `GATEWAY_ALLOW_UNPRICED=1` prices such models at a default rate instead.
+//!   counted; `GATEWAY_ALLOW_UNPRICED=1` prices such models at a default rate instead. One
+//!   daily budget covers both APIs.
 //!
-//! Without `OPENAI_API_KEY` the gateway starts `seawall_mock::serve` on a free loopback port with
-//! a faulty profile: 503s and 500s now and then, an HTML 502 from a "proxy", a 529 outage of
-//! `gpt-4o` for 20 s of every minute, keep-alive comments before the first token, overload
-//! events before the first token, and the odd stream cut mid-way. What it shows, in the log
-//! and in `curl`'s output:
+//! Without `OPENAI_API_KEY` and `ANTHROPIC_API_KEY` the gateway starts `seawall_mock::serve` on
+//! a free loopback port with a faulty profile: 503s and 500s now and then, an HTML 502 from a
+//! "proxy", a 529 outage of `gpt-4o` and `claude-sonnet-4-5` for 20 s of every minute,
+//! keep-alive comments before the first token, overload events before the first token, and the
+//! odd stream cut mid-way. What it shows, in the log and in `curl`'s output:
 //!
 //! - retried failures never reach the client (`seawall::retry` log lines);
-//! - during the `gpt-4o` outage the answer comes from `FALLBACK_MODEL`, and the response says
-//!   so in its `x-seawall-served-by` header;
+//! - during the outage the answer comes from the fallback model, and the response says so in
+//!   its `x-seawall-served-by` header;
 //! - keep-alives pass through, but a stream is committed only at its first real token;
-//! - a stream cut after its first token ends with an SSE error event (`stream_interrupted`),
-//!   never as a silently truncated answer;
+//! - a stream cut after its first token ends with an SSE error event (`stream_interrupted`
+//!   for OpenAI clients, an `event: error` for Anthropic ones), never as a silently truncated
+//!   answer;
 //! - a failure that cannot be helped becomes an HTTP status and a class-level message
 //!   (`insufficient_quota` as 429, a context-length error as 400, an outage as 503, ...);
 //! - one structured record per call (target `seawall::call`): attempts, queue wait, time to
 //!   first token, cost, who served.
 //!
-//! The gateway uses its own upstream key; a client's `Authorization` header is not forwarded.
+//! The gateway uses its own upstream keys; a client's `Authorization` or `x-api-key` header is
+//! not forwarded, nor its `anthropic-version` or `anthropic-beta` (the upstream gets the
+//! configured version).
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use bytes::Bytes;
-use http_body::{Body, Frame};
-use http_body_util::BodyExt;
-use http_body_util::combinators::UnsyncBoxBody;
 use seawall::breaker::CircuitBreakerLayer;
-use seawall::budget::{Budget, CostBudgetLayer, MissingMaxOutput, Price, PriceTable, Usd};
+use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Price, Usd};
 use seawall::classify::ClassifyLayer;
-use seawall::core::{BoxError, ServedBy};
+use seawall::core::{BoxError, ConfigError};
 use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::gate::ConcurrencyGateLayer;
-use seawall::http::{ApiKey, HttpTransport, OpenAiConfig};
+use seawall::http::{AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, Upstream};
 use seawall::mock::{
     Count, Delay, ErrorRule, KeepAliveStyle, MalformedKind, MockUpstream, Profile,
 };
@@ -78,11 +101,22 @@ use tokio::net::TcpListener;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
 
-/// The protected client: every request through the whole stack.
+// As an example's crate root, this file would look for `mod errors;` in examples/, where Cargo
+// takes every file for an example of its own; so the modules live in examples/gateway/ and
+// are named by path (which also holds when the tests include this file as a module).
+#[path = "gateway/errors.rs"]
+mod errors;
+#[path = "gateway/models.rs"]
+mod models;
+
+use errors::{Dialect, ProxyBody, PublicError};
+use models::Model;
+
+/// One upstream's protected client: every request through the whole stack.
 pub(crate) type Client =
     BoxCloneSyncService<http::Request<Bytes>, http::Response<ProxyBody>, LlmError>;
 
-/// How many calls may be in flight upstream at once (and idle connections kept).
+/// How many calls may be in flight to one upstream at once (and idle connections kept).
 const PERMITS: usize = 16;
 
 /// The largest request body accepted: 1 MiB, far more than a long text conversation needs,
@@ -99,36 +133,63 @@ async fn main() -> Result<(), BoxError> {
         .init();
 
     let settings = Settings::from_env();
-    let (config, upstream_note) = match OpenAiConfig::from_env() {
-        Ok(config) => {
-            let note = format!("{} (OPENAI_API_KEY)", config.base_url());
-            (config, note)
-        }
-        Err(e) if e.field() == "OPENAI_API_KEY" => {
-            let listener = TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            tokio::spawn(seawall::mock::serve(listener, MockUpstream::new(chaos())));
-            let config = OpenAiConfig::new(ApiKey::new("sk-chaos-mock")?)
-                .with_base_url(format!("http://{addr}/v1"));
-            let note = format!(
-                "the chaos upstream at http://{addr}/v1 (no OPENAI_API_KEY; stats: curl -s http://{addr}/mock/stats)"
-            );
-            (config, note)
-        }
-        Err(e) => return Err(e.into()),
+    let openai = unless_missing(OpenAiConfig::from_env(), "OPENAI_API_KEY")?;
+    let anthropic = unless_missing(AnthropicConfig::from_env(), "ANTHROPIC_API_KEY")?;
+    let (openai, anthropic, upstreams) = if openai.is_none() && anthropic.is_none() {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(seawall::mock::serve(listener, MockUpstream::new(chaos())));
+        let (openai, anthropic) = mock_upstreams(addr, "sk-chaos-mock")?;
+        let note = format!(
+            "  both routes: the chaos upstream at http://{addr} (no OPENAI_API_KEY nor \
+             ANTHROPIC_API_KEY; stats: curl -s http://{addr}/mock/stats)"
+        );
+        (Some(openai), Some(anthropic), note)
+    } else {
+        let openai_note = openai.as_ref().map_or_else(
+            || "not served (OPENAI_API_KEY unset)".to_owned(),
+            |c| format!("{} (OPENAI_API_KEY)", c.base_url()),
+        );
+        let anthropic_note = anthropic.as_ref().map_or_else(
+            || "not served (ANTHROPIC_API_KEY unset)".to_owned(),
+            |c| format!("{} (ANTHROPIC_API_KEY)", c.base_url()),
+        );
+        let note =
+            format!("  /v1/chat/completions: {openai_note}\n  /v1/messages: {anthropic_note}");
+        let openai = openai.map(|c| c.upstream()).transpose()?;
+        let anthropic = anthropic.map(|c| c.upstream()).transpose()?;
+        (openai, anthropic, note)
     };
-    let client = client(&config, &settings)?;
+    let providers = Providers::new(openai, anthropic, &settings)?;
     let listener = bind(&settings.addr, &settings.keys).await?;
-    print!(
-        "{}",
-        banner(listener.local_addr()?, &upstream_note, &settings)
-    );
-    axum::serve(listener, app(client, settings.keys))
+    print!("{}", banner(listener.local_addr()?, &upstreams, &settings));
+    axum::serve(listener, app(providers, settings.keys))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
     Ok(())
+}
+
+/// The OpenAI and the Anthropic upstream on one `seawall-mock` server at `addr` (it speaks
+/// both), called with `key`.
+pub(crate) fn mock_upstreams(
+    addr: SocketAddr,
+    key: &str,
+) -> Result<(Upstream, Upstream), BoxError> {
+    let key = ApiKey::new(key)?;
+    let openai = OpenAiConfig::new(key.clone()).with_base_url(format!("http://{addr}/v1"));
+    let anthropic = AnthropicConfig::new(key).with_base_url(format!("http://{addr}"));
+    Ok((openai.upstream()?, anthropic.upstream()?))
+}
+
+/// A configuration read from the environment, or `None` when its key variable is not set.
+fn unless_missing<T>(read: Result<T, ConfigError>, key: &str) -> Result<Option<T>, ConfigError> {
+    match read {
+        Ok(config) => Ok(Some(config)),
+        Err(e) if e.field() == key => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// What the environment configures.
@@ -138,8 +199,11 @@ pub(crate) struct Settings {
     pub(crate) addr: String,
     /// The keys clients must present (`GATEWAY_KEYS`).
     pub(crate) keys: ClientKeys,
-    /// The model tried when the requested one failed for good (`FALLBACK_MODEL`).
+    /// The OpenAI model tried when the requested one failed for good (`FALLBACK_MODEL`).
     pub(crate) fallback_model: String,
+    /// The Claude model tried when the requested one failed for good
+    /// (`ANTHROPIC_FALLBACK_MODEL`).
+    pub(crate) anthropic_fallback_model: String,
     /// Whether models without a price are served at a default rate (`GATEWAY_ALLOW_UNPRICED`).
     pub(crate) allow_unpriced: bool,
 }
@@ -151,6 +215,8 @@ impl Settings {
             addr: var("GATEWAY_ADDR").unwrap_or_else(|| "127.0.0.1:8080".to_owned()),
             keys: ClientKeys::parse(&var("GATEWAY_KEYS").unwrap_or_default()),
             fallback_model: var("FALLBACK_MODEL").unwrap_or_else(|| "gpt-4o-mini".to_owned()),
+            anthropic_fallback_model: var("ANTHROPIC_FALLBACK_MODEL")
+                .unwrap_or_else(|| "claude-haiku-4-5".to_owned()),
             allow_unpriced: var("GATEWAY_ALLOW_UNPRICED")
                 .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes")),
         }
@@ -211,32 +277,182 @@ async fn require_key(State(keys): State<ClientKeys>, req: Request, next: Next) -
     if keys.is_empty() || presented_key(req.headers()).is_some_and(|k| keys.accepts(k)) {
         return next.run(req).await;
     }
-    let body = error_body(&PublicError {
-        status: StatusCode::UNAUTHORIZED,
-        kind: "authentication_error",
-        message: "Missing or unknown API key: send one of the gateway's keys as \
-                  `Authorization: Bearer <key>` or `x-api-key: <key>`.",
-        code: Some("invalid_api_key"),
-    });
-    (
+    let dialect = Dialect::of(req.uri().path(), req.headers());
+    let mut resp = PublicError::gateway(
         StatusCode::UNAUTHORIZED,
-        [
-            (header::CONTENT_TYPE, "application/json"),
-            (header::WWW_AUTHENTICATE, "Bearer"),
-        ],
-        body,
+        "authentication_error",
+        "Missing or unknown API key: send one of the gateway's keys as \
+         `Authorization: Bearer <key>` or `x-api-key: <key>`.",
+        Some("invalid_api_key"),
     )
-        .into_response()
+    .response(dialect, None);
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
 }
 
-/// The gateway's HTTP application around a protected `client`.
-pub(crate) fn app(client: Client, keys: ClientKeys) -> Router {
+/// One upstream's protected client and the models it serves.
+#[derive(Clone)]
+pub(crate) struct Provider {
+    client: Client,
+    models: Arc<[Model]>,
+}
+
+/// The upstreams behind the two APIs; `None` where none is configured.
+#[derive(Clone)]
+pub(crate) struct Providers {
+    openai: Option<Provider>,
+    anthropic: Option<Provider>,
+}
+
+impl Providers {
+    /// A stack for each upstream given. Both charge one daily budget.
+    pub(crate) fn new(
+        openai: Option<Upstream>,
+        anthropic: Option<Upstream>,
+        settings: &Settings,
+    ) -> Result<Self, BoxError> {
+        let store = Arc::new(MemoryStore::default());
+        Ok(Providers {
+            openai: openai
+                .map(|up| provider(up, Dialect::OpenAi, &store, settings))
+                .transpose()?,
+            anthropic: anthropic
+                .map(|up| provider(up, Dialect::Anthropic, &store, settings))
+                .transpose()?,
+        })
+    }
+
+    fn get(&self, dialect: Dialect) -> Option<&Provider> {
+        match dialect {
+            Dialect::OpenAi => self.openai.as_ref(),
+            Dialect::Anthropic => self.anthropic.as_ref(),
+        }
+    }
+
+    /// The models served in `dialect`'s API (none without its upstream).
+    fn models(&self, dialect: Dialect) -> &[Model] {
+        self.get(dialect).map_or(&[], |p| &p.models)
+    }
+}
+
+/// The gateway's HTTP application around its upstreams.
+pub(crate) fn app(providers: Providers, keys: ClientKeys) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(retrieve_model))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY))
         // Checked before the body is read.
         .route_layer(middleware::from_fn_with_state(keys, require_key))
-        .with_state(client)
+        .with_state(providers)
+}
+
+async fn chat_completions(
+    State(providers): State<Providers>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    forward(&providers, Dialect::OpenAi, body).await
+}
+
+async fn messages(
+    State(providers): State<Providers>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    forward(&providers, Dialect::Anthropic, body).await
+}
+
+/// Sends a request through the stack of `dialect`'s upstream.
+async fn forward(
+    providers: &Providers,
+    dialect: Dialect,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some(provider) = providers.get(dialect) else {
+        return PublicError::gateway(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            match dialect {
+                Dialect::OpenAi => {
+                    "This gateway has no OpenAI upstream, so it does not serve \
+                     /v1/chat/completions. It does not translate between the OpenAI and \
+                     Anthropic formats."
+                }
+                Dialect::Anthropic => {
+                    "This gateway has no Anthropic upstream, so it does not serve /v1/messages. \
+                     It does not translate between the OpenAI and Anthropic formats."
+                }
+            },
+            Some("route_not_served"),
+        )
+        .response(dialect, None);
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unreadable_body(&rejection).response(dialect, None),
+    };
+    // Relative to the upstream's base URL: OpenAI's includes `/v1`, Anthropic's does not.
+    let path = match dialect {
+        Dialect::OpenAi => "/chat/completions",
+        Dialect::Anthropic => "/v1/messages",
+    };
+    let req = http::Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body);
+    let req = match req {
+        Ok(req) => req,
+        Err(e) => {
+            let e = LlmError::new(FailureClass::InvalidRequest, e.to_string());
+            return errors::error_response(&e, dialect);
+        }
+    };
+    match provider.client.clone().oneshot(req).await {
+        Ok(resp) => resp.map(axum::body::Body::new),
+        Err(e) => errors::error_response(&e, dialect),
+    }
+}
+
+/// A body too large for [`MAX_REQUEST_BODY`] (413), or one that could not be read.
+fn unreadable_body(rejection: &BytesRejection) -> PublicError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        PublicError::gateway(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "The request body is larger than this gateway accepts.",
+            Some("request_too_large"),
+        )
+    } else {
+        PublicError::gateway(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "The request body could not be read.",
+            None,
+        )
+    }
+}
+
+async fn list_models(State(providers): State<Providers>, headers: HeaderMap) -> Response {
+    let dialect = Dialect::of("/v1/models", &headers);
+    Json(models::list_json(providers.models(dialect), dialect)).into_response()
+}
+
+async fn retrieve_model(
+    State(providers): State<Providers>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let dialect = Dialect::of("/v1/models", &headers);
+    match providers.models(dialect).iter().find(|m| m.id == id) {
+        Some(model) => Json(models::model_json(model, dialect)).into_response(),
+        None => PublicError::gateway(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "The requested model or resource does not exist.",
+            Some("model_not_found"),
+        )
+        .response(dialect, None),
+    }
 }
 
 /// Why an address may not be served: without client keys, anything but loopback.
@@ -257,21 +473,31 @@ pub(crate) async fn bind(addr: &str, keys: &ClientKeys) -> Result<TcpListener, B
     Ok(TcpListener::bind(addrs.as_slice()).await?)
 }
 
-/// The recommended stack, outer to inner, around the HTTP transport.
-pub(crate) fn client(config: &OpenAiConfig, settings: &Settings) -> Result<Client, BoxError> {
+/// The recommended stack, outer to inner, around the HTTP transport to `upstream`, for the
+/// API of `dialect`: its price table, its fallback model, and the budget `store` shared by
+/// both APIs.
+fn provider(
+    upstream: Upstream,
+    dialect: Dialect,
+    store: &Arc<MemoryStore>,
+    settings: &Settings,
+) -> Result<Provider, BoxError> {
+    let (priced, fallback) = match dialect {
+        Dialect::OpenAi => (models::OPENAI_MODELS, &settings.fallback_model),
+        Dialect::Anthropic => (models::ANTHROPIC_MODELS, &settings.anthropic_fallback_model),
+    };
     let transport = HttpTransport::builder()
         .pool_max_idle_per_host(PERMITS)
-        .upstream(config.upstream()?)
+        .upstream(upstream)
         .build()?;
-    let mut prices = PriceTable::new()
-        .with("gpt-4o", Price::per_million_f64(2.5, 10.0)?)
-        .with("gpt-4o-mini", Price::per_million_f64(0.15, 0.6)?);
+    let mut prices = models::price_table(priced)?;
     if settings.allow_unpriced {
         // Without a default, the budget refuses unlisted models (code `unpriced_model`).
         prices.set_default(Some(Price::per_million_f64(5.0, 15.0)?));
     }
     let budget = CostBudgetLayer::builder(prices)
         .budget(Budget::daily("daily", Usd::from_dollars(5)))
+        .store(Arc::clone(store))
         .missing_max_output(MissingMaxOutput::Default(1024))
         .build()?;
     let retry = BackoffRetryLayer::builder()
@@ -290,11 +516,9 @@ pub(crate) fn client(config: &OpenAiConfig, settings: &Settings) -> Result<Clien
         .build()?;
 
     let stack = ServiceBuilder::new()
-        .map_response(proxy_response)
+        .map_response(move |resp| errors::proxy_response(resp, dialect))
         .layer(ObserveLayer::builder().recorder(TracingRecorder).build()?)
-        .layer(FallbackLayer::new([Target::model(
-            &settings.fallback_model,
-        )]))
+        .layer(FallbackLayer::new([Target::model(fallback)]))
         // One body type for every target, so another provider's stack can join the chain as
         // `Target::service("name", other_stack.map_response(box_response))`.
         .map_response(box_response)
@@ -305,7 +529,10 @@ pub(crate) fn client(config: &OpenAiConfig, settings: &Settings) -> Result<Clien
         .layer(timeouts)
         .layer(ClassifyLayer::default())
         .service(transport);
-    Ok(BoxCloneSyncService::new(stack))
+    Ok(Provider {
+        client: BoxCloneSyncService::new(stack),
+        models: models::served(priced, fallback),
+    })
 }
 
 /// A provider having a bad day, reproducibly.
@@ -324,219 +551,27 @@ fn chaos() -> Profile {
         .error(
             ErrorRule::outage(529, Duration::from_secs(20), Duration::from_secs(40))
                 .every(Duration::from_secs(60))
-                .model("gpt-4o"),
+                .model("gpt-4o")
+                .model("claude-sonnet-4-5"),
         )
         .error(ErrorRule::random(503, 0.1))
         .error(ErrorRule::random(500, 0.05))
 }
 
-async fn chat_completions(State(client): State<Client>, body: Bytes) -> Response {
-    let req = http::Request::post("/chat/completions")
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body);
-    let req = match req {
-        Ok(req) => req,
-        Err(e) => {
-            return error_response(&LlmError::new(FailureClass::InvalidRequest, e.to_string()));
-        }
-    };
-    match client.oneshot(req).await {
-        Ok(resp) => resp.map(axum::body::Body::new),
-        Err(e) => error_response(&e),
-    }
-}
-
-/// Keeps only the content type and cache directive of the upstream's headers (its rate-limit
-/// state, organisation, project and request ids are the gateway's business, not the
-/// client's), says who served, and turns a body error into an SSE error event for streams.
-fn proxy_response<B>(resp: http::Response<B>) -> http::Response<ProxyBody>
-where
-    B: Body<Data = Bytes, Error = LlmError> + Send + 'static,
-{
-    let (parts, body) = resp.into_parts();
-    let mut out = http::Response::builder().status(parts.status);
-    for (name, value) in &parts.headers {
-        if name == header::CONTENT_TYPE || name == header::CACHE_CONTROL {
-            out = out.header(name, value);
-        }
-    }
-    if let Some(served) = parts.extensions.get::<ServedBy>() {
-        if let Ok(v) = HeaderValue::from_str(&served.target) {
-            out = out.header("x-seawall-served-by", v);
-        }
-    }
-    let sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let body = ProxyBody {
-        inner: body.boxed_unsync(),
-        sse,
-        done: false,
-    };
-    out.body(body).unwrap_or_else(|_| {
-        http::Response::new(ProxyBody {
-            inner: http_body_util::Empty::new()
-                .map_err(|e| match e {})
-                .boxed_unsync(),
-            sse: false,
-            done: true,
-        })
-    })
-}
-
-/// The response body handed to the client. A failure of a stream after its first token cannot
-/// become an HTTP status any more; it becomes a last SSE event, the way OpenAI reports errors
-/// inside a stream.
-pub(crate) struct ProxyBody {
-    inner: UnsyncBoxBody<Bytes, LlmError>,
-    sse: bool,
-    done: bool,
-}
-
-impl Body for ProxyBody {
-    type Data = Bytes;
-    type Error = LlmError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Err(e))) if self.sse => {
-                self.done = true;
-                let public = public_error(&e);
-                log_failure(&e, &public);
-                let event = format!("data: {}\n\n", error_body(&public));
-                Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))))
-            }
-            other => other,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done || self.inner.is_end_stream()
-    }
-}
-
-/// What a client is told about a failure: a status and a class-level message. Never the
-/// upstream's text or codes (they can name the gateway's account, organisation or key),
-/// nor a budget's limit and spend: those go to the log.
-#[derive(Debug)]
-pub(crate) struct PublicError {
-    status: StatusCode,
-    kind: &'static str,
-    message: &'static str,
-    code: Option<&'static str>,
-}
-
-fn public_error(e: &LlmError) -> PublicError {
-    use FailureClass::*;
-    if e.code() == Some("unpriced_model") {
-        return PublicError {
-            status: StatusCode::BAD_REQUEST,
-            kind: "invalid_request_error",
-            message: "This gateway does not serve the requested model: it has no price for it.",
-            code: Some("model_not_available"),
-        };
-    }
-    let (status, message) = match e.class() {
-        RateLimited | QuotaExhausted => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many requests. Please try again later.",
-        ),
-        BudgetExceeded => (
-            StatusCode::PAYMENT_REQUIRED,
-            "The spending limit of this gateway has been reached.",
-        ),
-        ContextLengthExceeded => (
-            StatusCode::BAD_REQUEST,
-            "The request is too long for the model.",
-        ),
-        ContentFiltered => (
-            StatusCode::BAD_REQUEST,
-            "The request was declined by the content policy.",
-        ),
-        InvalidRequest => (
-            StatusCode::BAD_REQUEST,
-            "The request was rejected as invalid.",
-        ),
-        NotFound => (
-            StatusCode::NOT_FOUND,
-            "The requested model or resource does not exist.",
-        ),
-        Conflict => (
-            StatusCode::CONFLICT,
-            "The request conflicted with another one. Please try again.",
-        ),
-        Overloaded | CircuitOpen | GateRejected | RetryBudgetExhausted => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The service is temporarily unavailable. Please try again later.",
-        ),
-        Timeout | UpstreamTimeout | RequestTimeout | DeadlineExceeded => (
-            StatusCode::GATEWAY_TIMEOUT,
-            "The upstream service did not answer in time.",
-        ),
-        // The gateway's own key was refused, the upstream broke, or the stream did: the
-        // client's request is not at fault.
-        _ => (StatusCode::BAD_GATEWAY, "The upstream service failed."),
-    };
-    PublicError {
-        status,
-        kind: e.class().as_str(),
-        message,
-        code: None,
-    }
-}
-
-/// An OpenAI-style error body.
-fn error_body(e: &PublicError) -> String {
-    serde_json::json!({
-        "error": {
-            "message": e.message,
-            "type": e.kind,
-            "code": e.code,
-            "param": null,
-        }
-    })
-    .to_string()
-}
-
-/// The whole (redacted) story of a failure, source chain included, for the operator.
-fn log_failure(e: &LlmError, public: &PublicError) {
-    tracing::warn!(
-        status = public.status.as_u16(),
-        error = e as &(dyn std::error::Error + 'static),
-        "gateway: call failed"
-    );
-}
-
-fn error_response(e: &LlmError) -> Response {
-    let public = public_error(e);
-    log_failure(e, &public);
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if let Some(hint) = e.retry_hint() {
-        let secs = hint.as_secs() + u64::from(hint.subsec_nanos() > 0);
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    }
-    (public.status, headers, error_body(&public)).into_response()
-}
-
-/// The banner printed at start: where, what upstream, and who may call.
-pub(crate) fn banner(addr: SocketAddr, upstream: &str, settings: &Settings) -> String {
+/// The banner printed at start: where, what upstreams (one line each, indented), and who may
+/// call.
+pub(crate) fn banner(addr: SocketAddr, upstreams: &str, settings: &Settings) -> String {
     use std::fmt::Write;
     let url = format!("http://{addr}/v1/chat/completions");
+    let messages = format!("http://{addr}/v1/messages");
     let mut b = String::new();
     let _ = writeln!(b, "seawall gateway on http://{addr}");
-    let _ = writeln!(b, "upstream: {upstream}");
-    let _ = writeln!(b, "fallback model: {}", settings.fallback_model);
+    let _ = writeln!(b, "upstreams:\n{upstreams}");
+    let _ = writeln!(
+        b,
+        "fallback models: {} (OpenAI), {} (Anthropic)",
+        settings.fallback_model, settings.anthropic_fallback_model
+    );
     let auth = if settings.keys.is_empty() {
         let _ = writeln!(
             b,
@@ -575,6 +610,19 @@ pub(crate) fn banner(addr: SocketAddr, upstream: &str, settings: &Settings) -> S
         b,
         "  curl -sN -D - {url}{auth} -H 'content-type: application/json' \\\n    -d '{{\"model\":\"gpt-4o\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'\n"
     );
+    let _ = writeln!(
+        b,
+        "The same through Anthropic's Messages API (streamed with \"stream\":true):"
+    );
+    let _ = writeln!(
+        b,
+        "  curl -s {messages}{auth} -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \\\n    -d '{{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":256,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'\n"
+    );
+    let _ = writeln!(
+        b,
+        "The models served (Anthropic's list format with -H 'anthropic-version: 2023-06-01'):"
+    );
+    let _ = writeln!(b, "  curl -s http://{addr}/v1/models{auth}\n");
     let _ = writeln!(b, "Ctrl-C stops it.");
     b
 }

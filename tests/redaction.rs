@@ -14,7 +14,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use seawall::budget::{Budget, CostBudgetLayer, JsonlSink, Price, PriceTable, Usd};
-use seawall::http::{ApiKey, OpenAiConfig};
 use seawall::{FailureClass, LlmError};
 use seawall_test_support::{Captured, global_log};
 use tower::{Layer, ServiceExt};
@@ -345,24 +344,30 @@ async fn the_gateway_error_body_and_log_never_show_a_secret() {
         addr: "127.0.0.1:0".to_owned(),
         keys: gateway::ClientKeys::default(),
         fallback_model: "gpt-4o-mini".to_owned(),
+        anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
         allow_unpriced: false,
     };
-    let config = OpenAiConfig::new(ApiKey::new("sk-proj-FAKEgatewayUpstream0123456789").unwrap())
-        .with_base_url(format!("http://{upstream_addr}/v1"));
-    let client = gateway::client(&config, &settings).unwrap();
+    let (openai, anthropic) =
+        gateway::mock_upstreams(upstream_addr, "sk-proj-FAKEgatewayUpstream0123456789").unwrap();
+    let providers = gateway::Providers::new(Some(openai), Some(anthropic), &settings).unwrap();
     let listener = gateway::bind(&settings.addr, &settings.keys).await.unwrap();
     let gateway_addr = listener.local_addr().unwrap();
-    let app = gateway::app(client, settings.keys);
+    let app = gateway::app(providers, settings.keys);
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let http: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    for i in 0..CORPUS.len() {
+    // Both APIs, each with its own error format.
+    let routes = [
+        ("/v1/chat/completions", "gpt-4o"),
+        ("/v1/messages", "claude-sonnet-4-5"),
+    ];
+    for (i, (path, model)) in (0..CORPUS.len()).flat_map(|i| routes.map(|r| (i, r))) {
         let body = serde_json::json!({
-            "model": "gpt-4o",
+            "model": model,
             "max_tokens": 8,
             "messages": [{"role": "user", "content": i.to_string()}],
         });
-        let req = http::Request::post(format!("http://{gateway_addr}/v1/chat/completions"))
+        let req = http::Request::post(format!("http://{gateway_addr}{path}"))
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
             .unwrap();

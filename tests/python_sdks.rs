@@ -1,0 +1,191 @@
+//! The official Python SDKs (`openai`, `anthropic`, pinned in tests/sdk/requirements.txt)
+//! against the gateway example: the claim that it is a drop-in base URL for both is only worth
+//! what the real clients make of its answers, streams, model lists and errors.
+//!
+//! The gateway runs in process on a free loopback port, in front of a calm `seawall-mock`
+//! upstream (no random faults, so the run is deterministic) except for one fault per API:
+//! the first request of each is answered with the mock's own 503. The SDKs run with their
+//! retries off, so they pass only if the gateway's stack absorbed it.
+//!
+//! The packages come from a venv the test makes under the target dir (`sdk-venv`) the first
+//! time, with `python3 -m venv` and pip (PyPI), and reuses after; `$SEAWALL_PYTHON` names
+//! another Python that has them. Without Python 3 and its `venv` module the test fails, saying
+//! what is missing (`.ci/run` installs them on a fresh machine).
+
+#[path = "../examples/gateway.rs"]
+#[allow(dead_code)] // `main`, the chaos profile and the banner are the example's own.
+mod gateway;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use gateway::{ClientKeys, Settings};
+use seawall::mock::{ErrorRule, MockUpstream, Profile};
+use seawall_test_support::global_log;
+use tokio::net::TcpListener;
+use tokio::process::Command;
+
+/// The key the SDKs present to the gateway.
+const CLIENT_KEY: &str = "sdk-client-key";
+
+/// Far longer than the script needs (a few seconds): reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The first request to each path goes to a mock that fails every request with a 503, in the
+/// wire format of the path's API.
+#[derive(Clone)]
+struct FirstAttemptFails {
+    failing: MockUpstream,
+    seen: Arc<Mutex<HashSet<String>>>,
+}
+
+async fn first_attempt_fails(
+    State(faults): State<FirstAttemptFails>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let first = faults
+        .seen
+        .lock()
+        .unwrap()
+        .insert(req.uri().path().to_owned());
+    if !first {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let resp = faults
+        .failing
+        .respond(http::Request::from_parts(parts, body))
+        .await
+        .unwrap_or_else(|never| match never {});
+    resp.map(axum::body::Body::new)
+}
+
+/// Runs a setup command, failing the test with its output if it fails.
+async fn setup(what: &str, cmd: &mut Command) {
+    let out = tokio::time::timeout(Duration::from_secs(600), cmd.kill_on_drop(true).output())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no outcome in 10 minutes"))
+        .unwrap_or_else(|e| panic!("{what}: cannot run it ({e}); the test needs Python 3"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}). The test needs Python 3 with its venv module (Debian: \
+         python3-venv) and PyPI, or SEAWALL_PYTHON naming a Python with the packages of \
+         tests/sdk/requirements.txt.\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A Python with the pinned SDKs: `$SEAWALL_PYTHON`, or the test's own venv, made and filled
+/// when missing (pip does nothing when the pins are already there).
+async fn sdk_python() -> PathBuf {
+    if let Some(python) = std::env::var_os("SEAWALL_PYTHON") {
+        return python.into();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let venv = target.join("sdk-venv");
+    let python = venv.join("bin/python");
+    let has_pip = Command::new(&python)
+        .args(["-m", "pip", "--version"])
+        .output()
+        .await
+        .is_ok_and(|o| o.status.success());
+    if !has_pip {
+        let _ = std::fs::remove_dir_all(&venv);
+        setup(
+            "python3 -m venv",
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        )
+        .await;
+    }
+    setup(
+        "pip install -r tests/sdk/requirements.txt",
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(root.join("tests/sdk/requirements.txt")),
+    )
+    .await;
+    python
+}
+
+#[tokio::test]
+async fn the_official_python_sdks_work_against_the_gateway() {
+    global_log();
+    // The upstream: calm, but the first attempt of each API fails.
+    let calm = MockUpstream::new(Profile::default());
+    let failing = MockUpstream::new(Profile::default().error(ErrorRule::random(503, 1.0)));
+    let faults = FirstAttemptFails {
+        failing: failing.clone(),
+        seen: Arc::default(),
+    };
+    let router = seawall::mock::router(calm.clone())
+        .layer(middleware::from_fn_with_state(faults, first_attempt_fails));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    // The gateway, with a client key, as a real deployment would have.
+    let settings = Settings {
+        addr: "127.0.0.1:0".to_owned(),
+        keys: ClientKeys::parse(CLIENT_KEY),
+        fallback_model: "gpt-4o-mini".to_owned(),
+        anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
+        allow_unpriced: false,
+    };
+    let (openai, anthropic) =
+        gateway::mock_upstreams(upstream, "sk-upstream-key-of-the-gateway").unwrap();
+    let providers = gateway::Providers::new(Some(openai), Some(anthropic), &settings).unwrap();
+    let listener = gateway::bind(&settings.addr, &settings.keys).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = gateway::app(providers, settings.keys);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let python = sdk_python().await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/check_sdks.py");
+    let started = Instant::now();
+    let run = Command::new(&python)
+        .arg(&script)
+        .env("SEAWALL_GATEWAY_URL", format!("http://{addr}"))
+        .env("SEAWALL_GATEWAY_KEY", CLIENT_KEY)
+        // A proxy from the environment must not intercept loopback calls.
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(LIMIT, run)
+        .await
+        .expect("the SDK script hung: no outcome within its time limit")
+        .unwrap_or_else(|e| panic!("cannot run {python:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the SDK checks failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    println!("{stdout}(in {:.2?})", started.elapsed());
+
+    // The faults happened, and the gateway absorbed them: one 503 per API, each retried.
+    assert_eq!(failing.stats().server_errors, 2, "{stdout}");
+    // OpenAI: a completion and a stream; Anthropic: a message and two streams. Models,
+    // refused keys and unpriced models never reach the upstream.
+    assert_eq!(calm.stats().requests, 5, "{stdout}");
+    assert_eq!(calm.stats().streams_completed, 3, "{stdout}");
+}

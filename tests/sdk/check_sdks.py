@@ -1,0 +1,214 @@
+"""The official OpenAI and Anthropic Python SDKs, pointed at the seawall gateway.
+
+Why: the gateway claims to be a drop-in base URL for both SDKs. Only the real packages can
+show that their request shapes, stream parsers, pagination and error classes accept what
+the gateway sends. tests/python_sdks.rs starts the gateway and runs this script; it can also
+be run by hand against `cargo run --example gateway`:
+
+    SEAWALL_GATEWAY_URL=http://127.0.0.1:8080 SEAWALL_GATEWAY_KEY=<a GATEWAY_KEYS entry> \
+        python3 tests/sdk/check_sdks.py
+
+Every check asserts on what it got and the script exits non-zero, naming each failed check,
+if any fails. The SDKs' own retries are off (max_retries=0): the gateway alone handles
+faults, so a fault that reached the SDK would fail a check.
+"""
+
+import os
+import sys
+import time
+import traceback
+
+try:
+    import anthropic
+    import openai
+except ImportError as e:
+    sys.exit(
+        f"missing Python package: {e}. Install the pinned SDKs with\n"
+        "    python3 -m pip install -r tests/sdk/requirements.txt\n"
+        "(or point SEAWALL_PYTHON at a Python that has them)."
+    )
+
+URL = os.environ.get("SEAWALL_GATEWAY_URL", "http://127.0.0.1:8080").rstrip("/")
+# Any non-empty key works against a gateway without GATEWAY_KEYS.
+KEY = os.environ.get("SEAWALL_GATEWAY_KEY") or "no-key-needed"
+PROMPT = [{"role": "user", "content": "Say hello."}]
+
+oa = openai.OpenAI(base_url=f"{URL}/v1", api_key=KEY, max_retries=0, timeout=30.0)
+an = anthropic.Anthropic(base_url=URL, api_key=KEY, max_retries=0, timeout=30.0)
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def expect(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+def openai_chat_complete():
+    r = oa.chat.completions.create(model="gpt-4o", max_tokens=32, messages=PROMPT)
+    choice = r.choices[0]
+    expect(choice.message.content, f"empty content: {r}")
+    expect(choice.finish_reason in ("stop", "length"), f"finish_reason {choice.finish_reason!r}")
+    expect(r.usage and r.usage.prompt_tokens > 0, f"no prompt usage: {r.usage}")
+    expect(r.usage.completion_tokens > 0, f"no completion usage: {r.usage}")
+    return f"{r.usage.completion_tokens} tokens, finish_reason={choice.finish_reason}"
+
+
+def openai_chat_stream():
+    stream = oa.chat.completions.create(
+        model="gpt-4o",
+        max_tokens=32,
+        messages=PROMPT,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, finish, usage, chunks = [], None, None, 0
+    for chunk in stream:
+        chunks += 1
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                text.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    expect("".join(text), f"no content in {chunks} chunks")
+    expect(finish in ("stop", "length"), f"finish_reason {finish!r}")
+    expect(usage and usage.completion_tokens > 0, f"no usage chunk: {usage}")
+    return f"{chunks} chunks, finish_reason={finish}"
+
+
+def openai_models():
+    ids = [m.id for m in oa.models.list()]
+    expect("gpt-4o" in ids and "gpt-4o-mini" in ids, f"models: {ids}")
+    expect(not any(i.startswith("claude") for i in ids), f"Claude models in OpenAI's list: {ids}")
+    one = oa.models.retrieve("gpt-4o-mini")
+    expect(one.id == "gpt-4o-mini" and one.object == "model", f"retrieved {one}")
+    return ", ".join(ids)
+
+
+def openai_errors():
+    try:
+        oa.chat.completions.create(model="no-such-model", max_tokens=8, messages=PROMPT)
+        raise CheckFailed("an unpriced model was served")
+    except openai.BadRequestError as e:
+        expect(e.status_code == 400, f"status {e.status_code}")
+        expect(e.code == "model_not_available", f"code {e.code!r}: {e.body}")
+    bad = openai.OpenAI(base_url=f"{URL}/v1", api_key="wrong-key", max_retries=0)
+    if os.environ.get("SEAWALL_GATEWAY_KEY"):
+        try:
+            bad.models.list()
+            raise CheckFailed("a wrong key was accepted")
+        except openai.AuthenticationError as e:
+            expect(e.code == "invalid_api_key", f"code {e.code!r}: {e.body}")
+    return "BadRequestError (unpriced model), AuthenticationError (wrong key)"
+
+
+def anthropic_message():
+    m = an.messages.create(model="claude-sonnet-4-5", max_tokens=32, messages=PROMPT)
+    expect(m.type == "message" and m.role == "assistant", f"not a message: {m}")
+    expect(m.content and m.content[0].type == "text", f"content: {m.content}")
+    expect(m.content[0].text, f"empty text: {m}")
+    expect(m.stop_reason in ("end_turn", "max_tokens"), f"stop_reason {m.stop_reason!r}")
+    expect(m.usage.input_tokens > 0 and m.usage.output_tokens > 0, f"usage {m.usage}")
+    return f"{m.usage.output_tokens} tokens, stop_reason={m.stop_reason}"
+
+
+def anthropic_stream():
+    seen = []
+    with an.messages.stream(model="claude-sonnet-4-5", max_tokens=32, messages=PROMPT) as s:
+        for event in s:
+            seen.append(event.type)
+        final = s.get_final_message()
+    for kind in ("message_start", "content_block_start", "content_block_delta",
+                 "content_block_stop", "message_delta", "message_stop"):
+        expect(kind in seen, f"no {kind} event in {sorted(set(seen))}")
+    expect(final.content and final.content[0].text, f"empty final message: {final}")
+    expect(final.stop_reason in ("end_turn", "max_tokens"), f"stop_reason {final.stop_reason!r}")
+    expect(final.usage.output_tokens > 0, f"usage {final.usage}")
+    # The raw-event iterator (`stream=True`) parses the same stream.
+    raw = an.messages.create(
+        model="claude-sonnet-4-5", max_tokens=32, messages=PROMPT, stream=True
+    )
+    raw_types = [e.type for e in raw]
+    expect(raw_types and raw_types[-1] == "message_stop", f"raw events {raw_types}")
+    return f"{seen.count('content_block_delta')} deltas, stop_reason={final.stop_reason}"
+
+
+def anthropic_models():
+    models = list(an.models.list())
+    ids = [m.id for m in models]
+    expect("claude-sonnet-4-5" in ids and "claude-haiku-4-5" in ids, f"models: {ids}")
+    expect(not any(i.startswith("gpt") for i in ids), f"GPT models in Anthropic's list: {ids}")
+    expect(all(m.type == "model" and m.display_name for m in models), f"{models}")
+    one = an.models.retrieve("claude-haiku-4-5")
+    expect(one.id == "claude-haiku-4-5", f"retrieved {one}")
+    return ", ".join(ids)
+
+
+def anthropic_errors():
+    try:
+        an.messages.create(model="no-such-model", max_tokens=8, messages=PROMPT)
+        raise CheckFailed("an unpriced model was served")
+    except anthropic.BadRequestError as e:
+        expect(e.status_code == 400, f"status {e.status_code}")
+        expect(e.body["type"] == "error", f"body {e.body}")
+        expect(e.body["error"]["type"] == "invalid_request_error", f"body {e.body}")
+    bad = anthropic.Anthropic(base_url=URL, api_key="wrong-key", max_retries=0)
+    if os.environ.get("SEAWALL_GATEWAY_KEY"):
+        try:
+            bad.models.list()
+            raise CheckFailed("a wrong key was accepted")
+        except anthropic.AuthenticationError as e:
+            expect(e.body["error"]["type"] == "authentication_error", f"body {e.body}")
+    return "BadRequestError (unpriced model), AuthenticationError (wrong key)"
+
+
+CHECKS = [
+    openai_chat_complete,
+    openai_chat_stream,
+    openai_models,
+    openai_errors,
+    anthropic_message,
+    anthropic_stream,
+    anthropic_models,
+    anthropic_errors,
+]
+
+
+def pinned():
+    """The versions tests/sdk/requirements.txt pins, by package."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "requirements.txt")
+    with open(path) as f:
+        lines = (line.split("#")[0].strip() for line in f)
+        return dict(line.split("==", 1) for line in lines if "==" in line)
+
+
+def main():
+    print(f"openai {openai.__version__}, anthropic {anthropic.__version__}, gateway {URL}")
+    for package, version in (("openai", openai.__version__), ("anthropic", anthropic.__version__)):
+        wanted = pinned().get(package)
+        if wanted and wanted != version:
+            # Not a failure: a newer SDK should work too, and if it does not, that is news.
+            print(f"note: {package} {version} is installed, requirements.txt pins {wanted}")
+    failed = []
+    for check in CHECKS:
+        start = time.monotonic()
+        try:
+            summary = check()
+            print(f"ok   {check.__name__} ({time.monotonic() - start:.2f}s): {summary}")
+        except CheckFailed as e:
+            failed.append(check.__name__)
+            print(f"FAIL {check.__name__}: {e}")
+        except Exception:  # an SDK exception is a failed check too, with its story
+            failed.append(check.__name__)
+            print(f"FAIL {check.__name__}: unexpected exception\n{traceback.format_exc()}")
+    if failed:
+        sys.exit(f"{len(failed)} of {len(CHECKS)} SDK checks failed: {', '.join(failed)}")
+    print(f"all {len(CHECKS)} SDK checks passed")
+
+
+if __name__ == "__main__":
+    main()
