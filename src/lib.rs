@@ -1,8 +1,8 @@
 //! seawall: tower middleware that keeps LLM API failure storms away from an application.
 //!
 //! Each policy is its own crate with its own `Layer`, re-exported here behind a cargo feature
-//! of the same name (the policy layers are on by default; `http`, `mock`, `redis` and `tonic` are opt-in, so a
-//! user with their own transport compiles no HTTP stack). Stack only the ones you need with
+//! of the same name (the policy layers are on by default; `http`, `mock`, `redis` and `tonic`
+//! are opt-in, so a user with their own transport compiles no HTTP stack). Stack only the ones you need with
 //! `tower::ServiceBuilder`; the README explains the recommended order and why.
 //!
 //! | feature | module | layer |

@@ -6,46 +6,7 @@
 //! hint, so a gRPC failure must arrive with the same class and hint as its HTTP twin, or the
 //! layers would treat the same overload differently depending on the wire.
 //!
-//! What is read, in order:
-//!
-//! 1. A status that tonic made itself from a transport error (it has a
-//!    [source](std::error::Error::source): a refused connection, a reset stream) is classified
-//!    from that error chain by [`classify_transport_error`], as the HTTP transport's errors
-//!    are; tonic's own client timeout (`tonic::TimeoutExpired`, which tonic reports as
-//!    `CANCELLED`) is a [`FailureClass::Timeout`].
-//! 2. `google.rpc.ErrorInfo` in the [`ERROR_DOMAIN`] names the class exactly (another seawall
-//!    server wrote it with [`to_status`](crate::to_status)). A class the remote server raised
-//!    itself is what it means to us: its open breaker, full gate or spent retry budget is an
-//!    `Overloaded` server, its spent cost budget our `QuotaExhausted`, its time budget an
-//!    `UpstreamTimeout`, its unreachable shared store a `ServerError`.
-//! 3. Otherwise the code decides, and for the codes whose meaning hangs on the words
-//!    (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `RESOURCE_EXHAUSTED`,
-//!    `UNKNOWN`, `INTERNAL`, `DATA_LOSS`) the message and the ErrorInfo reason are read by the
-//!    same rules as an HTTP error body of the matching status
-//!    ([`seawall_classify::class_of`]): "maximum context length" is a context-length error,
-//!    "content policy" a content filter, `insufficient_quota` an exhausted quota.
-//!
-//! | code | class |
-//! |---|---|
-//! | `RESOURCE_EXHAUSTED` | `RateLimited`; `QuotaExhausted` when the ErrorInfo reason names a quota (`insufficient_quota`, ...), or a `QuotaFailure` (or quota wording) comes without a retry delay |
-//! | `UNAVAILABLE` | `Overloaded` (HTTP 503's class: retried after the overload delay, counted by the breaker) |
-//! | `DEADLINE_EXCEEDED` | `Timeout` |
-//! | `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` | by the words: `ContextLengthExceeded`, `ContentFiltered`, `QuotaExhausted`, else `InvalidRequest` |
-//! | `UNAUTHENTICATED` | `Authentication` |
-//! | `PERMISSION_DENIED` | `PermissionDenied` |
-//! | `NOT_FOUND`, `UNIMPLEMENTED` | `NotFound` (a method the server lacks is a missing endpoint: never retried, worth a fallback) |
-//! | `ALREADY_EXISTS`, `ABORTED` | `Conflict` |
-//! | `CANCELLED` | `Disconnected` (the server gave up on a call it had received: retried only when idempotent) |
-//! | `UNKNOWN`, `INTERNAL`, `DATA_LOSS` | `ServerError` (`Overloaded` if the words say so) |
-//! | `OK` on an error | `ServerError` (the server broke the protocol) |
-//!
-//! The retry hint is `google.rpc.RetryInfo`'s delay, else the `grpc-retry-pushback-ms`
-//! metadata (non-negative whole milliseconds). A negative or unreadable pushback means "do not
-//! retry" in the gRPC retry design, and becomes [`LlmError::should_retry`] `false`, as an
-//! `x-should-retry: false` header does over HTTP. Hints are capped at
-//! [`seawall_classify::hints::MAX_HINT`]. The ErrorInfo reason becomes the error's
-//! [code](LlmError::code), `google.rpc.RequestInfo`'s id its request id, and the status itself
-//! its [source](LlmError::source_ref).
+//! The rules are on [`classify_status`].
 
 use std::error::Error as StdError;
 use std::time::Duration;
@@ -57,8 +18,48 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::status::{ERROR_DOMAIN, PUSHBACK_KEY};
 
-/// The [`LlmError`] for a `Status` of an LLM server (see the [module docs](self) for the
-/// rules). Never panics, whatever the details hold.
+/// The [`LlmError`] for a `Status` of an LLM server. Never panics, whatever the details hold.
+///
+/// What is read, in order:
+///
+/// 1. A status that tonic made itself from a transport error (it has a
+///    [source](std::error::Error::source): a refused connection, a reset stream) is classified
+///    from that error chain by [`classify_transport_error`], as the HTTP transport's errors
+///    are; tonic's own client timeout (`tonic::TimeoutExpired`, which tonic reports as
+///    `CANCELLED`) is a [`FailureClass::Timeout`].
+/// 2. `google.rpc.ErrorInfo` in the [`ERROR_DOMAIN`] names the class exactly (another seawall
+///    server wrote it with [`to_status`](crate::to_status)). A class the remote server raised
+///    itself is what it means to us: its open breaker, full gate or spent retry budget is an
+///    `Overloaded` server, its spent cost budget our `QuotaExhausted`, its time budget an
+///    `UpstreamTimeout`, its unreachable shared store a `ServerError`.
+/// 3. Otherwise the code decides, and for the codes whose meaning hangs on the words
+///    (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `RESOURCE_EXHAUSTED`,
+///    `UNKNOWN`, `INTERNAL`, `DATA_LOSS`) the message and the ErrorInfo reason are read by the
+///    same rules as an HTTP error body of the matching status
+///    ([`seawall_classify::class_of`]): "maximum context length" is a context-length error,
+///    "content policy" a content filter, `insufficient_quota` an exhausted quota.
+///
+/// | code | class |
+/// |---|---|
+/// | `RESOURCE_EXHAUSTED` | `RateLimited`; `QuotaExhausted` when the ErrorInfo reason names a quota (`insufficient_quota`, ...), or a `QuotaFailure` (or quota wording) comes without a retry delay |
+/// | `UNAVAILABLE` | `Overloaded` (HTTP 503's class: retried after the overload delay, counted by the breaker) |
+/// | `DEADLINE_EXCEEDED` | `Timeout` |
+/// | `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` | by the words: `ContextLengthExceeded`, `ContentFiltered`, `QuotaExhausted`, else `InvalidRequest` |
+/// | `UNAUTHENTICATED` | `Authentication` |
+/// | `PERMISSION_DENIED` | `PermissionDenied` |
+/// | `NOT_FOUND`, `UNIMPLEMENTED` | `NotFound` (a method the server lacks is a missing endpoint: never retried, worth a fallback) |
+/// | `ALREADY_EXISTS`, `ABORTED` | `Conflict` |
+/// | `CANCELLED` | `Disconnected` (the server gave up on a call it had received: retried only when idempotent) |
+/// | `UNKNOWN`, `INTERNAL`, `DATA_LOSS` | `ServerError` (`Overloaded` if the words say so) |
+/// | `OK` on an error | `ServerError` (the server broke the protocol) |
+///
+/// The retry hint is `google.rpc.RetryInfo`'s delay, else the `grpc-retry-pushback-ms`
+/// metadata (non-negative whole milliseconds). A negative or unreadable pushback means "do not
+/// retry" in the gRPC retry design, and becomes [`LlmError::should_retry`] `false`, as an
+/// `x-should-retry: false` header does over HTTP. Hints are capped at
+/// [`seawall_classify::hints::MAX_HINT`]. The ErrorInfo reason becomes the error's
+/// [code](LlmError::code), `google.rpc.RequestInfo`'s id its request id, and the status itself
+/// its [source](LlmError::source_ref).
 ///
 /// ```
 /// use std::time::Duration;

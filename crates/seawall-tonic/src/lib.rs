@@ -35,7 +35,7 @@
 //! codes say; a server calling with its own key may prefer to answer `INTERNAL` for them,
 //! which it can do by matching on the class before calling [`to_status`].
 //!
-//! The reverse direction, from a code to a class, is tabled in [`classify_status`]'s module.
+//! The reverse direction, from a code to a class, is tabled on [`classify_status`].
 //!
 //! # A function, not `From`
 //!
@@ -109,11 +109,13 @@
 //! Its protobuf code is written by hand: two `prost::Message` structs and the few lines of
 //! server and client glue that `tonic-build` would generate. The alternatives were weighed:
 //! `protoc` is not on a fresh machine; `protox` with `tonic-prost-build` in a `build.rs`
-//! compiles a protobuf parser and a code generator (dozens of crates) into every build of the
-//! crate's tests, for two messages and one method; checked-in generated code is honest only
+//! adds 22 crates the workspace does not otherwise build (a protobuf parser and compiler,
+//! `prost-reflect`, `logos`, `miette`, `petgraph`, `prost-build`, `tonic-build`,
+//! `pulldown-cmark`, ...) to every build of the crate's tests and examples, for two messages
+//! and one method; checked-in generated code is honest only
 //! with a check that it still matches the `.proto`, which needs that same generator. The
 //! hand-written structs state each field's name, type and tag next to the code that uses
-//! them, and a test (`tests/proto.rs`) reads `proto/llm.proto` and checks every field's tag
+//! them, and a test (in `tests/llm_stream.rs`) reads `proto/llm.proto` and checks every field
 //! against what the structs put on the wire, so the two cannot drift apart silently.
 //! A service with many messages should generate its code instead.
 #![doc(html_root_url = "https://docs.rs/seawall-tonic/0.1.0")]

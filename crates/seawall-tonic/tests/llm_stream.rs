@@ -222,3 +222,83 @@ async fn an_empty_prompt_is_refused_before_any_upstream_call() {
     assert_eq!(out.status.expect("refused").code(), Code::InvalidArgument);
     assert_eq!(run.upstream.stats().requests, 0);
 }
+
+/// The contract for other languages, and what the hand-written Rust side puts on the wire:
+/// every field of `proto/llm.proto` with its name, tag and wire type, and the method path.
+#[test]
+#[allow(clippy::needless_update)] // A one-field message has nothing for `..default()` to fill.
+fn the_hand_written_messages_match_the_proto_file() {
+    use llm_stream::proto::Token;
+    use prost::Message;
+
+    /// (message, field, encoding of a message with only that field set), names checked by
+    /// the compiler.
+    macro_rules! only {
+        ($message:ident . $field:ident = $value:expr) => {
+            (
+                stringify!($message),
+                stringify!($field),
+                $message {
+                    $field: $value,
+                    ..$message::default()
+                }
+                .encode_to_vec(),
+            )
+        };
+    }
+    let rust = [
+        only!(GenerateRequest.model = "m".to_owned()),
+        only!(GenerateRequest.prompt = "p".to_owned()),
+        only!(GenerateRequest.max_tokens = 1),
+        only!(Token.text = "t".to_owned()),
+    ];
+
+    let text = include_str!("../proto/llm.proto");
+    let mut package = "";
+    let mut service = "";
+    let mut methods = Vec::new();
+    let mut message = "";
+    let mut fields = Vec::new();
+    for line in text.lines() {
+        let line = line.split("//").next().unwrap_or("").trim();
+        let words: Vec<&str> = line
+            .split(|c: char| c.is_whitespace() || "=;({".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        match words.as_slice() {
+            ["package", name] => package = name,
+            ["service", name] => service = name,
+            ["rpc", name, ..] => methods.push(format!("/{package}.{service}/{name}")),
+            ["message", name] => message = name,
+            ["}"] => message = "",
+            [kind, name, tag] if !message.is_empty() => {
+                fields.push((message, *name, *kind, tag.parse::<u64>().unwrap()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(methods, [llm_stream::GENERATE_PATH]);
+    assert_eq!(
+        fields.len(),
+        rust.len(),
+        "every field of the .proto is in Rust: {fields:?}"
+    );
+    for (message, field, wire) in rust {
+        let (_, _, kind, tag) = fields
+            .iter()
+            .find(|(m, f, _, _)| *m == message && *f == field)
+            .unwrap_or_else(|| panic!("{message}.{field} is not in llm.proto"));
+        let wire_type = match *kind {
+            "string" | "bytes" => 2,
+            "uint32" | "int32" | "uint64" | "int64" | "bool" => 0,
+            other => panic!("teach this test the wire type of {other}"),
+        };
+        // The first byte of a one-field message is its key, `tag << 3 | wire type` (one
+        // byte for tags below 16).
+        assert_eq!(
+            u64::from(wire[0]),
+            tag << 3 | wire_type,
+            "{message}.{field}"
+        );
+    }
+}
