@@ -115,7 +115,7 @@
 //! and one method; checked-in generated code is honest only
 //! with a check that it still matches the `.proto`, which needs that same generator. The
 //! hand-written structs state each field's name, type and tag next to the code that uses
-//! them, and a test (in `tests/llm_stream.rs`) reads `proto/llm.proto` and checks every field
+//! them, and a test (in `tests/grpc/service.rs`) reads `proto/llm.proto` and checks every field
 //! against what the structs put on the wire, so the two cannot drift apart silently.
 //! A service with many messages should generate its code instead.
 #![doc(html_root_url = "https://docs.rs/seawall-tonic/0.1.0")]

@@ -1,16 +1,12 @@
 //! The example service as a gRPC client sees it: the service and the `seawall-mock` upstream
 //! each on a free `127.0.0.1` port, driven with a real tonic client over loopback.
 
-#[path = "../examples/llm_stream.rs"]
-#[allow(dead_code)] // `main` is the example's own.
-mod llm_stream;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use llm_stream::proto::GenerateRequest;
-use llm_stream::{LlmClient, LlmService, Settings};
+use crate::llm_stream::proto::GenerateRequest;
+use crate::llm_stream::{LlmClient, LlmService, Settings};
 use seawall_http::{ApiKey, OpenAiConfig};
 use seawall_mock::{Count, ErrorRule, MockUpstream, Profile};
 use seawall_test_support::{global_log, start_mock};
@@ -39,10 +35,13 @@ async fn start(profile: Profile, settings: Settings) -> Running {
     let (upstream_addr, upstream) = start_mock(profile).await;
     let config = OpenAiConfig::new(ApiKey::new(UPSTREAM_KEY).unwrap())
         .with_base_url(format!("http://{upstream_addr}/v1"));
-    let service = LlmService::new(llm_stream::client(&config, &settings).unwrap(), settings);
-    let listener = llm_stream::bind("127.0.0.1:0").await.unwrap();
+    let service = LlmService::new(
+        crate::llm_stream::client(&config, &settings).unwrap(),
+        settings,
+    );
+    let listener = crate::llm_stream::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(llm_stream::serve(listener, service));
+    tokio::spawn(crate::llm_stream::serve(listener, service));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
@@ -228,7 +227,7 @@ async fn an_empty_prompt_is_refused_before_any_upstream_call() {
 #[test]
 #[allow(clippy::needless_update)] // A one-field message has nothing for `..default()` to fill.
 fn the_hand_written_messages_match_the_proto_file() {
-    use llm_stream::proto::Token;
+    use crate::llm_stream::proto::Token;
     use prost::Message;
 
     /// (message, field, encoding of a message with only that field set), names checked by
@@ -253,7 +252,7 @@ fn the_hand_written_messages_match_the_proto_file() {
         only!(Token.text = "t".to_owned()),
     ];
 
-    let text = include_str!("../proto/llm.proto");
+    let text = include_str!("../../proto/llm.proto");
     let mut package = "";
     let mut service = "";
     let mut methods = Vec::new();
@@ -277,7 +276,7 @@ fn the_hand_written_messages_match_the_proto_file() {
             _ => {}
         }
     }
-    assert_eq!(methods, [llm_stream::GENERATE_PATH]);
+    assert_eq!(methods, [crate::llm_stream::GENERATE_PATH]);
     assert_eq!(
         fields.len(),
         rust.len(),

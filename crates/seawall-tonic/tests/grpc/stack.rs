@@ -8,17 +8,13 @@
 //! tokio time and the two-second wait costs nothing; the rest runs over TCP on loopback and
 //! never has to wait.
 
-#[path = "../examples/llm_stream.rs"]
-#[allow(dead_code)] // The example's own service and `main` are not used here.
-mod llm_stream;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::llm_stream::proto::{GenerateRequest, Token};
+use crate::llm_stream::{Llm, LlmClient, LlmServer, TokenStream};
 use hyper_util::rt::TokioIo;
-use llm_stream::proto::{GenerateRequest, Token};
-use llm_stream::{Llm, LlmClient, LlmServer, TokenStream};
 use seawall_breaker::CircuitBreakerLayer;
 use seawall_core::{FailureClass, GiveUp, LlmError, LlmRequest};
 use seawall_retry::BackoffRetryLayer;
