@@ -7,8 +7,8 @@
 //!   call fails, and must end the RPC with a `Status`. [`to_status`] / [`into_status`] pick
 //!   the gRPC code by the error's [`FailureClass`], write a fixed class-level message (never
 //!   the upstream's text), and put the retry hint into `google.rpc.RetryInfo` (and the gRPC
-//!   `grpc-retry-pushback-ms` metadata) and the class into `google.rpc.ErrorInfo`, using
-//!   `tonic-types`' encoding of the google.rpc error model.
+//!   `grpc-retry-pushback-ms` metadata, `-1` for a spent quota or budget) and the class into
+//!   `google.rpc.ErrorInfo`, using `tonic-types`' encoding of the google.rpc error model.
 //! - **A client calling an LLM server over gRPC** (vLLM, Triton, TGI, or another seawall
 //!   server) gets `Status`es. [`classify_status`] turns one into the [`LlmError`] an HTTP stack
 //!   would have produced for the same failure (class, retry hint, do-not-retry), and

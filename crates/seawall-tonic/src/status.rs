@@ -11,7 +11,9 @@
 //!   `RESOURCE_EXHAUSTED`), and [`classify_status`](crate::classify_status) reads it back.
 //! - `google.rpc.RetryInfo`, when the error has a retry hint ([`LlmError::retry_hint`]), and
 //!   the same delay as `grpc-retry-pushback-ms` metadata, which gRPC clients with a retry
-//!   policy honour (the gRPC client retry design, "pushback").
+//!   policy honour (the gRPC client retry design, "pushback"). A spent quota or budget
+//!   without a hint gets a pushback of `-1`, the design's "do not retry": its code is also a
+//!   rate limit's, which retry policies often list as retryable.
 //!
 //! The message is one fixed sentence per class. The upstream's own message, code and request
 //! id stay behind: they can name the server's account, organisation or key, and a caller
@@ -153,7 +155,8 @@ pub fn error_reason(class: FailureClass) -> String {
 
 /// The `Status` a gRPC client should see for `err`: the class's code and fixed message,
 /// `ErrorInfo` (reason and [`ERROR_DOMAIN`]) and, with a retry hint, `RetryInfo` and
-/// [`PUSHBACK_KEY`] metadata.
+/// [`PUSHBACK_KEY`] metadata. An exhausted quota or budget without a hint gets a pushback of
+/// `-1`, the gRPC retry design's "do not retry", since its code is also a rate limit's.
 ///
 /// It borrows the error, so the handler can still log it; [`into_status`] also keeps it as
 /// the status's source.
@@ -184,6 +187,13 @@ pub fn to_status(err: &LlmError) -> Status {
     if let Some(hint) = err.retry_hint() {
         details.set_retry_info(Some(hint));
         metadata.insert(PUSHBACK_KEY, MetadataValue::from(pushback_ms(hint)));
+    } else if matches!(
+        class,
+        FailureClass::QuotaExhausted | FailureClass::BudgetExceeded
+    ) {
+        // They share RESOURCE_EXHAUSTED with rate limits, which a client's retry policy may
+        // list as retryable; a negative pushback tells it that this one will not pass.
+        metadata.insert(PUSHBACK_KEY, MetadataValue::from(-1i32));
     }
     Status::with_error_details_and_metadata(code, message, details, metadata)
 }
@@ -292,9 +302,28 @@ mod tests {
 
     #[test]
     fn without_a_hint_there_is_no_retry_info_or_pushback() {
-        let status = to_status(&LlmError::new(QuotaExhausted, "insufficient_quota"));
-        assert!(status.get_details_retry_info().is_none());
-        assert!(status.metadata().get(PUSHBACK_KEY).is_none());
+        for class in [RateLimited, Overloaded, CircuitOpen, InvalidRequest] {
+            let status = to_status(&LlmError::new(class, "x"));
+            assert!(status.get_details_retry_info().is_none(), "{class}");
+            assert!(status.metadata().get(PUSHBACK_KEY).is_none(), "{class}");
+        }
+    }
+
+    #[test]
+    fn a_spent_quota_or_budget_tells_grpc_retry_policies_not_to_retry() {
+        for class in [QuotaExhausted, BudgetExceeded] {
+            let status = to_status(&LlmError::new(class, "insufficient_quota"));
+            assert_eq!(status.code(), Code::ResourceExhausted);
+            assert!(status.get_details_retry_info().is_none(), "{class}");
+            assert_eq!(
+                status.metadata().get(PUSHBACK_KEY).unwrap(),
+                "-1",
+                "{class}"
+            );
+            let back = crate::classify_status(status);
+            assert_eq!(back.class(), QuotaExhausted, "{class}");
+            assert_eq!(back.should_retry(), Some(false), "{class}");
+        }
     }
 
     #[test]

@@ -137,6 +137,10 @@ async fn an_exhausted_quota_is_resource_exhausted_without_retry_info_and_not_ret
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert_eq!(reason(&status), "QUOTA_EXHAUSTED");
     assert!(status.get_details_retry_info().is_none());
+    assert_eq!(
+        status.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "-1"
+    );
     // The class's sentence, not the upstream's words (which can name the account).
     assert!(!status.message().contains("current quota"), "{status:?}");
     assert!(!format!("{status:?}").contains(UPSTREAM_KEY));
