@@ -1,8 +1,8 @@
 //! seawall: tower middleware that keeps LLM API failure storms away from an application.
 //!
 //! Each policy is its own crate with its own `Layer`, re-exported here behind a cargo feature
-//! of the same name (the policy layers are on by default; `http`, `mock` and `redis` are opt-in, so a
-//! user with their own transport compiles no HTTP stack). Stack only the ones you need with
+//! of the same name (the policy layers are on by default; `http`, `mock`, `redis` and `tonic`
+//! are opt-in, so a user with their own transport compiles no HTTP stack). Stack only the ones you need with
 //! `tower::ServiceBuilder`; the README explains the recommended order and why.
 //!
 //! | feature | module | layer |
@@ -18,6 +18,7 @@
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
+//! | `tonic` | `tonic` (opt-in) | `LlmError` as a gRPC `Status`, and `GrpcClassifyLayer` for LLM servers over gRPC |
 
 pub use seawall_core as core;
 pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
@@ -44,6 +45,8 @@ pub use seawall_redis as redis;
 pub use seawall_retry as retry;
 #[cfg(feature = "stream")]
 pub use seawall_stream as stream;
+#[cfg(feature = "tonic")]
+pub use seawall_tonic as tonic;
 
 /// The README's examples, compiled as doctests so they stay true.
 #[doc = include_str!("../README.md")]
