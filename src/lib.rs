@@ -18,6 +18,7 @@
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
+//! | `reqwest` | `reqwest` (opt-in) | a user's `reqwest::Client` as the transport; `reqwest-middleware` and `async-openai` add those integrations |
 
 pub use seawall_core as core;
 pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
@@ -40,6 +41,8 @@ pub use seawall_mock as mock;
 pub use seawall_observe as observe;
 #[cfg(feature = "redis")]
 pub use seawall_redis as redis;
+#[cfg(feature = "reqwest")]
+pub use seawall_reqwest as reqwest;
 #[cfg(feature = "retry")]
 pub use seawall_retry as retry;
 #[cfg(feature = "stream")]
