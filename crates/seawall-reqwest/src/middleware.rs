@@ -35,7 +35,9 @@
 //!   of seawall's policies. Such requests are not LLM calls, and failing them would break a
 //!   client shared with other traffic.
 //! - An answer is the final attempt's response, its body streaming, its `url()` the
-//!   request's.
+//!   request's, its extensions those the stack added (`ServedBy` after a fallback, say).
+//! - The call's `http::Extensions` are copied into every attempt; what the middlewares after
+//!   seawall write into them stays with that attempt's copy.
 //! - A final failure is `reqwest_middleware::Error::Middleware(anyhow::Error)` wrapping the
 //!   [`LlmError`] (downcast it, or use [`llm_error`]): its class, the upstream's status and
 //!   code, the retry hint, the attempts made and why retrying stopped. An upstream error
@@ -75,7 +77,8 @@ use crate::error::classify_reqwest_error;
 /// The stack is a `Service<http::Request<Bytes>>` whose innermost service is [`NextService`]
 /// (with a `ClassifyLayer` right above it). It is built once, so every call through the
 /// middleware shares its breaker, gate, budget and retry budget; clones of the middleware
-/// share them too. See the [module docs](self) for the design and what a caller sees. The crate docs show it in use.
+/// share them too. The [module docs](self) explain the design and what a caller sees; the
+/// crate docs show it in use.
 #[derive(Clone, Debug)]
 pub struct SeawallMiddleware<S> {
     stack: S,

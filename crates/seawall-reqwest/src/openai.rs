@@ -64,7 +64,7 @@ impl<S> Layer<S> for OpenAiLayer {
 
 /// A seawall stack as async-openai's HTTP service: `Service<HttpRequestFactory>` answering
 /// `reqwest::Response`, for `async_openai::Client::with_http_service`. See the
-/// [module docs](self). The crate docs show it in use.
+/// [module docs](self); the crate docs show it in use.
 #[derive(Clone, Debug)]
 pub struct OpenAiService<S> {
     inner: S,

@@ -4,11 +4,12 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{KEY, Mock, bounded, chat_body, ms, retry, start};
+use common::{KEY, Mock, Raw, bounded, chat_body, ms, raw_server, retry, start};
 use seawall_classify::ClassifyLayer;
 use seawall_core::{FailureClass, LlmError, ServedBy};
 use seawall_fallback::{FallbackLayer, Target};
@@ -296,6 +297,38 @@ async fn a_request_with_a_streamed_body_bypasses_the_stack_and_is_sent_once() {
             .unwrap();
         assert_eq!(resp.status(), 200);
         assert_eq!(mock.upstream.stats().requests, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn overlapping_attempts_of_one_call_are_sent_side_by_side() {
+    bounded(async {
+        // The server answers only once both attempts are in: served one after the other, the
+        // first would wait forever.
+        let (addr, seen) = raw_server(Raw::OkWhenTwo).await;
+        // A stack that sends two attempts of each call at once and answers with the first.
+        let hedge = tower::service_fn(|req: http::Request<Bytes>| async move {
+            let (parts, body) = req.into_parts();
+            let copy = || http::Request::from_parts(parts.clone(), body.clone());
+            let (a, b) = futures_util::join!(
+                NextService::new().oneshot(copy()),
+                NextService::new().oneshot(copy())
+            );
+            b?;
+            a
+        });
+        let client = client(hedge);
+
+        let resp = client
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .body(chat_body("gpt-4o-mini", false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.unwrap(), "{}");
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
     })
     .await;
 }

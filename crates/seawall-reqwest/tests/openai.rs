@@ -14,6 +14,7 @@ use async_openai::types::chat::{
 use common::{KEY, Mock, bounded, ms, retry, start};
 use futures_util::StreamExt;
 use seawall_classify::ClassifyLayer;
+use seawall_core::{FailureClass, LlmError};
 use seawall_mock::{Count, Delay, ErrorRule, Profile};
 use seawall_reqwest::{OpenAiLayer, ReqwestTransport};
 use seawall_retry::BackoffRetryLayer;
@@ -181,6 +182,40 @@ async fn a_stream_cut_after_content_yields_the_content_then_an_error_and_is_not_
             (1, 1),
             "past the commit point: {s:?}"
         );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failure_without_an_upstream_answer_is_a_boxed_llm_error() {
+    bounded(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closed = listener.local_addr().unwrap();
+        drop(listener);
+        let service = ServiceBuilder::new()
+            .layer(OpenAiLayer::new())
+            .layer(retry(1, ms(1)))
+            .layer(ClassifyLayer::new())
+            .service(ReqwestTransport::new(
+                ReqwestTransport::client_builder().build().unwrap(),
+            ));
+        let config = OpenAIConfig::new()
+            .with_api_base(format!("http://{closed}/v1"))
+            .with_api_key(KEY);
+        let client = async_openai::Client::with_config(config).with_http_service(service);
+
+        let err = client
+            .chat()
+            .create(request("gpt-4o-mini"))
+            .await
+            .unwrap_err();
+        let OpenAIError::Boxed(e) = err else {
+            panic!("the LlmError, boxed: {err:?}");
+        };
+        let e = e
+            .downcast_ref::<LlmError>()
+            .expect("downcasts to the LlmError");
+        assert_eq!(e.class(), FailureClass::Connect);
     })
     .await;
 }

@@ -18,6 +18,7 @@ use seawall_retry::BackoffRetryLayer;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::Barrier;
 
 /// The key the tests send.
 pub const KEY: &str = "sk-e2e-0123456789abcdef";
@@ -92,6 +93,9 @@ pub enum Raw {
     Close,
     /// Answers `307` to another path on itself.
     Redirect,
+    /// Answers `200` to each request only once two requests are in: it never answers
+    /// requests that are sent one after the other.
+    OkWhenTwo,
 }
 
 /// A raw HTTP/1.1 server on loopback: its address and how many requests it has read.
@@ -100,9 +104,11 @@ pub async fn raw_server(action: Raw) -> (SocketAddr, Arc<AtomicUsize>) {
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(AtomicUsize::new(0));
     let count = seen.clone();
+    let both = Arc::new(Barrier::new(2));
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
             let count = count.clone();
+            let both = both.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -135,6 +141,14 @@ pub async fn raw_server(action: Raw) -> (SocketAddr, Arc<AtomicUsize>) {
                                 "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://{addr}/elsewhere\r\n\
                                  content-length: 0\r\n\r\n"
                             );
+                            if conn.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Raw::OkWhenTwo => {
+                            both.wait().await;
+                            let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                          content-length: 2\r\n\r\n{}";
                             if conn.write_all(answer.as_bytes()).await.is_err() {
                                 return;
                             }
