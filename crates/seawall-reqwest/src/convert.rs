@@ -10,14 +10,10 @@
 //!   the stack's body yields it, and whose `url()` is the request's.
 
 use bytes::Bytes;
-use http_body::Body;
-use http_body_util::{BodyDataStream, BodyExt};
-use reqwest::ResponseBuilderExt;
-use seawall_core::{BoxError, FailureClass, LlmError};
-
-use crate::error::classify_reqwest_error;
+use seawall_core::{FailureClass, LlmError};
 
 /// A `reqwest::Request` on its way into the stack.
+#[cfg(any(feature = "middleware", feature = "async-openai"))]
 pub(crate) enum Converted {
     /// Its body was bytes (or absent): the stack can replay it.
     Buffered(http::Request<Bytes>),
@@ -26,6 +22,7 @@ pub(crate) enum Converted {
 }
 
 /// Converts a request whose body is bytes; a streamed body is handed back.
+#[cfg(any(feature = "middleware", feature = "async-openai"))]
 pub(crate) fn request_to_http(req: reqwest::Request) -> Result<Converted, LlmError> {
     let bytes = match req.body() {
         None => Bytes::new(),
@@ -35,7 +32,7 @@ pub(crate) fn request_to_http(req: reqwest::Request) -> Result<Converted, LlmErr
         },
     };
     let (parts, _) = http::Request::<reqwest::Body>::try_from(req)
-        .map_err(classify_reqwest_error)?
+        .map_err(crate::error::classify_reqwest_error)?
         .into_parts();
     Ok(Converted::Buffered(http::Request::from_parts(parts, bytes)))
 }
@@ -49,8 +46,9 @@ pub(crate) async fn buffer_request(
     match request_to_http(req)? {
         Converted::Buffered(req) => Ok(req),
         Converted::Streaming(req) => {
+            use http_body_util::BodyExt;
             let (parts, body) = http::Request::<reqwest::Body>::try_from(req)
-                .map_err(classify_reqwest_error)?
+                .map_err(crate::error::classify_reqwest_error)?
                 .into_parts();
             let bytes = body
                 .collect()
@@ -82,14 +80,18 @@ pub(crate) fn http_to_request(req: http::Request<Bytes>) -> Result<reqwest::Requ
 /// The stack's response as a `reqwest::Response`: the body streams on as the stack yields it
 /// (its errors become reqwest body errors with the stack's error as their source), and
 /// `url()` answers `url`.
+#[cfg(any(feature = "middleware", feature = "async-openai"))]
 pub(crate) fn response_to_reqwest<B>(
     resp: http::Response<B>,
     url: reqwest::Url,
 ) -> reqwest::Response
 where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<seawall_core::BoxError>,
 {
+    use http_body_util::BodyDataStream;
+    use reqwest::ResponseBuilderExt;
+
     let (mut parts, body) = resp.into_parts();
     // reqwest reads the response URL from an extension only its response builder can set.
     if let Ok(with_url) = http::Response::builder().url(url).body(()) {
