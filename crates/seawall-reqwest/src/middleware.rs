@@ -147,6 +147,10 @@ where
         });
         let template: &Extensions = extensions;
         let mut attempts = FuturesUnordered::new();
+        // The stack first (it may send attempts), then the attempts it sent, then the attempts
+        // in flight (a finished one has replied, so the stack may move on): repeated while
+        // anything moved, so every one of them has registered its waker when this returns
+        // `Pending`.
         let outcome = poll_fn(|cx| {
             loop {
                 if let Poll::Ready(outcome) = call.as_mut().poll(cx) {
@@ -157,7 +161,6 @@ where
                     attempts.push(attempt(next.clone(), template.clone(), job));
                     progress = true;
                 }
-                // A finished attempt has replied: poll the stack again.
                 while let Poll::Ready(Some(())) = attempts.poll_next_unpin(cx) {
                     progress = true;
                 }
