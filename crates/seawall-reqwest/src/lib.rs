@@ -10,8 +10,8 @@
 //! | integration | type | feature |
 //! |---|---|---|
 //! | a `reqwest::Client` as the stack's transport | [`ReqwestTransport`] | always |
-//! | the stack as a `reqwest_middleware::Middleware` | [`SeawallMiddleware`] over [`NextService`] | `middleware` |
-//! | the stack as async-openai's HTTP service | [`OpenAiService`] / [`OpenAiLayer`] | `async-openai` |
+//! | the stack as a `reqwest_middleware::Middleware` | `SeawallMiddleware` over `NextService` (module `middleware`) | `middleware` |
+//! | the stack as async-openai's HTTP service | `OpenAiService` / `OpenAiLayer` (module `openai`) | `async-openai` |
 //!
 //! reqwest is used with its default features off: the application chooses the TLS backend
 //! (`rustls`, `native-tls`) on its own reqwest dependency. In every case seawall's retry layer
@@ -46,7 +46,7 @@
 //!
 //! # seawall as a reqwest middleware
 //!
-//! The stack ends in [`NextService`] (the rest of the chain) instead of a transport; build it
+//! The stack ends in `NextService` (the rest of the chain) instead of a transport; build it
 //! once, so every call shares its state.
 //!
 //! ```no_run
