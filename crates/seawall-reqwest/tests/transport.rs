@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use common::{KEY, Mock, Raw, bounded, chat_body, ms, raw_server, retry, start};
-use http_body::Body;
 use http_body_util::BodyExt;
 use seawall_breaker::CircuitBreakerLayer;
 use seawall_classify::ClassifyLayer;
@@ -19,6 +18,7 @@ use seawall_mock::{Delay, Profile};
 use seawall_observe::ObserveLayer;
 use seawall_reqwest::ReqwestTransport;
 use seawall_stream::{StreamStats, StreamTimeoutLayer};
+use seawall_test_support::drain;
 use tower::{ServiceBuilder, ServiceExt};
 
 fn transport(mock: &Mock) -> ReqwestTransport {
@@ -34,25 +34,6 @@ fn chat(stream: bool) -> http::Request<Bytes> {
     http::Request::post("/chat/completions")
         .body(Bytes::from(chat_body("gpt-4o-mini", stream)))
         .unwrap()
-}
-
-/// Reads a body to its end: the text received and the error it ended with, if any.
-async fn drain<B>(mut body: B) -> (String, Option<LlmError>)
-where
-    B: Body<Data = Bytes, Error = LlmError> + Unpin,
-{
-    let mut text = Vec::new();
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => {
-                if let Ok(data) = frame.into_data() {
-                    text.extend_from_slice(&data);
-                }
-            }
-            Err(e) => return (String::from_utf8_lossy(&text).into_owned(), Some(e)),
-        }
-    }
-    (String::from_utf8_lossy(&text).into_owned(), None)
 }
 
 /// Everything an error shows: `Display`, `Debug`, and those of every source, the reported
