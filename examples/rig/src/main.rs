@@ -22,10 +22,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // The chaos upstream on a free loopback port: 429s for its first half second.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let upstream = MockUpstream::new(Profile::default().error(
-        ErrorRule::outage(429, Duration::ZERO, Duration::from_millis(500))
-            .retry_after(Duration::from_secs(1)),
-    ));
+    let upstream = MockUpstream::new(
+        Profile::default().error(
+            ErrorRule::outage(429, Duration::ZERO, Duration::from_millis(500))
+                .retry_after(Duration::from_secs(1)),
+        ),
+    );
     tokio::spawn(seawall_mock::serve(listener, upstream.clone()));
 
     // seawall in the middleware chain: built once, shared by every call.
@@ -33,9 +35,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .layer(BackoffRetryLayer::new())
         .layer(ClassifyLayer::new())
         .service(NextService::new());
-    let client = reqwest_middleware::ClientBuilder::new(ReqwestTransport::client_builder().build()?)
-        .with(SeawallMiddleware::new(stack))
-        .build();
+    let client =
+        reqwest_middleware::ClientBuilder::new(ReqwestTransport::client_builder().build()?)
+            .with(SeawallMiddleware::new(stack))
+            .build();
 
     // rig, unchanged, on that client.
     let openai = OpenAIConfig::new("sk-rig-example-0123456789")
