@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{KEY, Mock, Raw, bounded, chat_body, ms, raw_server, retry, start};
 use seawall_classify::ClassifyLayer;
-use seawall_core::{FailureClass, LlmError, ServedBy};
+use seawall_core::{FailureClass, GiveUp, LlmError, ServedBy};
 use seawall_fallback::{FallbackLayer, Target};
 use seawall_gate::ConcurrencyGateLayer;
 use seawall_mock::{Delay, ErrorRule, Profile};
@@ -329,6 +329,38 @@ async fn overlapping_attempts_of_one_call_are_sent_side_by_side() {
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.text().await.unwrap(), "{}");
         assert_eq!(seen.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_connection_down_the_chain_is_connect_and_retried() {
+    bounded(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closed = listener.local_addr().unwrap();
+        drop(listener);
+        let stack = ServiceBuilder::new()
+            .layer(retry(3, ms(1)))
+            .layer(ClassifyLayer::new())
+            .service(NextService::new());
+        let client = client(stack);
+
+        let err = client
+            .post(format!(
+                "http://{closed}/v1/chat/completions?key=AIzaSyCHAINSECRET"
+            ))
+            .body(chat_body("gpt-4o-mini", false))
+            .send()
+            .await
+            .unwrap_err();
+        let e = llm_error(&err).expect("the LlmError");
+        assert_eq!(e.class(), FailureClass::Connect, "{e:?}");
+        assert_eq!(
+            e.give_up(),
+            Some(GiveUp::AttemptsExhausted),
+            "retried to the cap"
+        );
+        assert!(!format!("{err} {err:?}").contains("CHAINSECRET"));
     })
     .await;
 }
