@@ -19,6 +19,7 @@
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
 //! | `tonic` | `tonic` (opt-in) | `LlmError` as a gRPC `Status`, and `GrpcClassifyLayer` for LLM servers over gRPC |
+//! | `reqwest` | `reqwest` (opt-in) | a user's `reqwest::Client` as the transport; `reqwest-middleware` and `async-openai` add those integrations |
 
 pub use seawall_core as core;
 pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
@@ -41,6 +42,8 @@ pub use seawall_mock as mock;
 pub use seawall_observe as observe;
 #[cfg(feature = "redis")]
 pub use seawall_redis as redis;
+#[cfg(feature = "reqwest")]
+pub use seawall_reqwest as reqwest;
 #[cfg(feature = "retry")]
 pub use seawall_retry as retry;
 #[cfg(feature = "stream")]

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::Body;
 use http_body_util::BodyExt;
+use seawall::FailureClass;
 use seawall::classify::ClassifyLayer;
 use seawall::core::{BodyReport, GiveUp, ServedBy};
 use seawall::fallback::{FallbackLayer, Target, box_response};
@@ -27,8 +27,7 @@ use seawall::mock::{
 };
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::{StreamEnd, StreamStats, StreamTimeoutLayer};
-use seawall::{FailureClass, LlmError};
-use seawall_test_support::start_mock;
+use seawall_test_support::{drain, start_mock};
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -119,25 +118,6 @@ fn retry(max_attempts: u32) -> BackoffRetryLayer {
         .seed(7)
         .build()
         .unwrap()
-}
-
-/// Reads a body to its end: the text received and the error it ended with, if any.
-async fn drain<B>(mut body: B) -> (String, Option<LlmError>)
-where
-    B: Body<Data = Bytes, Error = LlmError> + Unpin,
-{
-    let mut text = Vec::new();
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => {
-                if let Ok(data) = frame.into_data() {
-                    text.extend_from_slice(&data);
-                }
-            }
-            Err(e) => return (String::from_utf8_lossy(&text).into_owned(), Some(e)),
-        }
-    }
-    (String::from_utf8_lossy(&text).into_owned(), None)
 }
 
 #[tokio::test]

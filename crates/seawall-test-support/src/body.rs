@@ -95,3 +95,27 @@ impl Body for ChanBody {
         self.rx.is_none()
     }
 }
+
+/// Reads a body to its end: the text received and the error it ended with, if any (what a
+/// caller of a stack sees of a streamed answer).
+pub async fn drain<B>(mut body: B) -> (String, Option<LlmError>)
+where
+    B: Body<Data = Bytes, Error = LlmError> + Unpin,
+{
+    let mut text = Vec::new();
+    let mut error = None;
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    text.extend_from_slice(&data);
+                }
+            }
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    (String::from_utf8_lossy(&text).into_owned(), error)
+}

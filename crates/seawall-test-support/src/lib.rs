@@ -32,7 +32,7 @@ pub use tokio;
 #[cfg(feature = "budget")]
 pub use audit::AuditStore;
 pub use bench::{Bare, Done};
-pub use body::{ChanBody, Feed};
+pub use body::{ChanBody, Feed, drain};
 pub use captured::{Captured, global_log};
 #[cfg(feature = "mock")]
 pub use loopback::start_mock;
