@@ -49,7 +49,7 @@ machine() {
 }
 
 echo "== building (release, benches of the facade and every crate that has one)"
-cargo bench -p seawall --no-run
+cargo bench -p seawall-benches --no-run
 crate_benches=()
 for f in crates/*/benches/*.rs; do
     [[ -e "$f" ]] || continue
@@ -66,7 +66,7 @@ cargo bench -p seawall-redis --bench shared_state --no-run
 machine >"$OUT/machine.md"
 
 echo "== benches/overhead.rs"
-cargo bench -p seawall --bench overhead -- --output-format bencher "${ROOT_ARGS[@]}" \
+cargo bench -p seawall-benches --bench overhead -- --output-format bencher "${ROOT_ARGS[@]}" \
     | tee "$OUT/overhead.txt"
 
 for cb in "${crate_benches[@]}"; do
@@ -76,7 +76,7 @@ for cb in "${crate_benches[@]}"; do
 done
 
 echo "== benches/allocs.rs"
-cargo bench -p seawall --bench allocs | tee "$OUT/allocs.md"
+cargo bench -p seawall-benches --bench allocs | tee "$OUT/allocs.md"
 
 echo "== crates/seawall-redis/benches/shared_state.rs"
 if command -v redis-server >/dev/null; then

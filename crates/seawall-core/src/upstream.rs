@@ -35,7 +35,7 @@ fn bad_api_key() -> ConfigError {
 /// An API key. Its `Debug` shows `ApiKey([REDACTED])`; it has no `Display`.
 ///
 /// ```
-/// use seawall_core::ApiKey;
+/// use seawall_core::upstream::ApiKey;
 /// let key = ApiKey::new("sk-proj-0123456789abcdef").unwrap();
 /// assert_eq!(format!("{key:?}"), "ApiKey([REDACTED])");
 /// assert!(ApiKey::new("  ").is_err());
@@ -359,7 +359,7 @@ fn var(lookup: &mut impl FnMut(&str) -> Option<String>, name: &str) -> Option<St
 /// the seawall chaos upstream, ...).
 ///
 /// ```
-/// use seawall_core::{ApiKey, OpenAiConfig};
+/// use seawall_core::upstream::{ApiKey, OpenAiConfig};
 /// let cfg = OpenAiConfig::new(ApiKey::new("sk-test-0123456789").unwrap())
 ///     .with_base_url("https://api.deepseek.com/v1");
 /// let up = cfg.upstream().unwrap();
@@ -513,7 +513,7 @@ impl OpenAiConfig {
 /// Anthropic's Messages API.
 ///
 /// ```
-/// use seawall_core::{AnthropicConfig, ApiKey};
+/// use seawall_core::upstream::{AnthropicConfig, ApiKey};
 /// let up = AnthropicConfig::new(ApiKey::new("sk-ant-0123456789").unwrap()).upstream().unwrap();
 /// assert_eq!(up.headers()["anthropic-version"], "2023-06-01");
 /// assert!(up.headers()["x-api-key"].is_sensitive());
