@@ -150,13 +150,21 @@ where
                     };
                     match found {
                         Ok(Some(answer)) => {
+                            if let Some(lead) = p.lead.take() {
+                                // Found on the leader's second look: serve its waiters too.
+                                drop(lead.done(answer.clone()));
+                            }
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(p.hit(&answer)));
                         }
                         Ok(None) => {}
                         Err(e) => tracing::warn!(error = %e, "cache lookup failed; calling upstream"),
                     }
-                    let next = p.miss();
+                    let next = if p.lead.is_some() {
+                        State::Call { fut: p.send() }
+                    } else {
+                        p.miss()
+                    };
                     this.state.set(next);
                 }
                 StateProj::Wait { fut } => {
@@ -201,10 +209,19 @@ where
     B: http_body::Body<Data = Bytes>,
 {
     /// After a miss: lead or join the key's flight, or call on our own.
+    ///
+    /// A new leader looks the store up once more before it calls: between its first look and
+    /// its joining, another flight of the key may have landed (stored its answer and left the
+    /// table), and the answer is then in the store.
     fn miss(&mut self) -> State<S::Future> {
         if self.may_wait && self.shared.single_flight {
             match self.shared.flights.join(self.key) {
-                Join::Lead(lead) => self.lead = Some(lead),
+                Join::Lead(lead) => {
+                    self.lead = Some(lead);
+                    return State::Lookup {
+                        fut: self.shared.store.get(&self.key),
+                    };
+                }
                 Join::Wait(rx) => {
                     return State::Wait {
                         fut: Box::pin(flight::wait(rx)),
