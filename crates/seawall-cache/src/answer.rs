@@ -237,10 +237,13 @@ impl Answer {
         match self.wire {
             Wire::OpenAiChat => {
                 b.raw("{\"id\":").s(&self.id);
-                b.raw(",\"object\":\"chat.completion\",\"created\":").n(self.created);
+                b.raw(",\"object\":\"chat.completion\",\"created\":")
+                    .n(self.created);
                 b.raw(",\"model\":").s(&self.model);
-                b.raw(",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":")
-                    .s(&self.text);
+                b.raw(
+                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
+                )
+                .s(&self.text);
                 b.raw(",\"refusal\":null},\"logprobs\":null,\"finish_reason\":")
                     .s(&self.finish);
                 b.raw("}],\"usage\":");
@@ -249,8 +252,10 @@ impl Answer {
             }
             Wire::AnthropicMessages => {
                 b.raw("{\"id\":").s(&self.id);
-                b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":").s(&self.model);
-                b.raw(",\"content\":[{\"type\":\"text\",\"text\":").s(&self.text);
+                b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":")
+                    .s(&self.model);
+                b.raw(",\"content\":[{\"type\":\"text\",\"text\":")
+                    .s(&self.text);
                 b.raw("}],\"stop_reason\":").s(&self.finish);
                 b.raw(",\"stop_sequence\":null,\"usage\":");
                 b.anthropic_usage(u, u.output_tokens);
@@ -276,8 +281,10 @@ impl Answer {
                     .s(&self.text);
                 b.raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
                 chunk(&mut b);
-                b.raw(",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":")
-                    .s(&self.finish);
+                b.raw(
+                    ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":",
+                )
+                .s(&self.finish);
                 b.raw("}]}\n\n");
                 if include_usage {
                     chunk(&mut b);
@@ -288,8 +295,10 @@ impl Answer {
                 b.raw("data: [DONE]\n\n");
             }
             Wire::AnthropicMessages => {
-                b.raw("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":")
-                    .s(&self.id);
+                b.raw(
+                    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":",
+                )
+                .s(&self.id);
                 b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":")
                     .s(&self.model);
                 b.raw(",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
@@ -513,9 +522,7 @@ impl Assembler {
                     return Err(NotCacheable::Incomplete);
                 }
                 let finish = s.finish.ok_or(NotCacheable::Incomplete)?;
-                Answer::new(
-                    wire, &s.id, &s.model, s.created, &s.text, &finish, s.usage,
-                )
+                Answer::new(wire, &s.id, &s.model, s.created, &s.text, &finish, s.usage)
             }
         };
         match answer.finish_reason() {
@@ -1031,8 +1038,16 @@ mod tests {
 
     #[test]
     fn an_answer_survives_its_compact_encoding() {
-        let a = Answer::new(Wire::AnthropicMessages, "msg_1", "claude", 0, "héllo \"x\"", "end_turn", usage())
-            .with_raw(Bytes::from_static(b"{\"type\":\"message\"}"));
+        let a = Answer::new(
+            Wire::AnthropicMessages,
+            "msg_1",
+            "claude",
+            0,
+            "héllo \"x\"",
+            "end_turn",
+            usage(),
+        )
+        .with_raw(Bytes::from_static(b"{\"type\":\"message\"}"));
         let bytes = a.encode();
         assert_eq!(Answer::decode(&bytes).unwrap(), a);
         // Every truncation and a trailing byte are refused, never a panic.
@@ -1042,7 +1057,12 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert_eq!(Answer::decode(&long), Err(DecodeError));
-        assert_eq!(Answer::decode(&[1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]), Err(DecodeError));
+        assert_eq!(
+            Answer::decode(&[
+                1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f
+            ]),
+            Err(DecodeError)
+        );
     }
 
     #[test]

@@ -151,10 +151,7 @@ impl Drop for Landing {
 
 /// Waits for a flight to end.
 pub(crate) async fn wait(mut rx: watch::Receiver<FlightState>) -> FlightState {
-    match rx
-        .wait_for(|s| !matches!(s, FlightState::Running))
-        .await
-    {
+    match rx.wait_for(|s| !matches!(s, FlightState::Running)).await {
         Ok(state) => state.clone(),
         // The leader's guard always says how it ended; a closed channel without news would
         // be a leader that never ran its `Drop`: treat it as gone.

@@ -19,7 +19,7 @@ use crate::service::Shared;
 use crate::store::StoreFuture;
 
 /// The header every response of the cache carries: `hit`, `miss` or `bypass`.
-pub const CACHE_HEADER: &str = "x-seawall-cache";
+pub const CACHE_HEADER: http::HeaderName = http::HeaderName::from_static("x-seawall-cache");
 
 type WaitFuture = Pin<Box<dyn Future<Output = FlightState> + Send>>;
 
@@ -158,7 +158,9 @@ where
                             return Poll::Ready(Ok(p.hit(&answer)));
                         }
                         Ok(None) => {}
-                        Err(e) => tracing::warn!(error = %e, "cache lookup failed; calling upstream"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cache lookup failed; calling upstream")
+                        }
                     }
                     let next = if p.lead.is_some() {
                         State::Call { fut: p.send() }
@@ -261,7 +263,10 @@ where
     }
 
     /// The upstream answered: pass its response on, storing the answer if it is complete.
-    fn answered<E>(self: Box<Self>, result: Result<Response<B>, E>) -> Result<Response<CacheBody<B>>, E> {
+    fn answered<E>(
+        self: Box<Self>,
+        result: Result<Response<B>, E>,
+    ) -> Result<Response<CacheBody<B>>, E> {
         let mut p = *self;
         let resp = match result {
             Ok(resp) => resp,
@@ -313,7 +318,8 @@ where
                 .as_ref()
                 .and_then(|cx| cx.update(|f| f.served_by.clone()))
         });
-        served.is_some_and(|s| s.degraded || (&*s.target != "primary" && !self.shared.allow_fallback))
+        served
+            .is_some_and(|s| s.degraded || (&*s.target != "primary" && !self.shared.allow_fallback))
     }
 }
 
@@ -323,9 +329,7 @@ fn known_type(v: &[u8]) -> bool {
 }
 
 fn mark<B>(resp: &mut Response<B>, status: CacheStatus) {
-    resp.headers_mut().insert(
-        CACHE_HEADER,
-        HeaderValue::from_static(status.as_str()),
-    );
+    resp.headers_mut()
+        .insert(CACHE_HEADER, HeaderValue::from_static(status.as_str()));
     resp.extensions_mut().insert(status);
 }

@@ -44,7 +44,10 @@ const MAX_DEPTH: u32 = 128;
 const KEEP_SCRATCH: usize = 256 * 1024;
 
 /// Headers whose values change the answer, hashed into the key.
-const KEY_HEADERS: &[&str] = &["anthropic-version", "anthropic-beta"];
+const KEY_HEADERS: [http::HeaderName; 2] = [
+    http::HeaderName::from_static("anthropic-version"),
+    http::HeaderName::from_static("anthropic-beta"),
+];
 
 /// A request's cache key: a SHA-256 digest. `Debug` and `Display` show its first 8 bytes in
 /// hex, enough to tell entries apart in a log.
@@ -266,9 +269,15 @@ impl KeyDeriver {
             put_field(&mut h, req.method().as_str().as_bytes());
             put_field(
                 &mut h,
-                req.uri().path_and_query().map_or("/", |p| p.as_str()).as_bytes(),
+                req.uri()
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .as_bytes(),
             );
-            put_field(&mut h, req.uri().authority().map_or("", |a| a.as_str()).as_bytes());
+            put_field(
+                &mut h,
+                req.uri().authority().map_or("", |a| a.as_str()).as_bytes(),
+            );
             match partition {
                 Some(p) => {
                     h.update([1]);
@@ -276,9 +285,9 @@ impl KeyDeriver {
                 }
                 None => h.update([0]),
             }
-            for name in KEY_HEADERS {
-                for value in req.headers().get_all(*name) {
-                    put_field(&mut h, name.as_bytes());
+            for name in &KEY_HEADERS {
+                for value in req.headers().get_all(name) {
+                    put_field(&mut h, name.as_str().as_bytes());
                     put_field(&mut h, value.as_bytes());
                 }
             }
@@ -356,15 +365,23 @@ impl Canon {
     }
 
     fn int(&mut self, v: i128) {
-        self.buf.push(b'i');
-        self.buf.extend_from_slice(&v.to_le_bytes());
+        // Most numbers fit 8 bytes; the tag says which width follows.
+        match i64::try_from(v) {
+            Ok(small) => {
+                self.buf.push(b'i');
+                self.buf.extend_from_slice(&small.to_le_bytes());
+            }
+            Err(_) => {
+                self.buf.push(b'I');
+                self.buf.extend_from_slice(&v.to_le_bytes());
+            }
+        }
         self.number = Some(v as f64);
     }
 
     fn str(&mut self, v: &str) {
         self.buf.push(b's');
-        self.buf
-            .extend_from_slice(&(v.len() as u64).to_le_bytes());
+        self.buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
         self.buf.extend_from_slice(v.as_bytes());
     }
 
@@ -579,7 +596,11 @@ impl<'de> Visitor<'de> for Node<'_> {
                         Field::Temperature => self.canon.facts.temperature = self.canon.number,
                         Field::Choices => {
                             let n = self.canon.number.unwrap_or(1.0);
-                            let n = if n >= 1.0 { n.min(u64::MAX as f64) as u64 } else { 1 };
+                            let n = if n >= 1.0 {
+                                n.min(u64::MAX as f64) as u64
+                            } else {
+                                1
+                            };
                             self.canon.facts.choices = self.canon.facts.choices.max(n);
                         }
                         _ => {}

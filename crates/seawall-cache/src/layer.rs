@@ -33,7 +33,11 @@ pub(crate) enum Partition {
 }
 
 /// The credential headers that partition the cache by default.
-const CREDENTIAL_HEADERS: &[&str] = &["authorization", "x-api-key", "api-key"];
+const CREDENTIAL_HEADERS: [http::HeaderName; 3] = [
+    http::header::AUTHORIZATION,
+    http::HeaderName::from_static("x-api-key"),
+    http::HeaderName::from_static("api-key"),
+];
 
 impl Partition {
     pub(crate) fn of<'a>(&'a self, req: &'a Request<Bytes>) -> Option<Cow<'a, [u8]>> {
@@ -41,7 +45,7 @@ impl Partition {
             Partition::Shared => None,
             Partition::Credentials => CREDENTIAL_HEADERS
                 .iter()
-                .find_map(|h| req.headers().get(*h))
+                .find_map(|h| req.headers().get(h))
                 .map(|v| Cow::Borrowed(v.as_bytes())),
             Partition::Key(f) => f.key(req).map(|k| match k {
                 Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
@@ -202,7 +206,10 @@ impl CacheBuilder {
     /// # let _ = layer;
     /// # Ok::<(), seawall_core::ConfigError>(())
     /// ```
-    pub fn normalize(mut self, hook: impl Fn(&mut serde_json::Value) + Send + Sync + 'static) -> Self {
+    pub fn normalize(
+        mut self,
+        hook: impl Fn(&mut serde_json::Value) + Send + Sync + 'static,
+    ) -> Self {
         let hook: Normalize = Arc::new(hook);
         self.keys = self.keys.with_normalize(hook);
         self
@@ -288,7 +295,10 @@ impl CacheBuilder {
         if self.keys.max_body() == 0 {
             return Err(ConfigError::new("max_body_bytes", "must be at least 1"));
         }
-        if self.max_temperature.is_some_and(|t| !t.is_finite() || t < 0.0) {
+        if self
+            .max_temperature
+            .is_some_and(|t| !t.is_finite() || t < 0.0)
+        {
             return Err(ConfigError::new(
                 "max_temperature",
                 "must be a finite number, at least 0",

@@ -52,7 +52,13 @@ async fn answers_replay_across_stream_modes_in_both_wire_formats() {
                 } else {
                     assert_eq!(replay_type, "application/json");
                     let v: Value = serde_json::from_str(&replay).unwrap();
-                    assert!(v["choices"][0]["finish_reason"] == "stop" || v["stop_reason"] == "end_turn" || v["choices"][0]["finish_reason"] == "length" || v["stop_reason"] == "max_tokens", "{v}");
+                    assert!(
+                        v["choices"][0]["finish_reason"] == "stop"
+                            || v["stop_reason"] == "end_turn"
+                            || v["choices"][0]["finish_reason"] == "length"
+                            || v["stop_reason"] == "max_tokens",
+                        "{v}"
+                    );
                 }
                 if !first_streamed && !streamed {
                     assert_eq!(replay, original, "a JSON answer is replayed byte for byte");
@@ -82,7 +88,10 @@ async fn a_replayed_stream_passes_the_classifier_as_a_complete_answer() {
     let mut a = replayed;
     a.feed(sse.as_bytes());
     let answer = a.finish().expect("the replay is a complete answer");
-    assert_eq!(answer.usage().output_tokens, v["usage"]["completion_tokens"].as_u64().unwrap());
+    assert_eq!(
+        answer.usage().output_tokens,
+        v["usage"]["completion_tokens"].as_u64().unwrap()
+    );
 }
 
 // ---- what is never stored ------------------------------------------------------------------
@@ -93,7 +102,10 @@ async fn a_cut_stream_is_never_stored() {
     let svc = stack(layer(), &up);
     let resp = send(&svc, openai(&openai_body(true))).await.unwrap();
     use http_body_util::BodyExt;
-    assert!(resp.into_body().collect().await.is_err(), "the cut reaches the caller");
+    assert!(
+        resp.into_body().collect().await.is_err(),
+        "the cut reaches the caller"
+    );
     fetch_status_is(&svc, openai(&openai_body(false)), "miss").await;
     assert_eq!(up.calls(), 2);
 }
@@ -147,8 +159,14 @@ async fn served_by(served: ServedBy, allow: bool) -> usize {
         .unwrap();
     let svc = cache.layer(marked);
     for _ in 0..2 {
-        let resp = svc.clone().oneshot(openai(&openai_body(false))).await.unwrap();
-        http_body_util::BodyExt::collect(resp.into_body()).await.unwrap();
+        let resp = svc
+            .clone()
+            .oneshot(openai(&openai_body(false)))
+            .await
+            .unwrap();
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
     }
     up.calls()
 }
@@ -213,10 +231,12 @@ async fn entries_expire_after_their_ttl() {
 #[tokio::test(start_paused = true)]
 async fn the_store_bound_evicts_the_oldest_answer() {
     let up = Up::plain();
-    let svc = stack(CacheLayer::new(MemoryStore::with_bounds(1, usize::MAX)), &up);
-    let ask = |q: &str| {
-        openai(&json!({"model": "m", "messages": [{"role": "user", "content": q}]}))
-    };
+    let svc = stack(
+        CacheLayer::new(MemoryStore::with_bounds(1, usize::MAX)),
+        &up,
+    );
+    let ask =
+        |q: &str| openai(&json!({"model": "m", "messages": [{"role": "user", "content": q}]}));
     fetch_status_is(&svc, ask("a"), "miss").await;
     fetch_status_is(&svc, ask("b"), "miss").await;
     fetch_status_is(&svc, ask("b"), "hit").await;
@@ -441,7 +461,11 @@ async fn hostile_bodies_bypass_and_never_panic() {
             );
         }
     }
-    assert_eq!(up.calls(), 2 * n, "each went upstream, none was served or shared");
+    assert_eq!(
+        up.calls(),
+        2 * n,
+        "each went upstream, none was served or shared"
+    );
 }
 
 // ---- the call record ------------------------------------------------------------------------
@@ -463,7 +487,9 @@ async fn a_hit_is_recorded_as_cached_with_no_attempt_and_zero_cost_but_its_usage
     body["stream_options"] = json!({"include_usage": true});
     for req in [openai(&body), openai(&openai_body(false))] {
         let resp = svc.clone().oneshot(req).await.unwrap();
-        http_body_util::BodyExt::collect(resp.into_body()).await.unwrap();
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
     }
     let records = records.lock().unwrap();
     let [miss, hit] = &records[..] else {

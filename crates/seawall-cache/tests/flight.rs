@@ -64,7 +64,9 @@ async fn a_dropped_leader_hands_over_to_a_waiter() {
     let waiters: Vec<_> = (0..5)
         .map(|_| {
             let svc = svc.clone();
-            tokio::spawn(async move { read(send(&svc, openai(&openai_body(true))).await.unwrap()).await })
+            tokio::spawn(async move {
+                read(send(&svc, openai(&openai_body(true))).await.unwrap()).await
+            })
         })
         .collect();
     settle().await;
@@ -90,7 +92,9 @@ async fn a_leader_that_drops_its_body_half_read_hands_over_too() {
     let leader = send(&svc, openai(&openai_body(true)));
     let waiter = {
         let svc = svc.clone();
-        tokio::spawn(async move { read(send(&svc, openai(&openai_body(true))).await.unwrap()).await })
+        tokio::spawn(
+            async move { read(send(&svc, openai(&openai_body(true))).await.unwrap()).await },
+        )
     };
     let resp = leader.await.unwrap();
     settle().await;
@@ -141,7 +145,10 @@ async fn a_failure_is_not_shared_waiters_make_their_own_calls() {
     });
     let results = join_all(calls).await;
     let failed = results.iter().filter(|r| r.is_err()).count();
-    assert_eq!(failed, 1, "only the leader's call failed; nobody was handed its error");
+    assert_eq!(
+        failed, 1,
+        "only the leader's call failed; nobody was handed its error"
+    );
     // The leader, then each of the four waiters on its own.
     assert_eq!(up.calls(), 5);
     for r in results.into_iter().flatten() {
@@ -155,7 +162,8 @@ async fn different_requests_do_not_wait_for_each_other() {
     let svc = stack(layer(), &up);
     let calls = (0..3).map(|i| {
         let svc = svc.clone();
-        let body = json!({"model": "m", "messages": [{"role": "user", "content": format!("q{i}")}]});
+        let body =
+            json!({"model": "m", "messages": [{"role": "user", "content": format!("q{i}")}]});
         async move { read(send(&svc, openai(&body)).await.unwrap()).await }
     });
     join_all(calls).await;

@@ -47,7 +47,9 @@ fn the_key_is_stable_under_key_order_whitespace_number_spelling_and_stream() {
     unstreamed["stream"] = json!(false);
     assert_eq!(key(&unstreamed.to_string()), compact);
     // Stable across calls, threads and builds of the deriver.
-    let again = std::thread::spawn(move || key(&base().to_string())).join().unwrap();
+    let again = std::thread::spawn(move || key(&base().to_string()))
+        .join()
+        .unwrap();
     assert_eq!(again, compact);
 }
 
@@ -61,7 +63,10 @@ fn anything_that_changes_the_answer_changes_the_key() {
         ("seed", json!(42)),
         ("response_format", json!({"type": "json_object"})),
         ("model", json!("gpt-4o-mini")),
-        ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+        (
+            "tools",
+            json!([{"type": "function", "function": {"name": "f"}}]),
+        ),
         ("stop", json!(["\n"])),
         ("frequency_penalty", json!(0.5)),
     ];
@@ -82,8 +87,14 @@ fn anything_that_changes_the_answer_changes_the_key() {
     // The same body to another API or deployment is another question.
     assert_ne!(key_at("/v1/messages", &base().to_string()), original);
     assert_ne!(
-        key_at("/openai/deployments/a/chat/completions", &base().to_string()),
-        key_at("/openai/deployments/b/chat/completions", &base().to_string())
+        key_at(
+            "/openai/deployments/a/chat/completions",
+            &base().to_string()
+        ),
+        key_at(
+            "/openai/deployments/b/chat/completions",
+            &base().to_string()
+        )
     );
 }
 
@@ -97,7 +108,10 @@ fn the_partition_keeps_tenants_apart_and_the_headers_of_the_api_version_count() 
     };
     let keys = KeyDeriver::new();
     let k = |r, p: Option<&[u8]>| keys.key(&r, p).unwrap().0;
-    assert_ne!(k(req("2023-06-01"), Some(b"a")), k(req("2023-06-01"), Some(b"b")));
+    assert_ne!(
+        k(req("2023-06-01"), Some(b"a")),
+        k(req("2023-06-01"), Some(b"b"))
+    );
     assert_ne!(k(req("2023-06-01"), Some(b"a")), k(req("2023-06-01"), None));
     assert_ne!(k(req("2023-06-01"), None), k(req("2024-01-01"), None));
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use seawall_core::{
-    CacheStatus, CallContext, CallFacts, Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome,
-    ServedBy,
+    CacheStatus, CallContext, CallFacts, Completion, FailureClass, LlmError, LlmResponse,
+    OnComplete, Outcome, ServedBy,
 };
 
 use crate::record::{CallOutcome, CallRecord, Recorder};
@@ -236,7 +236,10 @@ where
                     request_id: request_id(resp.headers()),
                     served_by: resp.extensions().and_then(|e| e.get::<ServedBy>()).cloned(),
                     served_model: resp.served_model().map(Arc::from),
-                    cache: resp.extensions().and_then(|e| e.get::<CacheStatus>()).copied(),
+                    cache: resp
+                        .extensions()
+                        .and_then(|e| e.get::<CacheStatus>())
+                        .copied(),
                     ..Head::default()
                 };
                 Ok(resp.on_complete(Finish { pending, head }))

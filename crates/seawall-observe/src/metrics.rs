@@ -237,8 +237,8 @@ impl Recorder for MetricsRecorder {
 mod tests {
     use super::*;
     use crate::record::CallRecord;
-    use seawall_core::CacheStatus;
     use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
+    use seawall_core::CacheStatus;
 
     fn record(model: &str) -> CallRecord {
         CallRecord {

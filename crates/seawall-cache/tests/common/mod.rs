@@ -81,7 +81,10 @@ impl Service<Request<Bytes>> for Up {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok();
             if fail {
-                return Err(LlmError::new(FailureClass::Overloaded, "upstream overloaded"));
+                return Err(LlmError::new(
+                    FailureClass::Overloaded,
+                    "upstream overloaded",
+                ));
             }
             match mock.respond(req).await {
                 Ok(r) => Ok(r),
@@ -117,8 +120,16 @@ pub async fn read(resp: Resp) -> (String, String, String) {
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default()
     };
-    let (cache, ctype) = (header(seawall_cache::CACHE_HEADER), header("content-type"));
-    let body = resp.into_body().collect().await.expect("a whole body").to_bytes();
+    let (cache, ctype) = (
+        header(seawall_cache::CACHE_HEADER.as_str()),
+        header("content-type"),
+    );
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("a whole body")
+        .to_bytes();
     (cache, ctype, String::from_utf8(body.to_vec()).unwrap())
 }
 
