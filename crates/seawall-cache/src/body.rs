@@ -111,7 +111,7 @@ where
             }
             Some(Err(_)) => {
                 if let Some(fill) = this.fill.take() {
-                    fill.failed();
+                    (*fill).failed();
                 }
                 false
             }
@@ -119,7 +119,7 @@ where
         };
         if ended {
             if let Some(fill) = this.fill.take() {
-                fill.complete();
+                (*fill).complete();
             }
         }
         Poll::Ready(polled)
@@ -151,14 +151,14 @@ pub(crate) struct Filler {
 
 impl Filler {
     /// The body ended: store the answer if it is complete, and tell the flight.
-    pub(crate) fn complete(self: Box<Self>) {
+    pub(crate) fn complete(self) {
         let Filler {
             assembler,
             lead,
             shared,
             key,
             report,
-        } = *self;
+        } = self;
         // The classifier's report, when there is one, must agree the stream finished.
         let finished = report.as_ref().is_none_or(|r| r.is_finished());
         let answer = match assembler.finish() {
@@ -175,7 +175,7 @@ impl Filler {
     }
 
     /// The body failed: nothing is stored; waiters make their own calls.
-    pub(crate) fn failed(self: Box<Self>) {
+    pub(crate) fn failed(self) {
         if let Some(lead) = self.lead {
             lead.failed();
         }

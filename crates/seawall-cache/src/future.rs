@@ -196,7 +196,7 @@ where
                             mark(&mut resp, CacheStatus::Bypass);
                             resp
                         }),
-                        Some(p) => p.answered(result),
+                        Some(p) => (*p).answered(result),
                     });
                 }
                 StateProj::Done => seawall_core::polled_after_completion(),
@@ -263,11 +263,8 @@ where
     }
 
     /// The upstream answered: pass its response on, storing the answer if it is complete.
-    fn answered<E>(
-        self: Box<Self>,
-        result: Result<Response<B>, E>,
-    ) -> Result<Response<CacheBody<B>>, E> {
-        let mut p = *self;
+    fn answered<E>(mut self, result: Result<Response<B>, E>) -> Result<Response<CacheBody<B>>, E> {
+        let p = &mut self;
         let resp = match result {
             Ok(resp) => resp,
             Err(e) => {
@@ -278,11 +275,11 @@ where
             }
         };
         let storable = resp.status() == http::StatusCode::OK
-            && !p.from_fallback(&resp)
-            && !resp
+            && !p.served_by_fallback(&resp)
+            && resp
                 .headers()
                 .get(http::header::CONTENT_TYPE)
-                .is_some_and(|v| !known_type(v.as_bytes()));
+                .is_none_or(|v| known_type(v.as_bytes()));
         let status = p.status;
         let mut resp = if storable {
             let streamed = resp
@@ -312,7 +309,7 @@ where
 
     /// Whether a fallback target (or a degraded last resort) gave the answer, and that is not
     /// allowed in the cache.
-    fn from_fallback(&self, resp: &Response<B>) -> bool {
+    fn served_by_fallback(&self, resp: &Response<B>) -> bool {
         let served = resp.extensions().get::<ServedBy>().cloned().or_else(|| {
             self.context
                 .as_ref()
