@@ -189,7 +189,7 @@ fn store(mut put: StoreFuture<()>, landing: Option<Landing>) {
     match put.as_mut().poll(&mut cx) {
         Poll::Ready(result) => {
             if let Err(e) = result {
-                tracing::warn!(error = %e, "cache store failed; answer not stored");
+                tracing::debug!(error = %e, "cache store failed; answer not stored");
             }
             drop(landing);
         }
@@ -197,7 +197,7 @@ fn store(mut put: StoreFuture<()>, landing: Option<Landing>) {
             Ok(handle) => {
                 handle.spawn(async move {
                     if let Err(e) = put.await {
-                        tracing::warn!(error = %e, "cache store failed; answer not stored");
+                        tracing::debug!(error = %e, "cache store failed; answer not stored");
                     }
                     drop(landing);
                 });

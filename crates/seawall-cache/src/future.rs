@@ -159,7 +159,7 @@ where
                         }
                         Ok(None) => {}
                         Err(e) => {
-                            tracing::warn!(error = %e, "cache lookup failed; calling upstream")
+                            tracing::debug!(error = %e, "cache lookup failed; calling upstream")
                         }
                     }
                     let next = if p.lead.is_some() {
