@@ -151,6 +151,10 @@ fn bench(c: &mut Criterion) {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(req.body()).unwrap())
     });
 
+    group.bench_function("build_request_only", |b| {
+        // What every other bench here spends building its request, to subtract.
+        b.iter(|| request(small.clone()))
+    });
     group.bench_function("bare_upstream", |b| {
         let mut svc = upstream(answer_json(8), Arc::default());
         b.iter(|| run(&mut svc, request(small.clone())))

@@ -578,11 +578,16 @@ impl Streamed {
             self.usage = u.openai();
         }
         for choice in chunk.choices.unwrap_or_default() {
-            if choice.index.unwrap_or(0) != 0 {
+            // Another choice, or log probabilities a replay would not carry.
+            if choice.index.unwrap_or(0) != 0 || choice.logprobs.is_some() {
                 return Flow::Break(NotCacheable::NotText);
             }
             if let Some(delta) = choice.delta {
-                if delta.tool_calls.is_some() || delta.function_call.is_some() {
+                if delta.tool_calls.is_some()
+                    || delta.function_call.is_some()
+                    || delta.refusal.is_some()
+                    || delta.audio.is_some()
+                {
                     return Flow::Break(NotCacheable::NotText);
                 }
                 if let Some(text) = delta.content {
@@ -668,8 +673,19 @@ fn json_answer(wire: Wire, raw: Bytes) -> Result<Answer, NotCacheable> {
                 });
             };
             let message = choice.message.as_ref().ok_or(NotCacheable::Malformed)?;
-            if message.tool_calls.as_ref().is_some_and(|t| !t.is_null())
-                || message.function_call.as_ref().is_some_and(|t| !t.is_null())
+            if choice.logprobs.as_ref().is_some_and(|v| !v.is_null()) {
+                // A replayed stream would not carry them.
+                return Err(NotCacheable::NotText);
+            }
+            // Tool calls, a refusal or audio: not plain text.
+            if [
+                &message.tool_calls,
+                &message.function_call,
+                &message.refusal,
+                &message.audio,
+            ]
+            .iter()
+            .any(|v| v.as_ref().is_some_and(|v| !v.is_null()))
             {
                 return Err(NotCacheable::NotText);
             }
@@ -738,6 +754,7 @@ struct OpenAiBody<'a> {
 struct OpenAiChoice<'a> {
     #[serde(borrow)]
     message: Option<OpenAiMessage<'a>>,
+    logprobs: Option<serde_json::Value>,
     #[serde(borrow)]
     finish_reason: Text<'a>,
 }
@@ -748,6 +765,8 @@ struct OpenAiMessage<'a> {
     content: Text<'a>,
     tool_calls: Option<serde_json::Value>,
     function_call: Option<serde_json::Value>,
+    refusal: Option<serde_json::Value>,
+    audio: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -766,6 +785,7 @@ struct OpenAiChunk<'a> {
 #[derive(Deserialize)]
 struct OpenAiChunkChoice<'a> {
     index: Option<u64>,
+    logprobs: Option<serde::de::IgnoredAny>,
     #[serde(borrow)]
     delta: Option<OpenAiDelta<'a>>,
     #[serde(borrow)]
@@ -778,6 +798,9 @@ struct OpenAiDelta<'a> {
     content: Text<'a>,
     tool_calls: Option<serde::de::IgnoredAny>,
     function_call: Option<serde::de::IgnoredAny>,
+    #[serde(borrow)]
+    refusal: Text<'a>,
+    audio: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1063,6 +1086,93 @@ mod tests {
             ]),
             Err(DecodeError)
         );
+    }
+
+    fn assemble(wire: Wire, streamed: bool, body: &str) -> Result<Answer, NotCacheable> {
+        let mut a = Assembler::new(wire, streamed, 1 << 20);
+        // Split mid-event: frames do not follow event boundaries.
+        let (x, y) = body.split_at(body.len() / 2);
+        a.feed(x.as_bytes());
+        a.feed(y.as_bytes());
+        a.finish()
+    }
+
+    const CHUNK: &str = r#"data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}
+
+"#;
+
+    #[test]
+    fn only_complete_plain_text_answers_are_assembled() {
+        let done = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let ok = format!("{CHUNK}{done}");
+        assert_eq!(assemble(Wire::OpenAiChat, true, &ok).unwrap().text(), "hi");
+        let cases = [
+            // No finish marker.
+            (CHUNK.to_owned(), NotCacheable::Incomplete),
+            // A tool call, a refusal, a second choice, log probabilities.
+            (
+                format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[]}}}}]}}\n\n{done}"
+                ),
+                NotCacheable::NotText,
+            ),
+            (
+                format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"refusal\":\"no\"}}}}]}}\n\n{done}"
+                ),
+                NotCacheable::NotText,
+            ),
+            (
+                format!("{}{done}", CHUNK.replace("\"index\":0", "\"index\":1")),
+                NotCacheable::NotText,
+            ),
+            (
+                format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"logprobs\":{{}},\"delta\":{{}}}}]}}\n\n{done}"
+                ),
+                NotCacheable::NotText,
+            ),
+            // An error chunk, events after the end, not JSON.
+            (
+                format!("data: {{\"error\":{{\"message\":\"x\"}}}}\n\n{done}"),
+                NotCacheable::Malformed,
+            ),
+            (format!("{ok}{CHUNK}"), NotCacheable::Malformed),
+            ("data: nope\n\n".to_owned(), NotCacheable::Malformed),
+        ];
+        for (body, why) in cases {
+            assert_eq!(
+                assemble(Wire::OpenAiChat, true, &body).err(),
+                Some(why),
+                "{body}"
+            );
+        }
+        let filtered = format!("{CHUNK}{}", done.replace("stop", "content_filter"));
+        assert_eq!(
+            assemble(Wire::OpenAiChat, true, &filtered).err(),
+            Some(NotCacheable::Reason)
+        );
+        let tool_use = r#"{"id":"m","type":"message","model":"c","content":[{"type":"tool_use","id":"t","name":"f","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}"#;
+        assert_eq!(
+            assemble(Wire::AnthropicMessages, false, tool_use).err(),
+            Some(NotCacheable::NotText)
+        );
+        let text = tool_use
+            .replace(
+                r#"{"type":"tool_use","id":"t","name":"f","input":{}}"#,
+                r#"{"type":"text","text":"hey"}"#,
+            )
+            .replace("\"tool_use\"", "\"end_turn\"");
+        assert_eq!(
+            assemble(Wire::AnthropicMessages, false, &text)
+                .unwrap()
+                .text(),
+            "hey"
+        );
+        let too_big = Assembler::new(Wire::AnthropicMessages, false, 10);
+        let mut too_big = too_big;
+        too_big.feed(text.as_bytes());
+        assert_eq!(too_big.finish().err(), Some(NotCacheable::TooLarge));
     }
 
     #[test]
