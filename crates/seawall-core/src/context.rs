@@ -122,6 +122,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cache_statuses_name_themselves_and_a_semantic_hit_its_score() {
+        assert_eq!(CacheStatus::Hit.to_string(), "hit");
+        assert_eq!(CacheStatus::Bypass.as_str(), "bypass");
+        assert_eq!(CacheStatus::Semantic(0.97).to_string(), "semantic(0.970)");
+        assert!(CacheStatus::Semantic(0.97).is_hit() && !CacheStatus::Miss.is_hit());
+    }
+
+    #[test]
     fn facts_accumulate() {
         let cx = CallContext::new();
         cx.update(|f| f.attempts += 1);
