@@ -80,8 +80,20 @@
 //! # Single flight
 //!
 //! Identical requests that miss at the same time share one upstream call: the first leads,
-//! the others wait for its answer, each in its own future (see the `flight` module for what
-//! happens when the leader fails or goes away).
+//! the others wait for its answer, each in its own future (dropping a waiter costs nothing).
+//! How the flight ends decides what the waiters do:
+//!
+//! - the answer was complete and stored: every waiter is served it, as a hit;
+//! - the leader went away (its future or its body dropped) first: the waiters join again, one
+//!   of them leads a new flight, the others wait for it; nothing hangs;
+//! - the leader's call failed, or its answer is not cacheable: a failure is never shared, and
+//!   each waiter makes its own call, without a flight. (Putting them behind new leaders one at
+//!   a time would make the last of N waiters wait N calls when the failure repeats; the layers
+//!   inside the cache, breaker, gate and budget, protect the upstream from that burst.)
+//!
+//! A new leader looks the store up once more before it calls, so a caller that missed just
+//! before another flight's answer landed is served that answer instead of calling again.
+//! Streamed requests wait for the whole answer, then get it replayed at once.
 //!
 //! # Usage and cost
 //!
