@@ -29,6 +29,15 @@ fn prompt(words: usize, tag: usize) -> Bytes {
     ))
 }
 
+/// A new small question at each call.
+fn new_questions() -> impl FnMut() -> Bytes {
+    let mut i = 0;
+    move || {
+        i += 1;
+        prompt(4, i)
+    }
+}
+
 fn request(body: Bytes) -> http::Request<Bytes> {
     http::Request::post("http://localhost/v1/chat/completions")
         .header("content-type", "application/json")
@@ -171,31 +180,16 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("miss_small_answer", |b| {
         // A new question every time (the store keeps the newest 10,000 answers).
-        let calls = Arc::new(AtomicUsize::new(0));
         let mut svc =
-            CacheLayer::new(MemoryStore::new()).layer(upstream(answer_json(8), calls.clone()));
-        let bodies: Vec<Bytes> = (0..4096).map(|i| prompt(4, i)).collect();
-        let mut i = 0usize;
-        b.iter(|| {
-            i += 1;
-            // Past the first 4096, a key comes back after 4096 others: still a miss only if
-            // evicted, so each round uses new tags.
-            let body = bodies[i % 4096].clone();
-            let tagged = if i < 4096 { body } else { prompt(4, i) };
-            run(&mut svc, request(tagged))
-        });
+            CacheLayer::new(MemoryStore::new()).layer(upstream(answer_json(8), Arc::default()));
+        let mut next = new_questions();
+        b.iter(|| run(&mut svc, request(next())));
     });
     group.bench_function("bare_upstream_new_request_each_time", |b| {
         // The miss's baseline: the same request building, without the cache.
         let mut svc = upstream(answer_json(8), Arc::default());
-        let bodies: Vec<Bytes> = (0..4096).map(|i| prompt(4, i)).collect();
-        let mut i = 0usize;
-        b.iter(|| {
-            i += 1;
-            let body = bodies[i % 4096].clone();
-            let tagged = if i < 4096 { body } else { prompt(4, i) };
-            run(&mut svc, request(tagged))
-        });
+        let mut next = new_questions();
+        b.iter(|| run(&mut svc, request(next())));
     });
 
     group.bench_function("single_flight_two_threads_same_key", |b| {
