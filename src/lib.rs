@@ -15,6 +15,7 @@
 //! | `budget` | [`budget`] | `CostBudgetLayer`: reserve, settle, never overspend, account every attempt |
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
+//! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
@@ -28,6 +29,8 @@ pub use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse};
 pub use seawall_breaker as breaker;
 #[cfg(feature = "budget")]
 pub use seawall_budget as budget;
+#[cfg(feature = "cache")]
+pub use seawall_cache as cache;
 #[cfg(feature = "classify")]
 pub use seawall_classify as classify;
 #[cfg(feature = "fallback")]

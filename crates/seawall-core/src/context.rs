@@ -22,6 +22,48 @@ pub struct ServedBy {
     pub degraded: bool,
 }
 
+/// What a cache layer did with a call: the record's `cache` field.
+///
+/// The cache layer puts it into the response's extensions (and into the [`CallContext`], so
+/// a failed call has it too); an observer reads it without depending on the cache crate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CacheStatus {
+    /// Served from the cache (or from an identical call in flight): no upstream call, no cost.
+    Hit,
+    /// Looked up, not found: the call went upstream (and its answer may be stored).
+    Miss,
+    /// Not cacheable or bypassed by policy: the call went upstream, nothing was read or stored.
+    Bypass,
+    /// Served from the cache for a prompt close in meaning, with the similarity score.
+    Semantic(f32),
+}
+
+impl CacheStatus {
+    /// The status's name: `hit`, `miss`, `bypass` or `semantic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Bypass => "bypass",
+            CacheStatus::Semantic(_) => "semantic",
+        }
+    }
+
+    /// Whether the answer came from the cache (exact or semantic).
+    pub fn is_hit(self) -> bool {
+        matches!(self, CacheStatus::Hit | CacheStatus::Semantic(_))
+    }
+}
+
+impl std::fmt::Display for CacheStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheStatus::Semantic(score) => write!(f, "semantic({score:.3})"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
 /// Facts about one logical call, filled by whichever layers are stacked.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CallFacts {
@@ -43,6 +85,8 @@ pub struct CallFacts {
     pub fallbacks: u32,
     /// Local rejections seen on the way (gate, breaker, budget), by class.
     pub rejections: Vec<FailureClass>,
+    /// What a cache layer did with the call. `None` without a cache layer.
+    pub cache: Option<CacheStatus>,
 }
 
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.
@@ -76,6 +120,14 @@ impl CallContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_statuses_name_themselves_and_a_semantic_hit_its_score() {
+        assert_eq!(CacheStatus::Hit.to_string(), "hit");
+        assert_eq!(CacheStatus::Bypass.as_str(), "bypass");
+        assert_eq!(CacheStatus::Semantic(0.97).to_string(), "semantic(0.970)");
+        assert!(CacheStatus::Semantic(0.97).is_hit() && !CacheStatus::Miss.is_hit());
+    }
 
     #[test]
     fn facts_accumulate() {

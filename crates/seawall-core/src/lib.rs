@@ -18,7 +18,8 @@
 //! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
 //! - [`SseDecoder`], the one server-sent-events line splitter and event assembler, and
 //!   [`FinishReason::from_provider`], the one reading of the providers' finish reasons;
-//! - [`CallContext`], through which layers report to an observer;
+//! - [`CallContext`], through which layers report to an observer, and [`CacheStatus`], what
+//!   a cache did with a call;
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
@@ -45,7 +46,7 @@ pub mod upstream;
 pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
-pub use context::{CallContext, CallFacts, ServedBy};
+pub use context::{CacheStatus, CallContext, CallFacts, ServedBy};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use seawall_core::{
-    CallContext, CallFacts, Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome,
-    ServedBy,
+    CacheStatus, CallContext, CallFacts, Completion, FailureClass, LlmError, LlmResponse,
+    OnComplete, Outcome, ServedBy,
 };
 
 use crate::record::{CallOutcome, CallRecord, Recorder};
@@ -34,6 +34,7 @@ struct Head {
     class: Option<FailureClass>,
     error_code: Option<String>,
     error_attempts: u32,
+    cache: Option<CacheStatus>,
 }
 
 impl Pending {
@@ -48,11 +49,13 @@ impl Pending {
             .or(head.served_model)
             .or_else(|| self.model.clone());
         let usage = completion.and_then(|c| c.usage).or(facts.usage);
+        let cache = facts.cache.or(head.cache);
+        let hit = cache.is_some_and(CacheStatus::is_hit);
         let attempts = if facts.attempts > 0 {
             facts.attempts
         } else if head.error_attempts > 0 {
             head.error_attempts
-        } else if head.class.is_some_and(FailureClass::is_local) {
+        } else if hit || head.class.is_some_and(FailureClass::is_local) {
             0
         } else {
             1
@@ -80,6 +83,7 @@ impl Pending {
             fallback: facts.fallbacks > 0
                 || served_by.as_ref().is_some_and(|s| &*s.target != "primary"),
             degraded: served_by.as_ref().is_some_and(|s| s.degraded),
+            cache,
             config_version: self.config_version,
         };
         fill_span(&self.span, &record);
@@ -232,6 +236,10 @@ where
                     request_id: request_id(resp.headers()),
                     served_by: resp.extensions().and_then(|e| e.get::<ServedBy>()).cloned(),
                     served_model: resp.served_model().map(Arc::from),
+                    cache: resp
+                        .extensions()
+                        .and_then(|e| e.get::<CacheStatus>())
+                        .copied(),
                     ..Head::default()
                 };
                 Ok(resp.on_complete(Finish { pending, head }))

@@ -88,12 +88,15 @@ impl ModelLabels {
 /// | `seawall.retry_rate` | gauge | - (retries per call, moving average of ~100 calls) |
 /// | `seawall.queue_wait` | histogram (s) | `gen_ai.request.model` |
 /// | `seawall.cost` | counter (micro-USD) | `gen_ai.request.model` |
+/// | `seawall.cache` | counter | `gen_ai.request.model`, `status` (`hit`, `miss`, `bypass`, `semantic`) |
 /// | `gen_ai.client.operation.duration` | histogram (s) | `gen_ai.request.model`, `error.type` |
 /// | `gen_ai.client.token.usage` | histogram | `gen_ai.request.model`, `gen_ai.token.type` |
 /// | `gen_ai.server.time_to_first_token` | histogram (s) | `gen_ai.request.model` |
 /// | `gen_ai.server.time_per_output_token` | histogram (s) | `gen_ai.request.model` |
 ///
-/// The retry rate is its own figure because a rising retry rate warns before errors do.
+/// The retry rate is its own figure because a rising retry rate warns before errors do. The
+/// cache's hit rate is `seawall.cache{status="hit"}` (plus `semantic`) over all of
+/// `seawall.cache`; calls without a cache layer are not counted there.
 ///
 /// `gen_ai.request.model` is the requested model when it is in the recorder's bounded set, and
 /// [`OTHER_MODEL`] otherwise (`unknown` when the call names none). By default the set is the
@@ -219,6 +222,10 @@ impl Recorder for MetricsRecorder {
             metrics::histogram!("gen_ai.client.token.usage", "gen_ai.request.model" => model.clone(), "gen_ai.token.type" => "output")
                 .record(u.output_tokens as f64);
         }
+        if let Some(status) = r.cache {
+            metrics::counter!("seawall.cache", "gen_ai.request.model" => model.clone(), "status" => status.as_str())
+                .increment(1);
+        }
         if let Some(c) = r.cost_usd {
             metrics::counter!("seawall.cost", "gen_ai.request.model" => model)
                 .increment((c * 1e6).round().max(0.0) as u64);
@@ -231,6 +238,7 @@ mod tests {
     use super::*;
     use crate::record::CallRecord;
     use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
+    use seawall_core::CacheStatus;
 
     fn record(model: &str) -> CallRecord {
         CallRecord {
@@ -325,6 +333,55 @@ mod tests {
         }
         assert!(seen.remove(OTHER_MODEL));
         assert_eq!(seen.len(), 8);
+    }
+
+    #[test]
+    fn the_cache_status_of_each_call_gives_the_hit_rate() {
+        let recorder = MetricsRecorder::new();
+        let debugging = DebuggingRecorder::new();
+        let snapshotter = debugging.snapshotter();
+        metrics::with_local_recorder(&debugging, || {
+            for cache in [
+                Some(CacheStatus::Hit),
+                Some(CacheStatus::Hit),
+                Some(CacheStatus::Miss),
+                Some(CacheStatus::Bypass),
+                None,
+            ] {
+                recorder.record(&CallRecord {
+                    cache,
+                    ..record("m")
+                });
+            }
+        });
+        let mut by_status: Vec<(String, u64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(k, ..)| k.key().name() == "seawall.cache")
+            .map(|(k, _, _, v)| {
+                let status = k
+                    .key()
+                    .labels()
+                    .find(|l| l.key() == "status")
+                    .map(|l| l.value().to_owned())
+                    .unwrap_or_default();
+                let n = match v {
+                    metrics_util::debugging::DebugValue::Counter(n) => n,
+                    _ => 0,
+                };
+                (status, n)
+            })
+            .collect();
+        by_status.sort();
+        assert_eq!(
+            by_status,
+            [
+                ("bypass".to_owned(), 1),
+                ("hit".to_owned(), 2),
+                ("miss".to_owned(), 1)
+            ]
+        );
     }
 
     #[test]

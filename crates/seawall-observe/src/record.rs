@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{FailureClass, Usage};
+use seawall_core::{CacheStatus, FailureClass, Usage};
 use serde::Serialize;
 
 /// How a logical call ended, from the caller's side.
@@ -66,6 +66,11 @@ pub struct CallRecord {
     pub fallback: bool,
     /// Whether the answer was a cached or static degraded response.
     pub degraded: bool,
+    /// What a cache layer did: `hit`, `miss`, `bypass` or `semantic(score)` (`None` without
+    /// a cache layer). A hit made no upstream call: its `attempts` are 0 and its cost 0, while
+    /// `usage` is the cached answer's, as its body reports it.
+    #[serde(serialize_with = "ser_cache")]
+    pub cache: Option<CacheStatus>,
     /// The configured `config_version` tag, to tell deployments apart.
     pub config_version: Option<Arc<str>>,
 }
@@ -85,6 +90,14 @@ impl CallRecord {
 
 fn ser_class<S: serde::Serializer>(c: &Option<FailureClass>, s: S) -> Result<S::Ok, S::Error> {
     match c {
+        Some(c) => s.serialize_str(c.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_cache<S: serde::Serializer>(c: &Option<CacheStatus>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c @ CacheStatus::Semantic(_)) => s.collect_str(c),
         Some(c) => s.serialize_str(c.as_str()),
         None => s.serialize_none(),
     }
@@ -194,6 +207,7 @@ pub(crate) fn success() -> CallRecord {
         latency: std::time::Duration::from_millis(5),
         fallback: false,
         degraded: false,
+        cache: None,
         config_version: None,
     }
 }

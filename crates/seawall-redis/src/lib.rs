@@ -8,7 +8,7 @@
 //! that state in the Redis the fleet already runs, behind the same seams the in-process state
 //! uses, so a stack switches by passing a store to a builder and nothing else changes.
 //!
-//! # The three pieces
+//! # The pieces
 //!
 //! - [`RedisBudgetStore`]: a `BudgetStore` for `CostBudgetBuilder::store`, one budget for
 //!   the fleet ([`budget`] explains the scripts, leases and idempotent attempt ids).
@@ -17,7 +17,10 @@
 //! - [`RedisBreakerState`]: a `SharedBreakerState` for `CircuitBreakerBuilder::shared_state`,
 //!   one view of a sick upstream and one probe at a time for the fleet ([`breaker`]).
 //!
-//! All three share one [`SharedRedis`] per replica.
+//! - [`RedisCacheStore`]: a `CacheStore` for `CacheLayer`, the cache's answers shared by the
+//!   fleet ([`cache`]).
+//!
+//! All of them share one [`SharedRedis`] per replica.
 //!
 //! # What a call costs
 //!
@@ -48,6 +51,7 @@
 
 pub mod breaker;
 pub mod budget;
+pub mod cache;
 mod client;
 mod clock;
 pub mod fleet;
@@ -55,6 +59,7 @@ mod policy;
 
 pub use breaker::{RedisBreakerState, RedisBreakerStateBuilder};
 pub use budget::{DEFAULT_LEASE, RedisBudgetStore, RedisBudgetStoreBuilder};
+pub use cache::{RedisCacheStore, RedisCacheStoreBuilder};
 pub use client::{
     DEFAULT_TIMEOUT, ErrorKind, PROBE_EVERY, SharedRedis, SharedRedisBuilder, Unavailable,
 };

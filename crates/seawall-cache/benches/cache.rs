@@ -1,0 +1,231 @@
+//! The cache's costs: a hit served from the in-memory store, the overhead a miss adds over
+//! the service it wraps, the key's digest alone, and single flight under two-thread contention.
+//! Before the timings it prints the allocations of one hit, for small and large requests and
+//! answers: a hit allocates in proportion to the answer only.
+//!
+//! `cargo bench -p seawall-cache --bench cache`
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use http_body::Body;
+use http_body_util::Full;
+use seawall_cache::{CacheKey, CacheLayer, KeyDeriver, MemoryStore};
+use tower::{Layer, Service, ServiceExt};
+
+/// The system allocator, counting the bytes allocated.
+#[global_allocator]
+static ALLOC: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
+fn prompt(words: usize, tag: usize) -> Bytes {
+    let text = "the sea is salty ".repeat(words);
+    Bytes::from(format!(
+        r#"{{"model":"gpt-4o-mini","temperature":0,"max_tokens":64,"messages":[{{"role":"system","content":"Be brief."}},{{"role":"user","content":"{text}{tag}"}}]}}"#
+    ))
+}
+
+/// A new small question at each call.
+fn new_questions() -> impl FnMut() -> Bytes {
+    let mut i = 0;
+    move || {
+        i += 1;
+        prompt(4, i)
+    }
+}
+
+fn request(body: Bytes) -> http::Request<Bytes> {
+    http::Request::post("http://localhost/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap()
+}
+
+fn answer_json(words: usize) -> Bytes {
+    let text = "Waves carry salt. ".repeat(words);
+    Bytes::from(format!(
+        r#"{{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{{"index":0,"message":{{"role":"assistant","content":"{text}"}},"logprobs":null,"finish_reason":"stop"}}],"usage":{{"prompt_tokens":20,"completion_tokens":12,"total_tokens":32}}}}"#
+    ))
+}
+
+/// An upstream that answers at once with `answer`, counting its calls.
+#[derive(Clone)]
+struct Inner {
+    answer: Bytes,
+    calls: Arc<AtomicUsize>,
+}
+
+fn upstream(answer: Bytes, calls: Arc<AtomicUsize>) -> Inner {
+    Inner { answer, calls }
+}
+
+impl Service<http::Request<Bytes>> for Inner {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: http::Request<Bytes>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut resp = http::Response::new(Full::new(self.answer.clone()));
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        std::future::ready(Ok(resp))
+    }
+}
+
+/// Calls `svc` and reads the whole body, polling by hand: every future here is ready at once.
+fn run<S, B>(svc: &mut S, req: http::Request<Bytes>) -> usize
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let mut fut = std::pin::pin!(svc.call(req));
+    let Poll::Ready(resp) = fut.as_mut().poll(&mut cx) else {
+        panic!("the bench's futures are ready at once");
+    };
+    let mut body = resp.unwrap().into_body();
+    let mut n = 0;
+    while let Poll::Ready(Some(frame)) = std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+        n += frame.unwrap().into_data().map_or(0, |d| d.len());
+    }
+    n
+}
+
+fn allocations(label: &str, mut f: impl FnMut()) {
+    f();
+    let before = ALLOC.total_allocated();
+    const N: usize = 1000;
+    for _ in 0..N {
+        f();
+    }
+    let bytes = (ALLOC.total_allocated() - before) / N;
+    println!("bytes allocated per call, {label}: {bytes}");
+}
+
+fn hit_service(answer_words: usize) -> (seawall_cache::Cache<Inner>, Arc<AtomicUsize>) {
+    let calls = Arc::default();
+    let svc = CacheLayer::new(MemoryStore::new())
+        .layer(upstream(answer_json(answer_words), Arc::clone(&calls)));
+    (svc, calls)
+}
+
+fn bench(c: &mut Criterion) {
+    // Allocations of a hit: flat in the request's size, the answer's bytes shared.
+    for (req_words, answer_words) in [(4, 8), (400, 8), (4, 800)] {
+        let (mut svc, _) = hit_service(answer_words);
+        let body = prompt(req_words, 0);
+        run(&mut svc, request(body.clone()));
+        allocations(
+            &format!(
+                "hit, request {} B, answer {} B",
+                body.len(),
+                answer_json(answer_words).len()
+            ),
+            || {
+                run(&mut svc, request(body.clone()));
+            },
+        );
+    }
+
+    let mut group = c.benchmark_group("cache");
+
+    let small = prompt(4, 0);
+    group.bench_function("key_digest_small_request", |b| {
+        let keys = KeyDeriver::new();
+        let req = request(small.clone());
+        b.iter(|| keys.key(&req, None).unwrap().0)
+    });
+    group.bench_function("sha256_of_300_bytes", |b| {
+        use sha2::Digest;
+        let data = [7u8; 300];
+        b.iter(|| sha2::Sha256::digest(std::hint::black_box(&data)))
+    });
+    group.bench_function("key_digest_value_tree_baseline", |b| {
+        // What building a JSON tree alone costs, for comparison with the one-pass digest.
+        let req = request(small.clone());
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(req.body()).unwrap())
+    });
+
+    group.bench_function("build_request_only", |b| {
+        // What every other bench here spends building its request, to subtract.
+        b.iter(|| request(small.clone()))
+    });
+    group.bench_function("bare_upstream", |b| {
+        let mut svc = upstream(answer_json(8), Arc::default());
+        b.iter(|| run(&mut svc, request(small.clone())))
+    });
+    group.bench_function("hit_small_answer", |b| {
+        let (mut svc, calls) = hit_service(8);
+        run(&mut svc, request(small.clone()));
+        b.iter(|| run(&mut svc, request(small.clone())));
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            1,
+            "every call after the first hit"
+        );
+    });
+    group.bench_function("miss_small_answer", |b| {
+        // A new question every time (the store keeps the newest 10,000 answers).
+        let mut svc =
+            CacheLayer::new(MemoryStore::new()).layer(upstream(answer_json(8), Arc::default()));
+        let mut next = new_questions();
+        b.iter(|| run(&mut svc, request(next())));
+    });
+    group.bench_function("bare_upstream_new_request_each_time", |b| {
+        // The miss's baseline: the same request building, without the cache.
+        let mut svc = upstream(answer_json(8), Arc::default());
+        let mut next = new_questions();
+        b.iter(|| run(&mut svc, request(next())));
+    });
+
+    group.bench_function("single_flight_two_threads_same_key", |b| {
+        // Nothing is ever stored (a store of 0 entries): every call misses, and the two
+        // threads' identical calls meet in the flight table.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc =
+            CacheLayer::new(MemoryStore::with_bounds(0, 0)).layer(upstream(answer_json(8), calls));
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..2 {
+                    let svc = svc.clone();
+                    let body = small.clone();
+                    s.spawn(move || {
+                        // A waiter waits for the other thread's leader: a real runtime.
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .build()
+                            .unwrap();
+                        rt.block_on(async move {
+                            for _ in 0..iters {
+                                let resp =
+                                    svc.clone().oneshot(request(body.clone())).await.unwrap();
+                                let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+                            }
+                        })
+                    });
+                }
+            });
+            // Per call: two threads made `iters` calls each.
+            start.elapsed() / 2
+        })
+    });
+    group.finish();
+    let _ = (Duration::ZERO, CacheKey::from_bytes([0; 32]));
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

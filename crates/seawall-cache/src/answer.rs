@@ -1,0 +1,1185 @@
+//! The answer model: what is stored of a complete answer, how it is assembled from a JSON body
+//! or an SSE stream, and how it is replayed in either form.
+//!
+//! An answer is kept in a compact canonical form (the wire format, id, model, text, finish
+//! reason and usage) plus, when it came as one JSON body, that body's raw bytes. A
+//! non-streamed request is served the raw body when there is one (byte for byte what the
+//! upstream said) and a rebuilt body otherwise; a streamed request is served a rebuilt SSE
+//! stream in the same wire format (the key contains the path, so an answer is only ever served
+//! to a request of its own format). A rebuilt stream carries the whole text in one delta: a
+//! valid stream, which clients assemble like any other.
+//!
+//! Only plain text answers with one choice are assembled: tool calls, thinking blocks,
+//! several choices, errors and unknown shapes make an answer not cacheable (the call is
+//! passed through).
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::Request;
+use seawall_core::{FinishReason, SseDecoder, SseItem, Usage};
+use serde::Deserialize;
+
+/// The wire formats whose answers are cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// OpenAI Chat Completions (`.../chat/completions`, Azure and compatible servers too).
+    OpenAiChat,
+    /// Anthropic Messages (`.../messages`).
+    AnthropicMessages,
+}
+
+impl Wire {
+    /// The wire format of a request, from its path; `None` for any other API.
+    pub fn of<B>(req: &Request<B>) -> Option<Wire> {
+        let path = req.uri().path().trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(Wire::OpenAiChat)
+        } else if path.ends_with("/messages") || path == "messages" {
+            Some(Wire::AnthropicMessages)
+        } else {
+            None
+        }
+    }
+
+    fn byte(self) -> u8 {
+        match self {
+            Wire::OpenAiChat => 1,
+            Wire::AnthropicMessages => 2,
+        }
+    }
+}
+
+/// How an answer is replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// One JSON body (`application/json`).
+    Json,
+    /// A server-sent-events stream (`text/event-stream`); `include_usage` adds OpenAI's usage
+    /// chunk (`stream_options.include_usage`), which Anthropic streams always carry.
+    Sse {
+        /// Whether the stream ends with a usage chunk.
+        include_usage: bool,
+    },
+}
+
+impl Format {
+    fn slot(self) -> usize {
+        match self {
+            Format::Json => 0,
+            Format::Sse {
+                include_usage: false,
+            } => 1,
+            Format::Sse {
+                include_usage: true,
+            } => 2,
+        }
+    }
+
+    /// The content type of the replayed body.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Sse { .. } => "text/event-stream",
+        }
+    }
+}
+
+/// A complete answer, as the cache stores it.
+#[derive(Debug)]
+pub struct Answer {
+    wire: Wire,
+    id: Box<str>,
+    model: Box<str>,
+    created: u64,
+    text: Box<str>,
+    finish: Box<str>,
+    usage: Usage,
+    raw: Option<Bytes>,
+    /// Each format rendered once, at its first replay (the JSON one is `raw` when present).
+    rendered: [OnceLock<Bytes>; 3],
+}
+
+impl Clone for Answer {
+    fn clone(&self) -> Self {
+        Answer {
+            rendered: Default::default(),
+            raw: self.raw.clone(),
+            ..Answer::new(
+                self.wire,
+                &self.id,
+                &self.model,
+                self.created,
+                &self.text,
+                &self.finish,
+                self.usage,
+            )
+        }
+    }
+}
+
+impl PartialEq for Answer {
+    fn eq(&self, o: &Self) -> bool {
+        (
+            self.wire,
+            &self.id,
+            &self.model,
+            self.created,
+            &self.text,
+            &self.finish,
+            self.usage,
+            &self.raw,
+        ) == (
+            o.wire, &o.id, &o.model, o.created, &o.text, &o.finish, o.usage, &o.raw,
+        )
+    }
+}
+
+impl Answer {
+    /// An answer from its parts; `finish` is the provider's own word (`stop`, `end_turn`,
+    /// `length`, ...).
+    pub fn new(
+        wire: Wire,
+        id: &str,
+        model: &str,
+        created: u64,
+        text: &str,
+        finish: &str,
+        usage: Usage,
+    ) -> Self {
+        Answer {
+            wire,
+            id: id.into(),
+            model: model.into(),
+            created,
+            text: text.into(),
+            finish: finish.into(),
+            usage,
+            raw: None,
+            rendered: Default::default(),
+        }
+    }
+
+    /// Keeps `raw`, the JSON body as the upstream sent it, to serve non-streamed requests.
+    pub fn with_raw(mut self, raw: Bytes) -> Self {
+        self.raw = Some(raw);
+        self
+    }
+
+    /// The wire format.
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
+    /// The model that answered.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The answer's text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The finish reason, as the provider said it.
+    pub fn finish_word(&self) -> &str {
+        &self.finish
+    }
+
+    /// The finish reason.
+    pub fn finish_reason(&self) -> FinishReason {
+        FinishReason::from_provider(&self.finish)
+    }
+
+    /// The usage the answer cost when it was made.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// The raw JSON body, when the answer came as one.
+    pub fn raw(&self) -> Option<&Bytes> {
+        self.raw.as_ref()
+    }
+
+    /// About how many bytes the answer holds (for a store's byte bound).
+    pub fn size(&self) -> usize {
+        96 + self.id.len()
+            + self.model.len()
+            + self.text.len()
+            + self.finish.len()
+            + self.raw.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// The answer as a body of `format`, rendered once and then shared.
+    pub fn render(&self, format: Format) -> Bytes {
+        if let (Format::Json, Some(raw)) = (format, &self.raw) {
+            return raw.clone();
+        }
+        let wire = self.wire;
+        let format = match (wire, format) {
+            // Anthropic streams always carry usage: one rendering.
+            (Wire::AnthropicMessages, Format::Sse { .. }) => Format::Sse {
+                include_usage: true,
+            },
+            (_, f) => f,
+        };
+        self.rendered[format.slot()]
+            .get_or_init(|| match format {
+                Format::Json => self.json(),
+                Format::Sse { include_usage } => self.sse(include_usage),
+            })
+            .clone()
+    }
+
+    fn json(&self) -> Bytes {
+        let mut b = Writer::with_capacity(256 + self.text.len());
+        let u = self.usage;
+        match self.wire {
+            Wire::OpenAiChat => {
+                b.raw("{\"id\":").s(&self.id);
+                b.raw(",\"object\":\"chat.completion\",\"created\":")
+                    .n(self.created);
+                b.raw(",\"model\":").s(&self.model);
+                b.raw(
+                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
+                )
+                .s(&self.text);
+                b.raw(",\"refusal\":null},\"logprobs\":null,\"finish_reason\":")
+                    .s(&self.finish);
+                b.raw("}],\"usage\":");
+                b.openai_usage(u);
+                b.raw("}");
+            }
+            Wire::AnthropicMessages => {
+                b.raw("{\"id\":").s(&self.id);
+                b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":")
+                    .s(&self.model);
+                b.raw(",\"content\":[{\"type\":\"text\",\"text\":")
+                    .s(&self.text);
+                b.raw("}],\"stop_reason\":").s(&self.finish);
+                b.raw(",\"stop_sequence\":null,\"usage\":");
+                b.anthropic_usage(u, u.output_tokens);
+                b.raw("}");
+            }
+        }
+        b.done()
+    }
+
+    fn sse(&self, include_usage: bool) -> Bytes {
+        let mut b = Writer::with_capacity(768 + self.text.len());
+        let u = self.usage;
+        match self.wire {
+            Wire::OpenAiChat => {
+                let chunk = |b: &mut Writer| {
+                    b.raw("data: {\"id\":").s(&self.id);
+                    b.raw(",\"object\":\"chat.completion.chunk\",\"created\":")
+                        .n(self.created);
+                    b.raw(",\"model\":").s(&self.model);
+                };
+                chunk(&mut b);
+                b.raw(",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":")
+                    .s(&self.text);
+                b.raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+                chunk(&mut b);
+                b.raw(
+                    ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":",
+                )
+                .s(&self.finish);
+                b.raw("}]}\n\n");
+                if include_usage {
+                    chunk(&mut b);
+                    b.raw(",\"choices\":[],\"usage\":");
+                    b.openai_usage(u);
+                    b.raw("}\n\n");
+                }
+                b.raw("data: [DONE]\n\n");
+            }
+            Wire::AnthropicMessages => {
+                b.raw(
+                    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":",
+                )
+                .s(&self.id);
+                b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":")
+                    .s(&self.model);
+                b.raw(",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
+                b.anthropic_usage(u, 1);
+                b.raw("}}\n\n");
+                b.raw("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+                b.raw("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":")
+                    .s(&self.text);
+                b.raw("}}\n\n");
+                b.raw("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+                b.raw("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":")
+                    .s(&self.finish);
+                b.raw(",\"stop_sequence\":null},\"usage\":{\"output_tokens\":")
+                    .n(u.output_tokens);
+                b.raw("}}\n\n");
+                b.raw("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+            }
+        }
+        b.done()
+    }
+}
+
+/// A small JSON writer for the replayed bodies.
+struct Writer(BytesMut);
+
+impl Writer {
+    fn with_capacity(n: usize) -> Self {
+        Writer(BytesMut::with_capacity(n))
+    }
+
+    fn raw(&mut self, s: &str) -> &mut Self {
+        self.0.put_slice(s.as_bytes());
+        self
+    }
+
+    /// A JSON string.
+    fn s(&mut self, s: &str) -> &mut Self {
+        // Writing a string into a buffer cannot fail.
+        let _ = serde_json::to_writer((&mut self.0).writer(), s);
+        self
+    }
+
+    fn n(&mut self, n: u64) -> &mut Self {
+        let mut buf = itoa_buf(n);
+        self.0.put_slice(buf.as_bytes_mut());
+        self
+    }
+
+    fn openai_usage(&mut self, u: Usage) {
+        self.raw("{\"prompt_tokens\":").n(u.input_tokens);
+        self.raw(",\"completion_tokens\":").n(u.output_tokens);
+        self.raw(",\"total_tokens\":").n(u.total());
+        self.raw(",\"prompt_tokens_details\":{\"cached_tokens\":")
+            .n(u.cached_input_tokens);
+        self.raw("}}");
+    }
+
+    fn anthropic_usage(&mut self, u: Usage, output: u64) {
+        // Anthropic's input_tokens leave out the cache reads, which come on their own.
+        let cached = u.cached_input_tokens.min(u.input_tokens);
+        self.raw("{\"input_tokens\":").n(u.input_tokens - cached);
+        self.raw(",\"cache_read_input_tokens\":").n(cached);
+        self.raw(",\"output_tokens\":").n(output);
+        self.raw("}");
+    }
+
+    fn done(self) -> Bytes {
+        self.0.freeze()
+    }
+}
+
+/// A number's decimal digits without an allocation.
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_bytes_mut(&mut self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+fn itoa_buf(mut n: u64) -> Digits {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    Digits { buf, start: i }
+}
+
+/// Why an answer is not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCacheable {
+    /// The body is larger than the largest entry.
+    TooLarge,
+    /// The answer has something other than text: tool calls, thinking, several choices.
+    NotText,
+    /// The body did not reach its finish marker, or has no finish reason.
+    Incomplete,
+    /// The body is not a well-formed answer of its wire format (an error object, say).
+    Malformed,
+    /// The answer stopped for a reason other than a natural stop or the token limit (a
+    /// content filter, a paused turn).
+    Reason,
+}
+
+/// Builds an [`Answer`] from the body of a response as it passes by.
+///
+/// Reusable by any cache that stores answers: feed it each data frame, then
+/// [`finish`](Self::finish).
+#[derive(Debug)]
+pub struct Assembler {
+    wire: Wire,
+    max_bytes: usize,
+    state: Assembly,
+    failed: Option<NotCacheable>,
+}
+
+#[derive(Debug)]
+enum Assembly {
+    Json(Vec<u8>),
+    Sse(Box<Streamed>),
+}
+
+#[derive(Debug)]
+struct Streamed {
+    decoder: SseDecoder,
+    id: String,
+    model: String,
+    created: u64,
+    text: String,
+    finish: Option<String>,
+    usage: Usage,
+    done: bool,
+}
+
+impl Assembler {
+    /// An assembler of a `wire` answer, JSON or SSE as `streamed` says, that gives up beyond
+    /// `max_bytes` of body.
+    pub fn new(wire: Wire, streamed: bool, max_bytes: usize) -> Self {
+        let state = if streamed {
+            Assembly::Sse(Box::new(Streamed {
+                decoder: SseDecoder::new(max_bytes.min(1 << 20)),
+                id: String::new(),
+                model: String::new(),
+                created: 0,
+                text: String::new(),
+                finish: None,
+                usage: Usage::default(),
+                done: false,
+            }))
+        } else {
+            Assembly::Json(Vec::new())
+        };
+        Assembler {
+            wire,
+            max_bytes,
+            state,
+            failed: None,
+        }
+    }
+
+    /// Whether the answer can still be stored (nothing disqualified it yet).
+    pub fn is_viable(&self) -> bool {
+        self.failed.is_none()
+    }
+
+    /// Reads one frame of body.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        match &mut self.state {
+            Assembly::Json(buf) => {
+                if buf.len() + chunk.len() > self.max_bytes {
+                    self.failed = Some(NotCacheable::TooLarge);
+                    *buf = Vec::new();
+                } else {
+                    buf.extend_from_slice(chunk);
+                }
+            }
+            Assembly::Sse(s) => {
+                let wire = self.wire;
+                let max = self.max_bytes;
+                let Streamed { decoder, .. } = &mut **s;
+                // The decoder borrows itself while handing out events: take it out meanwhile.
+                let mut dec = std::mem::replace(decoder, SseDecoder::new(0));
+                let flow = dec.feed(chunk, |item| s.event(wire, max, item));
+                s.decoder = dec;
+                if let std::ops::ControlFlow::Break(why) = flow {
+                    self.failed = Some(why);
+                }
+            }
+        }
+    }
+
+    /// The answer, once the body has ended.
+    pub fn finish(self) -> Result<Answer, NotCacheable> {
+        if let Some(why) = self.failed {
+            return Err(why);
+        }
+        let answer = match self.state {
+            Assembly::Json(buf) => json_answer(self.wire, Bytes::from(buf))?,
+            Assembly::Sse(mut s) => {
+                let wire = self.wire;
+                let max = self.max_bytes;
+                let mut dec = std::mem::replace(&mut s.decoder, SseDecoder::new(0));
+                if let std::ops::ControlFlow::Break(why) =
+                    dec.finish(|item| s.event(wire, max, item))
+                {
+                    return Err(why);
+                }
+                if !s.done {
+                    return Err(NotCacheable::Incomplete);
+                }
+                let finish = s.finish.ok_or(NotCacheable::Incomplete)?;
+                Answer::new(wire, &s.id, &s.model, s.created, &s.text, &finish, s.usage)
+            }
+        };
+        match answer.finish_reason() {
+            FinishReason::Stop | FinishReason::Length => Ok(answer),
+            _ => Err(NotCacheable::Reason),
+        }
+    }
+}
+
+type Flow = std::ops::ControlFlow<NotCacheable>;
+
+impl Streamed {
+    fn event(&mut self, wire: Wire, max: usize, item: SseItem<'_>) -> Flow {
+        let SseItem::Event(event) = item else {
+            return Flow::Break(NotCacheable::Malformed);
+        };
+        if event.oversized {
+            return Flow::Break(NotCacheable::TooLarge);
+        }
+        if self.done {
+            // Nothing may follow the finish marker.
+            return Flow::Break(NotCacheable::Malformed);
+        }
+        let flow = match wire {
+            Wire::OpenAiChat => self.openai(event.data),
+            Wire::AnthropicMessages => self.anthropic(event.name, event.data),
+        };
+        if self.text.len() > max {
+            return Flow::Break(NotCacheable::TooLarge);
+        }
+        flow
+    }
+
+    fn openai(&mut self, data: &[u8]) -> Flow {
+        if data.trim_ascii() == b"[DONE]" {
+            self.done = true;
+            return Flow::Continue(());
+        }
+        let Ok(chunk) = serde_json::from_slice::<OpenAiChunk<'_>>(data) else {
+            return Flow::Break(NotCacheable::Malformed);
+        };
+        if chunk.error.is_some() {
+            return Flow::Break(NotCacheable::Malformed);
+        }
+        if let Some(id) = chunk.id {
+            set_once(&mut self.id, &id);
+        }
+        if let Some(model) = chunk.model {
+            set_once(&mut self.model, &model);
+        }
+        self.created = self.created.max(chunk.created.unwrap_or(0));
+        if let Some(u) = chunk.usage {
+            self.usage = u.openai();
+        }
+        for choice in chunk.choices.unwrap_or_default() {
+            // Another choice, or log probabilities a replay would not carry.
+            if choice.index.unwrap_or(0) != 0 || choice.logprobs.is_some() {
+                return Flow::Break(NotCacheable::NotText);
+            }
+            if let Some(delta) = choice.delta {
+                if delta.tool_calls.is_some()
+                    || delta.function_call.is_some()
+                    || delta.refusal.is_some()
+                    || delta.audio.is_some()
+                {
+                    return Flow::Break(NotCacheable::NotText);
+                }
+                if let Some(text) = delta.content {
+                    self.text.push_str(&text);
+                }
+            }
+            if let Some(f) = choice.finish_reason {
+                self.finish = Some(f.into_owned());
+            }
+        }
+        Flow::Continue(())
+    }
+
+    fn anthropic(&mut self, name: &[u8], data: &[u8]) -> Flow {
+        let Ok(event) = serde_json::from_slice::<AnthropicEvent<'_>>(data) else {
+            return Flow::Break(NotCacheable::Malformed);
+        };
+        let kind = if name.is_empty() {
+            event.kind.as_deref().unwrap_or("")
+        } else {
+            std::str::from_utf8(name).unwrap_or("")
+        };
+        match kind {
+            "message_start" => {
+                let Some(m) = event.message else {
+                    return Flow::Break(NotCacheable::Malformed);
+                };
+                set_once(&mut self.id, m.id.as_deref().unwrap_or(""));
+                set_once(&mut self.model, m.model.as_deref().unwrap_or(""));
+                if let Some(u) = m.usage {
+                    let u = u.anthropic();
+                    self.usage.input_tokens = u.input_tokens;
+                    self.usage.cached_input_tokens = u.cached_input_tokens;
+                }
+            }
+            "content_block_start" => {
+                if event.content_block.is_none_or(|b| b.kind != "text") {
+                    return Flow::Break(NotCacheable::NotText);
+                }
+                if event.index.unwrap_or(0) != 0 {
+                    // One text block: several would need their separation kept.
+                    return Flow::Break(NotCacheable::NotText);
+                }
+            }
+            "content_block_delta" => match event.delta {
+                Some(d) if d.kind.as_deref() == Some("text_delta") => {
+                    self.text.push_str(d.text.as_deref().unwrap_or(""));
+                }
+                _ => return Flow::Break(NotCacheable::NotText),
+            },
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                    self.finish = Some(reason.into_owned());
+                }
+                if let Some(u) = event.usage {
+                    self.usage.output_tokens = u.output_tokens.unwrap_or(0);
+                }
+            }
+            "message_stop" => self.done = true,
+            "content_block_stop" | "ping" => {}
+            _ => return Flow::Break(NotCacheable::Malformed),
+        }
+        Flow::Continue(())
+    }
+}
+
+fn set_once(slot: &mut String, value: &str) {
+    if slot.is_empty() {
+        value.clone_into(slot);
+    }
+}
+
+fn json_answer(wire: Wire, raw: Bytes) -> Result<Answer, NotCacheable> {
+    let answer = match wire {
+        Wire::OpenAiChat => {
+            let body: OpenAiBody<'_> =
+                serde_json::from_slice(&raw).map_err(|_| NotCacheable::Malformed)?;
+            let [choice] = &body.choices[..] else {
+                return Err(if body.choices.is_empty() {
+                    NotCacheable::Malformed
+                } else {
+                    NotCacheable::NotText
+                });
+            };
+            let message = choice.message.as_ref().ok_or(NotCacheable::Malformed)?;
+            if choice.logprobs.as_ref().is_some_and(|v| !v.is_null()) {
+                // A replayed stream would not carry them.
+                return Err(NotCacheable::NotText);
+            }
+            // Tool calls, a refusal or audio: not plain text.
+            if [
+                &message.tool_calls,
+                &message.function_call,
+                &message.refusal,
+                &message.audio,
+            ]
+            .iter()
+            .any(|v| v.as_ref().is_some_and(|v| !v.is_null()))
+            {
+                return Err(NotCacheable::NotText);
+            }
+            let text = message.content.as_deref().ok_or(NotCacheable::NotText)?;
+            let finish = choice
+                .finish_reason
+                .as_deref()
+                .ok_or(NotCacheable::Incomplete)?;
+            Answer::new(
+                wire,
+                body.id.as_deref().unwrap_or(""),
+                body.model.as_deref().unwrap_or(""),
+                body.created.unwrap_or(0),
+                text,
+                finish,
+                body.usage.map(|u| u.openai()).unwrap_or_default(),
+            )
+        }
+        Wire::AnthropicMessages => {
+            let body: AnthropicBody<'_> =
+                serde_json::from_slice(&raw).map_err(|_| NotCacheable::Malformed)?;
+            if body.kind.as_deref() != Some("message") {
+                return Err(NotCacheable::Malformed);
+            }
+            let mut text = String::new();
+            match &body.content[..] {
+                [] => {}
+                [block] if block.kind == "text" => {
+                    text.push_str(block.text.as_deref().unwrap_or(""));
+                }
+                _ => return Err(NotCacheable::NotText),
+            }
+            let finish = body
+                .stop_reason
+                .as_deref()
+                .ok_or(NotCacheable::Incomplete)?;
+            Answer::new(
+                wire,
+                body.id.as_deref().unwrap_or(""),
+                body.model.as_deref().unwrap_or(""),
+                0,
+                &text,
+                finish,
+                body.usage.map(|u| u.anthropic()).unwrap_or_default(),
+            )
+        }
+    };
+    Ok(answer.with_raw(raw))
+}
+
+type Text<'a> = Option<std::borrow::Cow<'a, str>>;
+
+#[derive(Deserialize)]
+struct OpenAiBody<'a> {
+    #[serde(borrow)]
+    id: Text<'a>,
+    created: Option<u64>,
+    #[serde(borrow)]
+    model: Text<'a>,
+    #[serde(borrow, default)]
+    choices: Vec<OpenAiChoice<'a>>,
+    usage: Option<OpenAiUsage>,
+}
+
+#[derive(Deserialize)]
+struct OpenAiChoice<'a> {
+    #[serde(borrow)]
+    message: Option<OpenAiMessage<'a>>,
+    logprobs: Option<serde_json::Value>,
+    #[serde(borrow)]
+    finish_reason: Text<'a>,
+}
+
+#[derive(Deserialize)]
+struct OpenAiMessage<'a> {
+    #[serde(borrow)]
+    content: Text<'a>,
+    tool_calls: Option<serde_json::Value>,
+    function_call: Option<serde_json::Value>,
+    refusal: Option<serde_json::Value>,
+    audio: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct OpenAiChunk<'a> {
+    #[serde(borrow)]
+    id: Text<'a>,
+    created: Option<u64>,
+    #[serde(borrow)]
+    model: Text<'a>,
+    #[serde(borrow)]
+    choices: Option<Vec<OpenAiChunkChoice<'a>>>,
+    usage: Option<OpenAiUsage>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct OpenAiChunkChoice<'a> {
+    index: Option<u64>,
+    logprobs: Option<serde::de::IgnoredAny>,
+    #[serde(borrow)]
+    delta: Option<OpenAiDelta<'a>>,
+    #[serde(borrow)]
+    finish_reason: Text<'a>,
+}
+
+#[derive(Deserialize)]
+struct OpenAiDelta<'a> {
+    #[serde(borrow)]
+    content: Text<'a>,
+    tool_calls: Option<serde::de::IgnoredAny>,
+    function_call: Option<serde::de::IgnoredAny>,
+    #[serde(borrow)]
+    refusal: Text<'a>,
+    audio: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize, Default)]
+struct OpenAiUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    prompt_tokens_details: Option<OpenAiDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct OpenAiDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl OpenAiUsage {
+    fn openai(&self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens,
+            output_tokens: self.completion_tokens,
+            cached_input_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct AnthropicBody<'a> {
+    #[serde(borrow)]
+    id: Text<'a>,
+    #[serde(rename = "type", borrow)]
+    kind: Text<'a>,
+    #[serde(borrow)]
+    model: Text<'a>,
+    #[serde(borrow, default)]
+    content: Vec<AnthropicBlock<'a>>,
+    #[serde(borrow)]
+    stop_reason: Text<'a>,
+    usage: Option<AnthropicUsage>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    text: Text<'a>,
+}
+
+#[derive(Deserialize, Default)]
+struct AnthropicUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl AnthropicUsage {
+    fn anthropic(&self) -> Usage {
+        let cached = self.cache_read_input_tokens.unwrap_or(0);
+        Usage {
+            // Seawall's input tokens include the cached ones.
+            input_tokens: self.input_tokens.unwrap_or(0).saturating_add(cached),
+            output_tokens: self.output_tokens.unwrap_or(0),
+            cached_input_tokens: cached,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct AnthropicEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Text<'a>,
+    #[serde(borrow)]
+    message: Option<AnthropicStart<'a>>,
+    index: Option<u64>,
+    #[serde(borrow)]
+    content_block: Option<AnthropicBlock<'a>>,
+    #[serde(borrow)]
+    delta: Option<AnthropicDelta<'a>>,
+    usage: Option<AnthropicUsage>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicStart<'a> {
+    #[serde(borrow)]
+    id: Text<'a>,
+    #[serde(borrow)]
+    model: Text<'a>,
+    usage: Option<AnthropicUsage>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Text<'a>,
+    #[serde(borrow)]
+    text: Text<'a>,
+    #[serde(borrow)]
+    stop_reason: Text<'a>,
+}
+
+/// Why stored bytes are not an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeError;
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stored cache entry is not a valid answer")
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// The version byte of the compact encoding.
+const ENCODING: u8 = 1;
+
+impl Answer {
+    /// The answer in a compact binary form, for a store that keeps bytes (Redis).
+    ///
+    /// A small hand format: a version byte, the wire byte, then each field as a LEB128
+    /// length or number followed by its bytes. It needs no dependency, it is about as small as
+    /// a serde binary format would make it, and [`decode`](Self::decode) checks every length,
+    /// so bytes from a shared store can never make it panic or over-allocate.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.size());
+        out.push(ENCODING);
+        out.push(self.wire.byte());
+        for s in [&self.id, &self.model, &self.text, &self.finish] {
+            put_bytes(&mut out, s.as_bytes());
+        }
+        for n in [
+            self.created,
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+            self.usage.cached_input_tokens,
+        ] {
+            put_varint(&mut out, n);
+        }
+        match &self.raw {
+            Some(raw) => {
+                out.push(1);
+                put_bytes(&mut out, raw);
+            }
+            None => out.push(0),
+        }
+        out
+    }
+
+    /// Reads an answer written by [`encode`](Self::encode).
+    pub fn decode(bytes: &[u8]) -> Result<Answer, DecodeError> {
+        let mut r = Reader(bytes);
+        if r.byte()? != ENCODING {
+            return Err(DecodeError);
+        }
+        let wire = match r.byte()? {
+            1 => Wire::OpenAiChat,
+            2 => Wire::AnthropicMessages,
+            _ => return Err(DecodeError),
+        };
+        let id = r.str()?;
+        let model = r.str()?;
+        let text = r.str()?;
+        let finish = r.str()?;
+        let created = r.varint()?;
+        let usage = Usage {
+            input_tokens: r.varint()?,
+            output_tokens: r.varint()?,
+            cached_input_tokens: r.varint()?,
+        };
+        let answer = Answer::new(wire, id, model, created, text, finish, usage);
+        let answer = match r.byte()? {
+            0 => answer,
+            1 => answer.with_raw(Bytes::copy_from_slice(r.bytes()?)),
+            _ => return Err(DecodeError),
+        };
+        if !r.0.is_empty() {
+            return Err(DecodeError);
+        }
+        Ok(answer)
+    }
+}
+
+/// Shared answers, as stores hand them out.
+pub type SharedAnswer = Arc<Answer>;
+
+fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    loop {
+        let b = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        let (&b, rest) = self.0.split_first().ok_or(DecodeError)?;
+        self.0 = rest;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            n |= u64::from(b & 0x7f).checked_shl(shift).ok_or(DecodeError)?;
+            if b & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err(DecodeError)
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = usize::try_from(self.varint()?).map_err(|_| DecodeError)?;
+        if len > self.0.len() {
+            return Err(DecodeError);
+        }
+        let (b, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(b)
+    }
+
+    fn str(&mut self) -> Result<&'a str, DecodeError> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| DecodeError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage() -> Usage {
+        Usage {
+            input_tokens: 12,
+            output_tokens: 5,
+            cached_input_tokens: 2,
+        }
+    }
+
+    #[test]
+    fn an_answer_survives_its_compact_encoding() {
+        let a = Answer::new(
+            Wire::AnthropicMessages,
+            "msg_1",
+            "claude",
+            0,
+            "héllo \"x\"",
+            "end_turn",
+            usage(),
+        )
+        .with_raw(Bytes::from_static(b"{\"type\":\"message\"}"));
+        let bytes = a.encode();
+        assert_eq!(Answer::decode(&bytes).unwrap(), a);
+        // Every truncation and a trailing byte are refused, never a panic.
+        for cut in 0..bytes.len() {
+            assert_eq!(Answer::decode(&bytes[..cut]), Err(DecodeError));
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(Answer::decode(&long), Err(DecodeError));
+        assert_eq!(
+            Answer::decode(&[
+                1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f
+            ]),
+            Err(DecodeError)
+        );
+    }
+
+    fn assemble(wire: Wire, streamed: bool, body: &str) -> Result<Answer, NotCacheable> {
+        let mut a = Assembler::new(wire, streamed, 1 << 20);
+        // Split mid-event: frames do not follow event boundaries.
+        let (x, y) = body.split_at(body.len() / 2);
+        a.feed(x.as_bytes());
+        a.feed(y.as_bytes());
+        a.finish()
+    }
+
+    const CHUNK: &str = r#"data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}
+
+"#;
+
+    #[test]
+    fn only_complete_plain_text_answers_are_assembled() {
+        let done = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let ok = format!("{CHUNK}{done}");
+        assert_eq!(assemble(Wire::OpenAiChat, true, &ok).unwrap().text(), "hi");
+        let cases = [
+            // No finish marker.
+            (CHUNK.to_owned(), NotCacheable::Incomplete),
+            // A tool call, a refusal, a second choice, log probabilities.
+            (
+                format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[]}}}}]}}\n\n{done}"
+                ),
+                NotCacheable::NotText,
+            ),
+            (
+                format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"refusal\":\"no\"}}}}]}}\n\n{done}"
+                ),
+                NotCacheable::NotText,
+            ),
+            (
+                format!("{}{done}", CHUNK.replace("\"index\":0", "\"index\":1")),
+                NotCacheable::NotText,
+            ),
+            (
+                format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"logprobs\":{{}},\"delta\":{{}}}}]}}\n\n{done}"
+                ),
+                NotCacheable::NotText,
+            ),
+            // An error chunk, events after the end, not JSON.
+            (
+                format!("data: {{\"error\":{{\"message\":\"x\"}}}}\n\n{done}"),
+                NotCacheable::Malformed,
+            ),
+            (format!("{ok}{CHUNK}"), NotCacheable::Malformed),
+            ("data: nope\n\n".to_owned(), NotCacheable::Malformed),
+        ];
+        for (body, why) in cases {
+            assert_eq!(
+                assemble(Wire::OpenAiChat, true, &body).err(),
+                Some(why),
+                "{body}"
+            );
+        }
+        let filtered = format!("{CHUNK}{}", done.replace("stop", "content_filter"));
+        assert_eq!(
+            assemble(Wire::OpenAiChat, true, &filtered).err(),
+            Some(NotCacheable::Reason)
+        );
+        let tool_use = r#"{"id":"m","type":"message","model":"c","content":[{"type":"tool_use","id":"t","name":"f","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}"#;
+        assert_eq!(
+            assemble(Wire::AnthropicMessages, false, tool_use).err(),
+            Some(NotCacheable::NotText)
+        );
+        let text = tool_use
+            .replace(
+                r#"{"type":"tool_use","id":"t","name":"f","input":{}}"#,
+                r#"{"type":"text","text":"hey"}"#,
+            )
+            .replace("\"tool_use\"", "\"end_turn\"");
+        assert_eq!(
+            assemble(Wire::AnthropicMessages, false, &text)
+                .unwrap()
+                .text(),
+            "hey"
+        );
+        let too_big = Assembler::new(Wire::AnthropicMessages, false, 10);
+        let mut too_big = too_big;
+        too_big.feed(text.as_bytes());
+        assert_eq!(too_big.finish().err(), Some(NotCacheable::TooLarge));
+    }
+
+    #[test]
+    fn numbers_are_written_in_full() {
+        for n in [0, 7, 10, 99, 12345, u64::MAX] {
+            let mut d = itoa_buf(n);
+            assert_eq!(d.as_bytes_mut(), n.to_string().as_bytes());
+        }
+    }
+}

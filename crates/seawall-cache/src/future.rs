@@ -1,0 +1,332 @@
+//! What happens after `call`: look the key up, wait for an identical call in flight or lead
+//! one, and wrap the upstream's answer so a complete one is stored as it passes by.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use seawall_core::{BodyReport, CacheStatus, CallContext, ServedBy};
+use tower_service::Service;
+
+use crate::answer::{Answer, Assembler, Format, Wire};
+use crate::body::{CacheBody, Filler};
+use crate::flight::{self, FlightState, Join, Lead};
+use crate::key::CacheKey;
+use crate::service::Shared;
+use crate::store::StoreFuture;
+
+/// The header every response of the cache carries: `hit`, `miss` or `bypass`.
+pub const CACHE_HEADER: http::HeaderName = http::HeaderName::from_static("x-seawall-cache");
+
+type WaitFuture = Pin<Box<dyn Future<Output = FlightState> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The response future of [`Cache`](crate::Cache).
+    pub struct ResponseFuture<S, F> {
+        #[pin]
+        state: State<F>,
+        call: Option<Box<Pending<S>>>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Lookup { fut: StoreFuture<Option<Arc<Answer>>> },
+        Wait { fut: WaitFuture },
+        Call { #[pin] fut: F },
+        Done,
+    }
+}
+
+/// A cacheable call: what it needs until its answer is stored.
+struct Pending<S> {
+    svc: Option<S>,
+    req: Option<Request<Bytes>>,
+    shared: Arc<Shared>,
+    key: CacheKey,
+    wire: Wire,
+    format: Format,
+    status: CacheStatus,
+    lead: Option<Lead>,
+    /// Whether this call may wait for an identical one (not after a failed flight).
+    may_wait: bool,
+    context: Option<Arc<CallContext>>,
+}
+
+impl<S, F> std::fmt::Debug for ResponseFuture<S, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("cacheable", &self.call.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn context_of<B>(req: &Request<B>) -> Option<Arc<CallContext>> {
+    req.extensions().get::<Arc<CallContext>>().cloned()
+}
+
+impl<S, F> ResponseFuture<S, F> {
+    pub(crate) fn bypass(fut: F, context: Option<Arc<CallContext>>) -> Self {
+        if let Some(cx) = context {
+            cx.update(|f| f.cache = Some(CacheStatus::Bypass));
+        }
+        ResponseFuture {
+            state: State::Call { fut },
+            call: None,
+        }
+    }
+
+    pub(crate) fn cached(
+        svc: S,
+        req: Request<Bytes>,
+        shared: Arc<Shared>,
+        key: CacheKey,
+        wire: Wire,
+        format: Format,
+        refresh: bool,
+    ) -> Self {
+        let context = context_of(&req);
+        let (state, status) = if refresh {
+            // `no-cache`: straight upstream, then the fresh answer is stored.
+            (State::Done, CacheStatus::Bypass)
+        } else {
+            (
+                State::Lookup {
+                    fut: shared.store.get(&key),
+                },
+                CacheStatus::Miss,
+            )
+        };
+        if let Some(cx) = &context {
+            cx.update(|f| f.cache = Some(status));
+        }
+        ResponseFuture {
+            state,
+            call: Some(Box::new(Pending {
+                svc: Some(svc),
+                req: Some(req),
+                shared,
+                key,
+                wire,
+                format,
+                status,
+                lead: None,
+                may_wait: !refresh,
+                context,
+            })),
+        }
+    }
+}
+
+impl<S, B> Future for ResponseFuture<S, S::Future>
+where
+    S: Service<Request<Bytes>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes>,
+{
+    type Output = Result<Response<CacheBody<B>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        // A `no-cache` call starts in `Done` with its request still pending: send it.
+        if matches!(this.state.as_ref().get_ref(), State::Done) {
+            match this.call.as_mut() {
+                Some(p) if p.req.is_some() => {
+                    let fut = p.send();
+                    this.state.set(State::Call { fut });
+                }
+                _ => seawall_core::polled_after_completion(),
+            }
+        }
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Lookup { fut } => {
+                    let found = ready!(fut.as_mut().poll(cx));
+                    let Some(p) = this.call.as_mut() else {
+                        seawall_core::polled_after_completion();
+                    };
+                    match found {
+                        Ok(Some(answer)) => {
+                            if let Some(lead) = p.lead.take() {
+                                // Found on the leader's second look: serve its waiters too.
+                                drop(lead.done(answer.clone()));
+                            }
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(p.hit(&answer)));
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, "cache lookup failed; calling upstream")
+                        }
+                    }
+                    let next = if p.lead.is_some() {
+                        State::Call { fut: p.send() }
+                    } else {
+                        p.miss()
+                    };
+                    this.state.set(next);
+                }
+                StateProj::Wait { fut } => {
+                    let state = ready!(fut.as_mut().poll(cx));
+                    let Some(p) = this.call.as_mut() else {
+                        seawall_core::polled_after_completion();
+                    };
+                    match state {
+                        FlightState::Done(answer) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(p.hit(&answer)));
+                        }
+                        // The leader went away: join again (and maybe lead).
+                        FlightState::Abandoned | FlightState::Running => {}
+                        // A failure is not shared: call on our own.
+                        FlightState::Failed => p.may_wait = false,
+                    }
+                    let next = p.miss();
+                    this.state.set(next);
+                }
+                StateProj::Call { fut } => {
+                    let result = ready!(fut.poll(cx));
+                    this.state.set(State::Done);
+                    return Poll::Ready(match this.call.take() {
+                        None => result.map(|resp| {
+                            let mut resp = resp.map(CacheBody::pass);
+                            mark(&mut resp, CacheStatus::Bypass);
+                            resp
+                        }),
+                        Some(p) => (*p).answered(result),
+                    });
+                }
+                StateProj::Done => seawall_core::polled_after_completion(),
+            }
+        }
+    }
+}
+
+impl<S, B> Pending<S>
+where
+    S: Service<Request<Bytes>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes>,
+{
+    /// After a miss: lead or join the key's flight, or call on our own.
+    ///
+    /// A new leader looks the store up once more before it calls: between its first look and
+    /// its joining, another flight of the key may have landed (stored its answer and left the
+    /// table), and the answer is then in the store.
+    fn miss(&mut self) -> State<S::Future> {
+        if self.may_wait && self.shared.single_flight {
+            match self.shared.flights.join(self.key) {
+                Join::Lead(lead) => {
+                    self.lead = Some(lead);
+                    return State::Lookup {
+                        fut: self.shared.store.get(&self.key),
+                    };
+                }
+                Join::Wait(rx) => {
+                    return State::Wait {
+                        fut: Box::pin(flight::wait(rx)),
+                    };
+                }
+            }
+        }
+        State::Call { fut: self.send() }
+    }
+
+    fn send(&mut self) -> S::Future {
+        match (self.svc.take(), self.req.take()) {
+            (Some(mut svc), Some(req)) => svc.call(req),
+            // Each call is sent once: `miss` runs at most once per future that gets this far.
+            _ => seawall_core::polled_after_completion(),
+        }
+    }
+
+    /// Serves `answer` as a hit.
+    fn hit(&mut self, answer: &Answer) -> Response<CacheBody<B>> {
+        self.status = CacheStatus::Hit;
+        let mut resp = Response::new(CacheBody::cached(answer.render(self.format)));
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(self.format.content_type()),
+        );
+        resp.extensions_mut().insert(answer.usage());
+        mark(&mut resp, CacheStatus::Hit);
+        if let Some(cx) = &self.context {
+            cx.update(|f| {
+                f.cache = Some(CacheStatus::Hit);
+                // No upstream call was made: nothing was spent.
+                f.cost_usd.get_or_insert(0.0);
+            });
+        }
+        resp
+    }
+
+    /// The upstream answered: pass its response on, storing the answer if it is complete.
+    fn answered<E>(mut self, result: Result<Response<B>, E>) -> Result<Response<CacheBody<B>>, E> {
+        let p = &mut self;
+        let resp = match result {
+            Ok(resp) => resp,
+            Err(e) => {
+                if let Some(lead) = p.lead.take() {
+                    lead.failed();
+                }
+                return Err(e);
+            }
+        };
+        let storable = resp.status() == http::StatusCode::OK
+            && !p.served_by_fallback(&resp)
+            && resp
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .is_none_or(|v| known_type(v.as_bytes()));
+        let status = p.status;
+        let mut resp = if storable {
+            let streamed = resp
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .map_or(matches!(p.format, Format::Sse { .. }), |v| {
+                    v.as_bytes().starts_with(b"text/event-stream")
+                });
+            let report = resp.extensions().get::<Arc<BodyReport>>().cloned();
+            let filler = Filler {
+                assembler: Assembler::new(p.wire, streamed, p.shared.max_entry_bytes),
+                lead: p.lead.take(),
+                shared: p.shared.clone(),
+                key: p.key,
+                report,
+            };
+            resp.map(|b| CacheBody::fill(b, filler))
+        } else {
+            if let Some(lead) = p.lead.take() {
+                lead.failed();
+            }
+            resp.map(CacheBody::pass)
+        };
+        mark(&mut resp, status);
+        Ok(resp)
+    }
+
+    /// Whether a fallback target (or a degraded last resort) gave the answer, and that is not
+    /// allowed in the cache.
+    fn served_by_fallback(&self, resp: &Response<B>) -> bool {
+        let served = resp.extensions().get::<ServedBy>().cloned().or_else(|| {
+            self.context
+                .as_ref()
+                .and_then(|cx| cx.update(|f| f.served_by.clone()))
+        });
+        served
+            .is_some_and(|s| s.degraded || (&*s.target != "primary" && !self.shared.allow_fallback))
+    }
+}
+
+/// A JSON or SSE content type (a parameter such as `; charset=utf-8` is fine).
+fn known_type(v: &[u8]) -> bool {
+    v.starts_with(b"application/json") || v.starts_with(b"text/event-stream")
+}
+
+fn mark<B>(resp: &mut Response<B>, status: CacheStatus) {
+    resp.headers_mut()
+        .insert(CACHE_HEADER, HeaderValue::from_static(status.as_str()));
+    resp.extensions_mut().insert(status);
+}

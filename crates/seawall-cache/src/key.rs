@@ -1,0 +1,659 @@
+//! The cache key: a SHA-256 digest of everything that determines an answer, and nothing
+//! else.
+//!
+//! Two requests get the same key exactly when they ask the same thing of the same upstream:
+//! the method, the path and query (which carry the API, and for Azure the deployment), the
+//! API-version headers, the partition (the tenant, unless configured to share), and the JSON
+//! body in a canonical form: objects with their members sorted, whitespace gone, numbers
+//! compared by value (`1`, `1.0` and `1e0` are one number), with the top-level `stream` and
+//! `stream_options` left out, since a streamed request can be served from a non-streamed
+//! answer and back.
+//!
+//! Why SHA-256 (the `sha2` crate, RustCrypto's, pure Rust, using the CPU's SHA extensions
+//! where it has them): a collision would serve one request's answer to another, possibly
+//! another tenant's, so collisions must be infeasible to find, not just unlikely: a 64-bit
+//! hash is not enough, a fast non-cryptographic one can be attacked. BLAKE3 would be as safe
+//! and faster on long inputs, but requests are a few hundred bytes to a few kilobytes, where
+//! SHA-256 with the SHA extensions costs about 0.2 µs per kilobyte, and `sha2` builds without
+//! a C compiler.
+//!
+//! Why no JSON tree: building a `serde_json::Value` costs an allocation per string, array
+//! and object, on every call, hits included. The canonical form is written in one pass of a
+//! serde visitor into a reused per-thread buffer: each object's members are written as they
+//! come, then put in order when the object closes (a copy of that object's bytes). A request
+//! with a normalisation hook does build the tree, since the hook edits it.
+//!
+//! The same pass reads the few fields the cache's policy needs (`temperature`, `n`,
+//! `best_of`, `stream`, `stream_options.include_usage`), so a hit parses the body once.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Request;
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use sha2::{Digest, Sha256};
+
+/// The deepest nesting of arrays and objects read; deeper bodies are not cached (`serde_json`
+/// stops at 128 too).
+const MAX_DEPTH: u32 = 128;
+
+/// Scratch buffers above this size are given back after use, so one huge request does not
+/// pin its memory to a thread for good.
+const KEEP_SCRATCH: usize = 256 * 1024;
+
+/// Headers whose values change the answer, hashed into the key.
+const KEY_HEADERS: [http::HeaderName; 2] = [
+    http::HeaderName::from_static("anthropic-version"),
+    http::HeaderName::from_static("anthropic-beta"),
+];
+
+/// A request's cache key: a SHA-256 digest. `Debug` and `Display` show its first 8 bytes in
+/// hex, enough to tell entries apart in a log.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CacheKey([u8; 32]);
+
+impl CacheKey {
+    /// A key from its 32 bytes (as a store kept them).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        CacheKey(bytes)
+    }
+
+    /// The digest's 32 bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The digest in lowercase hex (64 characters), for a store that keys by text.
+    pub fn to_hex(&self) -> String {
+        let mut s = String::with_capacity(64);
+        for b in self.0 {
+            use fmt::Write;
+            let _ = write!(s, "{b:02x}");
+        }
+        s
+    }
+}
+
+impl std::hash::Hash for CacheKey {
+    // The key is already a uniform digest: 8 of its bytes are as good a hash as any.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut first = [0; 8];
+        first.copy_from_slice(&self.0[..8]);
+        state.write_u64(u64::from_le_bytes(first));
+    }
+}
+
+impl fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CacheKey({self})")
+    }
+}
+
+impl fmt::Display for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A hasher for maps keyed by [`CacheKey`]: takes the 8 bytes its `Hash` writes as they are.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// The `BuildHasher` of maps keyed by [`CacheKey`].
+pub(crate) type KeyHash = std::hash::BuildHasherDefault<KeyHasher>;
+
+/// A normalisation hook: edits a request body before it is keyed, to strip what varies but
+/// does not change the answer (a request id or a timestamp in the prompt). Only the key sees
+/// the edit; the request goes upstream as it came.
+pub type Normalize = Arc<dyn Fn(&mut serde_json::Value) + Send + Sync>;
+
+/// What keying a request body learned about it on the way.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BodyFacts {
+    /// The top-level `temperature`, if it is a number.
+    pub temperature: Option<f64>,
+    /// `"stream": true`.
+    pub stream: bool,
+    /// `"stream_options": {"include_usage": true}`.
+    pub include_usage: bool,
+    /// The larger of `n` and `best_of` (1 when neither is set).
+    pub choices: u64,
+}
+
+/// Why a request has no key (and so bypasses the cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unkeyable {
+    /// The body is larger than the configured limit.
+    TooLarge,
+    /// The body is not JSON, not a JSON object, or nested deeper than 128 levels.
+    NotJson,
+}
+
+impl fmt::Display for Unkeyable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unkeyable::TooLarge => "request body larger than the cache's limit",
+            Unkeyable::NotJson => "request body is not a JSON object (or too deeply nested)",
+        })
+    }
+}
+
+impl std::error::Error for Unkeyable {}
+
+/// Derives cache keys. Cheap to clone; holds the optional normalisation hook and the body
+/// limit.
+///
+/// ```
+/// use bytes::Bytes;
+/// use seawall_cache::KeyDeriver;
+///
+/// let req = |body: &'static str| {
+///     http::Request::post("/v1/chat/completions").body(Bytes::from_static(body.as_bytes())).unwrap()
+/// };
+/// let keys = KeyDeriver::new();
+/// let (a, _) = keys.key(&req(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#), None)?;
+/// let (b, facts) = keys.key(
+///     &req(r#"{ "stream": true, "messages": [ {"content": "hi", "role": "user"} ], "model": "m" }"#),
+///     None,
+/// )?;
+/// assert_eq!(a, b);
+/// assert!(facts.stream);
+/// # Ok::<(), seawall_cache::Unkeyable>(())
+/// ```
+#[derive(Clone)]
+pub struct KeyDeriver {
+    normalize: Option<Normalize>,
+    max_body: usize,
+}
+
+impl fmt::Debug for KeyDeriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyDeriver")
+            .field("normalize", &self.normalize.is_some())
+            .field("max_body", &self.max_body)
+            .finish()
+    }
+}
+
+impl Default for KeyDeriver {
+    fn default() -> Self {
+        KeyDeriver::new()
+    }
+}
+
+impl KeyDeriver {
+    /// The default limit on the request bodies keyed: 1 MiB.
+    pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+    /// A deriver without a normalisation hook, keying bodies up to 1 MiB.
+    pub fn new() -> Self {
+        KeyDeriver {
+            normalize: None,
+            max_body: Self::DEFAULT_MAX_BODY,
+        }
+    }
+
+    /// Runs `hook` on each body (as a JSON tree) before keying it.
+    pub fn with_normalize(mut self, hook: Normalize) -> Self {
+        self.normalize = Some(hook);
+        self
+    }
+
+    /// Keys bodies up to `bytes`; a larger one is [`Unkeyable::TooLarge`].
+    pub fn with_max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// The largest body keyed.
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    /// The key of `req` within `partition` (a tenant's bytes, only hashed; `None` shares
+    /// across tenants), and the
+    /// facts read from its body on the way.
+    pub fn key(
+        &self,
+        req: &Request<Bytes>,
+        partition: Option<&[u8]>,
+    ) -> Result<(CacheKey, BodyFacts), Unkeyable> {
+        let body = req.body();
+        if body.len() > self.max_body {
+            return Err(Unkeyable::TooLarge);
+        }
+        with_scratch(|canon| {
+            match &self.normalize {
+                None => {
+                    let mut de = serde_json::Deserializer::from_slice(body);
+                    Node::top(canon)
+                        .deserialize(&mut de)
+                        .and_then(|()| de.end())
+                        .map_err(|_| Unkeyable::NotJson)?;
+                }
+                Some(hook) => {
+                    let mut tree: serde_json::Value =
+                        serde_json::from_slice(body).map_err(|_| Unkeyable::NotJson)?;
+                    hook(&mut tree);
+                    Node::top(canon)
+                        .deserialize(&tree)
+                        .map_err(|_| Unkeyable::NotJson)?;
+                }
+            }
+            if !canon.object {
+                return Err(Unkeyable::NotJson);
+            }
+            let mut h = Sha256::new();
+            h.update(b"seawall-cache/1\0");
+            put_field(&mut h, req.method().as_str().as_bytes());
+            put_field(
+                &mut h,
+                req.uri()
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .as_bytes(),
+            );
+            put_field(
+                &mut h,
+                req.uri().authority().map_or("", |a| a.as_str()).as_bytes(),
+            );
+            match partition {
+                Some(p) => {
+                    h.update([1]);
+                    put_field(&mut h, p);
+                }
+                None => h.update([0]),
+            }
+            for name in &KEY_HEADERS {
+                for value in req.headers().get_all(name) {
+                    put_field(&mut h, name.as_str().as_bytes());
+                    put_field(&mut h, value.as_bytes());
+                }
+            }
+            h.update([0xff]);
+            h.update(&canon.buf);
+            let mut facts = canon.facts;
+            facts.choices = facts.choices.max(1);
+            Ok((CacheKey(h.finalize().into()), facts))
+        })
+    }
+}
+
+fn put_field(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Canon> = RefCell::new(Canon::default());
+}
+
+fn with_scratch<T>(f: impl FnOnce(&mut Canon) -> T) -> T {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut canon) => {
+            canon.reset();
+            let out = f(&mut canon);
+            canon.trim();
+            out
+        }
+        // Re-entered (a normalisation hook that keys a request itself): a fresh buffer.
+        Err(_) => f(&mut Canon::default()),
+    })
+}
+
+/// The canonical form being written, and the scratch space for putting members in order.
+#[derive(Default)]
+struct Canon {
+    buf: Vec<u8>,
+    /// The members of the objects still open, innermost last.
+    members: Vec<Member>,
+    tmp: Vec<u8>,
+    /// The last number written (for `temperature`).
+    number: Option<f64>,
+    facts: BodyFacts,
+    /// The top-level value is an object.
+    object: bool,
+}
+
+/// One object member in `buf`: its key from `start` to `key_end`, its value up to `end`.
+#[derive(Clone, Copy)]
+struct Member {
+    start: usize,
+    key_end: usize,
+    end: usize,
+}
+
+impl Canon {
+    fn reset(&mut self) {
+        self.buf.clear();
+        self.members.clear();
+        self.number = None;
+        self.facts = BodyFacts::default();
+        self.object = false;
+    }
+
+    fn trim(&mut self) {
+        for v in [&mut self.buf, &mut self.tmp] {
+            if v.capacity() > KEEP_SCRATCH {
+                *v = Vec::new();
+            }
+        }
+        if self.members.capacity() > KEEP_SCRATCH / 16 {
+            self.members = Vec::new();
+        }
+    }
+
+    fn int(&mut self, v: i128) {
+        // Most numbers fit 8 bytes; the tag says which width follows.
+        match i64::try_from(v) {
+            Ok(small) => {
+                self.buf.push(b'i');
+                self.buf.extend_from_slice(&small.to_le_bytes());
+            }
+            Err(_) => {
+                self.buf.push(b'I');
+                self.buf.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        self.number = Some(v as f64);
+    }
+
+    fn str(&mut self, v: &str) {
+        self.buf.push(b's');
+        self.buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        self.buf.extend_from_slice(v.as_bytes());
+    }
+
+    /// Puts the members written since `base` (of the object whose `{` ends at `start`) in
+    /// key order.
+    fn close_object(&mut self, start: usize, base: usize) {
+        let Canon {
+            buf, members, tmp, ..
+        } = self;
+        let list = &mut members[base..];
+        let key = |m: &Member| &buf[m.start..m.key_end];
+        if !list.windows(2).all(|w| key(&w[0]) <= key(&w[1])) {
+            list.sort_by(|a, b| buf[a.start..a.key_end].cmp(&buf[b.start..b.key_end]));
+            tmp.clear();
+            tmp.extend_from_slice(&buf[start..]);
+            buf.truncate(start);
+            for m in list.iter() {
+                buf.extend_from_slice(&tmp[m.start - start..m.end - start]);
+            }
+        }
+        members.truncate(base);
+        buf.push(b'}');
+    }
+}
+
+/// A JSON value to write in canonical form.
+struct Node<'c> {
+    canon: &'c mut Canon,
+    depth: u32,
+}
+
+impl<'c> Node<'c> {
+    fn top(canon: &'c mut Canon) -> Self {
+        Node { canon, depth: 0 }
+    }
+
+    fn child(&mut self) -> Result<Node<'_>, ()> {
+        if self.depth >= MAX_DEPTH {
+            return Err(());
+        }
+        Ok(Node {
+            canon: self.canon,
+            depth: self.depth + 1,
+        })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// What the top-level key being read is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    /// Left out of the key (`stream`, `stream_options`), but read.
+    Stream,
+    StreamOptions,
+    Temperature,
+    Choices,
+    Other,
+}
+
+/// Writes an object key, and says which top-level field it is.
+struct KeySeed<'c> {
+    canon: &'c mut Canon,
+    top: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Field;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Field, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed<'_> {
+    type Value = Field;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+        let field = if !self.top {
+            Field::Other
+        } else {
+            match v {
+                "stream" => return Ok(Field::Stream),
+                "stream_options" => return Ok(Field::StreamOptions),
+                "temperature" => Field::Temperature,
+                "n" | "best_of" => Field::Choices,
+                _ => Field::Other,
+            }
+        };
+        self.canon.str(v);
+        Ok(field)
+    }
+}
+
+/// `stream_options`, read for its one flag.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+impl<'de> Visitor<'de> for Node<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.canon.buf.push(if v { b't' } else { b'f' });
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.canon.int(i128::from(v));
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.canon.int(i128::from(v));
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        // An integral value is one number whichever way it was written (`1`, `1.0`, `1e0`).
+        if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e18 {
+            self.canon.int(v as i128);
+        } else {
+            self.canon.buf.push(b'd');
+            self.canon.buf.extend_from_slice(&v.to_bits().to_le_bytes());
+            self.canon.number = Some(v);
+        }
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.canon.str(v);
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.canon.buf.push(b'n');
+        Ok(())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        self.canon.buf.push(b'[');
+        loop {
+            let child = self
+                .child()
+                .map_err(|()| de::Error::custom("nested too deeply"))?;
+            if seq.next_element_seed(child)?.is_none() {
+                break;
+            }
+        }
+        self.canon.buf.push(b']');
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let top = self.depth == 0;
+        if top {
+            self.canon.object = true;
+        }
+        self.canon.buf.push(b'{');
+        let start = self.canon.buf.len();
+        let base = self.canon.members.len();
+        loop {
+            let member = self.canon.buf.len();
+            let Some(field) = map.next_key_seed(KeySeed {
+                canon: self.canon,
+                top,
+            })?
+            else {
+                break;
+            };
+            match field {
+                Field::Stream => {
+                    self.canon.facts.stream = map.next_value::<Option<bool>>()?.unwrap_or(false);
+                }
+                Field::StreamOptions => {
+                    let o = map.next_value::<Option<StreamOptions>>()?;
+                    self.canon.facts.include_usage =
+                        o.and_then(|o| o.include_usage).unwrap_or(false);
+                }
+                field => {
+                    let key_end = self.canon.buf.len();
+                    self.canon.number = None;
+                    let child = self
+                        .child()
+                        .map_err(|()| de::Error::custom("nested too deeply"))?;
+                    map.next_value_seed(child)?;
+                    match field {
+                        Field::Temperature => self.canon.facts.temperature = self.canon.number,
+                        Field::Choices => {
+                            let n = self.canon.number.unwrap_or(1.0);
+                            let n = if n >= 1.0 {
+                                n.min(u64::MAX as f64) as u64
+                            } else {
+                                1
+                            };
+                            self.canon.facts.choices = self.canon.facts.choices.max(n);
+                        }
+                        _ => {}
+                    }
+                    let end = self.canon.buf.len();
+                    self.canon.members.push(Member {
+                        start: member,
+                        key_end,
+                        end,
+                    });
+                }
+            }
+        }
+        self.canon.close_object(start, base);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(body: &str) -> Request<Bytes> {
+        Request::post("/v1/chat/completions")
+            .body(Bytes::from(body.to_owned()))
+            .unwrap()
+    }
+
+    fn key(body: &str) -> CacheKey {
+        KeyDeriver::new().key(&req(body), None).unwrap().0
+    }
+
+    #[test]
+    fn nested_objects_are_ordered_at_every_level() {
+        assert_eq!(
+            key(r#"{"a":{"y":1,"x":[{"q":2,"p":3}]},"b":2}"#),
+            key(r#"{"b":2,"a":{"x":[{"p":3,"q":2}],"y":1}}"#)
+        );
+        assert_ne!(key(r#"{"a":[1,2]}"#), key(r#"{"a":[2,1]}"#));
+    }
+
+    #[test]
+    fn a_string_is_never_confused_with_its_neighbours() {
+        // Length prefixes keep the boundaries: these would collide if strings were concatenated.
+        assert_ne!(key(r#"{"a":"bc","d":""}"#), key(r#"{"a":"b","d":"c"}"#));
+        assert_ne!(key(r#"{"a":"1"}"#), key(r#"{"a":1}"#));
+        assert_ne!(key(r#"{"a":null}"#), key(r#"{"a":false}"#));
+    }
+
+    #[test]
+    fn the_scratch_buffer_is_given_back_after_a_huge_body() {
+        let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(KEEP_SCRATCH * 2));
+        key(&big);
+        SCRATCH.with(|c| assert!(c.borrow().buf.capacity() <= KEEP_SCRATCH));
+    }
+}

@@ -1,0 +1,127 @@
+//! seawall's `CacheLayer`: answers without calls.
+//!
+//! The cheapest, fastest and most reliable LLM call is the one not made. This layer serves a
+//! request from a stored answer to an identical request, and makes identical requests in
+//! flight at the same time share one upstream call. It is careful about what "identical"
+//! means and about what is stored, since a careless cache either never hits (a timestamp in
+//! the prompt makes every key unique) or serves wrong answers.
+//!
+//! # Where it goes
+//!
+//! Outside fallback and retry, inside observe:
+//!
+//! ```text
+//! observe → cache → fallback → retry → budget → breaker → gate → stream → classify → transport
+//! ```
+//!
+//! A hit then costs no attempt, no gate permit and no budget (the budget, inside, never sees
+//! it), and the observer still records it once, as a call with `cache: hit`, 0 attempts and
+//! 0 cost. Inside retry, a hit would be looked up per attempt; inside the budget, it would be
+//! charged.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use seawall_cache::{CacheLayer, MemoryStore};
+//! use tower::ServiceBuilder;
+//!
+//! # fn stack<S, B>(upstream: S) -> impl tower::Service<http::Request<Bytes>>
+//! # where
+//! #     S: tower::Service<http::Request<Bytes>, Response = http::Response<B>> + Clone,
+//! #     B: http_body::Body<Data = Bytes>,
+//! # {
+//! ServiceBuilder::new()
+//!     // .layer(ObserveLayer::new())
+//!     .layer(CacheLayer::new(MemoryStore::new()))
+//!     // .layer(fallback).layer(retry).layer(budget) ...
+//!     .service(upstream)
+//! # }
+//! ```
+//!
+//! # The key
+//!
+//! A SHA-256 digest of what determines the answer ([`KeyDeriver`]): method, path and query,
+//! the API-version headers, the partition (by default the credential headers, so tenants never
+//! share answers; see [`CacheBuilder::partition`] and
+//! [`shared_across_tenants`](CacheBuilder::shared_across_tenants)), and the JSON body in a
+//! canonical form independent of key order, whitespace and number spelling, without `stream`
+//! and `stream_options`. A [normalisation hook](CacheBuilder::normalize) strips what varies
+//! but does not change the answer.
+//!
+//! # What is stored
+//!
+//! Only complete answers: HTTP 200, a JSON or SSE body of the OpenAI Chat Completions or
+//! Anthropic Messages format, the finish marker seen (and, with a classifier in the stack, its
+//! report agreeing), no body error, the body read to its end, a finish reason of `stop` or
+//! `length` (`end_turn`, `stop_sequence`, `max_tokens`), one choice of plain text, not served
+//! by a fallback target (unless [allowed](CacheBuilder::allow_fallback_answers)) and never a
+//! degraded one. An answer is kept in a compact canonical form ([`Answer`]) plus the raw body
+//! of a non-streamed answer, so a streamed request is served a valid SSE stream (in its own
+//! wire format, ending with `[DONE]` or `message_stop`) from a non-streamed answer, and a
+//! non-streamed request a JSON body from a streamed one.
+//!
+//! # What is passed through (`bypass`)
+//!
+//! Neither read nor written, counted as `bypass` in the call record:
+//!
+//! - other APIs than Chat Completions and Messages (Responses, embeddings, legacy
+//!   completions), other methods than POST;
+//! - bodies that are not a JSON object, nested deeper than 128 levels or larger than the
+//!   [body limit](CacheBuilder::max_body_bytes);
+//! - several choices (`n` or `best_of` above 1);
+//! - a `temperature` above the [threshold](CacheBuilder::max_temperature) (1.0 by default);
+//! - requests the [time-sensitive predicate](CacheBuilder::bypass_when) picks;
+//! - `Cache-Control: no-store` or the [`CacheControl::NoStore`] extension.
+//!
+//! `Cache-Control: no-cache` (or [`CacheControl::NoCache`]) reads through: the call goes
+//! upstream and its answer, if complete, replaces the stored one (also recorded as `bypass`).
+//! Answers that turn out not to be cacheable (tool calls, thinking blocks, a content filter,
+//! a cut stream, an error) are passed through and not stored; the call stays a `miss`.
+//!
+//! # Single flight
+//!
+//! Identical requests that miss at the same time share one upstream call: the first leads,
+//! the others wait for its answer, each in its own future (dropping a waiter costs nothing).
+//! How the flight ends decides what the waiters do:
+//!
+//! - the answer was complete and stored: every waiter is served it, as a hit;
+//! - the leader went away (its future or its body dropped) first: the waiters join again, one
+//!   of them leads a new flight, the others wait for it; nothing hangs;
+//! - the leader's call failed, or its answer is not cacheable: a failure is never shared, and
+//!   each waiter makes its own call, without a flight. (Putting them behind new leaders one at
+//!   a time would make the last of N waiters wait N calls when the failure repeats; the layers
+//!   inside the cache, breaker, gate and budget, protect the upstream from that burst.)
+//!
+//! A new leader looks the store up once more before it calls, so a caller that missed just
+//! before another flight's answer landed is served that answer instead of calling again.
+//! Streamed requests wait for the whole answer, then get it replayed at once.
+//!
+//! # Usage and cost
+//!
+//! A hit's response carries the stored answer's usage (in its body and as a `Usage` response
+//! extension), so clients see what the answer contains; the call record says `cache: hit`
+//! with cost 0, and no budget is charged. Every response carries the [`CacheStatus`] in its
+//! extensions and the [`CACHE_HEADER`] header.
+//!
+//! # Stores
+//!
+//! [`MemoryStore`] (bounded by entries and bytes, TTL on tokio's clock) is the default; any
+//! [`CacheStore`] plugs in, such as a Redis store shared by a fleet.
+#![doc(html_root_url = "https://docs.rs/seawall-cache/0.1.0")]
+
+mod answer;
+mod body;
+mod flight;
+mod future;
+mod key;
+mod layer;
+mod service;
+mod store;
+
+pub use answer::{Answer, Assembler, DecodeError, Format, NotCacheable, SharedAnswer, Wire};
+pub use body::CacheBody;
+pub use future::{CACHE_HEADER, ResponseFuture};
+pub use key::{BodyFacts, CacheKey, KeyDeriver, Normalize, Unkeyable};
+pub use layer::{BypassFn, CacheBuilder, CacheLayer, PartitionFn};
+pub use seawall_core::{CacheStatus, ConfigError};
+pub use service::{Cache, CacheControl};
+pub use store::{CacheStore, MemoryStore, StoreError, StoreFuture};

@@ -1,0 +1,316 @@
+//! Where answers are kept: the [`CacheStore`] trait, and [`MemoryStore`], the default.
+//!
+//! The trait is object-safe and its futures are boxed and `'static`, so the layer holds an
+//! `Arc<dyn CacheStore>` and a remote store (Redis, shared by a fleet) plugs in beside the
+//! in-memory one. A store decides nothing about what is cacheable: the layer hands it only
+//! complete answers, with their time to live.
+//!
+//! A store that fails (a remote one that does not answer) is never the caller's problem: the
+//! layer treats a failed `get` as a miss and a failed `put` as not stored, and logs both.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::answer::Answer;
+use crate::key::{CacheKey, KeyHash};
+
+/// The future of a store operation.
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
+
+/// A store operation that failed. Its message never holds credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(Arc<str>);
+
+impl StoreError {
+    /// An error saying `message`.
+    pub fn new(message: impl AsRef<str>) -> Self {
+        StoreError(Arc::from(seawall_core::redact(message.as_ref()).as_ref()))
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cache store: {}", self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Keeps answers by key, each for its time to live.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use seawall_cache::{Answer, CacheKey, CacheStore, MemoryStore, Wire};
+/// use seawall_core::Usage;
+///
+/// # tokio_test_block_on(async {
+/// let store = MemoryStore::new();
+/// let key = CacheKey::from_bytes([7; 32]);
+/// let answer = Arc::new(Answer::new(Wire::OpenAiChat, "id", "m", 0, "hi", "stop", Usage::default()));
+/// store.put(&key, answer.clone(), Duration::from_secs(60)).await?;
+/// assert_eq!(store.get(&key).await?.as_deref(), Some(&*answer));
+/// # Ok::<(), seawall_cache::StoreError>(())
+/// # }).unwrap();
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// ```
+pub trait CacheStore: Send + Sync + 'static {
+    /// The answer stored under `key`, if there is one still alive.
+    fn get(&self, key: &CacheKey) -> StoreFuture<Option<Arc<Answer>>>;
+
+    /// Stores `answer` under `key` for `ttl`, replacing what was there.
+    fn put(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> StoreFuture<()>;
+}
+
+impl<T: CacheStore + ?Sized> CacheStore for Arc<T> {
+    fn get(&self, key: &CacheKey) -> StoreFuture<Option<Arc<Answer>>> {
+        (**self).get(key)
+    }
+
+    fn put(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> StoreFuture<()> {
+        (**self).put(key, answer, ttl)
+    }
+}
+
+/// The in-memory store: bounded by a number of entries and a total size, each entry alive for
+/// its time to live on tokio's clock (so tests on paused time see entries expire).
+///
+/// When a bound is reached the oldest entries go first. An answer larger than the byte bound
+/// is not stored. Expired entries are dropped when looked up and, oldest first, when new ones
+/// come in. Defaults: 10,000 entries, 64 MiB.
+///
+/// Cloning shares the store.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    max_entries: usize,
+    max_bytes: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    map: HashMap<CacheKey, Entry, KeyHash>,
+    /// Keys in the order they were stored, with the generation stored (an older generation of
+    /// a replaced key is skipped).
+    order: VecDeque<(CacheKey, u64)>,
+    bytes: usize,
+    generation: u64,
+}
+
+struct Entry {
+    answer: Arc<Answer>,
+    expires: Instant,
+    bytes: usize,
+    generation: u64,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (entries, bytes) = self.usage();
+        f.debug_struct("MemoryStore")
+            .field("entries", &entries)
+            .field("bytes", &bytes)
+            .field("max_entries", &self.inner.max_entries)
+            .field("max_bytes", &self.inner.max_bytes)
+            .finish()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// The default entry bound.
+    pub const DEFAULT_MAX_ENTRIES: usize = 10_000;
+    /// The default byte bound.
+    pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+    /// A store with the default bounds.
+    pub fn new() -> Self {
+        MemoryStore::with_bounds(Self::DEFAULT_MAX_ENTRIES, Self::DEFAULT_MAX_BYTES)
+    }
+
+    /// A store of at most `max_entries` answers and `max_bytes` bytes of them.
+    pub fn with_bounds(max_entries: usize, max_bytes: usize) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                max_entries,
+                max_bytes,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// The entries held and their bytes (expired ones not yet dropped included).
+    pub fn usage(&self) -> (usize, usize) {
+        let s = self.inner.lock();
+        (s.map.len(), s.bytes)
+    }
+
+    /// The answer under `key`, looked up at once (what [`CacheStore::get`] resolves to).
+    pub fn lookup(&self, key: &CacheKey) -> Option<Arc<Answer>> {
+        let now = Instant::now();
+        let mut s = self.inner.lock();
+        let entry = s.map.get(key)?;
+        if entry.expires > now {
+            return Some(entry.answer.clone());
+        }
+        let bytes = entry.bytes;
+        s.map.remove(key);
+        s.bytes -= bytes;
+        None
+    }
+
+    /// Stores at once (what [`CacheStore::put`] does). Returns whether the answer was stored.
+    pub fn insert(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> bool {
+        let bytes = answer.size();
+        let inner = &*self.inner;
+        if bytes > inner.max_bytes || inner.max_entries == 0 || ttl.is_zero() {
+            return false;
+        }
+        let now = Instant::now();
+        let expires = seawall_core::instant_after(now, ttl);
+        let mut s = inner.lock();
+        s.generation += 1;
+        let generation = s.generation;
+        if let Some(old) = s.map.insert(
+            *key,
+            Entry {
+                answer,
+                expires,
+                bytes,
+                generation,
+            },
+        ) {
+            s.bytes -= old.bytes;
+        }
+        s.bytes += bytes;
+        s.order.push_back((*key, generation));
+        // Drop from the oldest: the expired, then whatever the bounds need.
+        while let Some(&(oldest, generation)) = s.order.front() {
+            let live = s.map.get(&oldest).filter(|e| e.generation == generation);
+            let over = s.map.len() > inner.max_entries || s.bytes > inner.max_bytes;
+            match live {
+                None => {
+                    s.order.pop_front();
+                }
+                Some(e) if over || e.expires <= now => {
+                    let freed = e.bytes;
+                    s.map.remove(&oldest);
+                    s.bytes -= freed;
+                    s.order.pop_front();
+                }
+                Some(_) => break,
+            }
+        }
+        // Keys replaced many times leave stale places behind: compact when they dominate.
+        if s.order.len() > 2 * s.map.len() + 64 {
+            let State { map, order, .. } = &mut *s;
+            order.retain(|(k, g)| map.get(k).is_some_and(|e| e.generation == *g));
+        }
+        true
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Plain data: a panic elsewhere cannot leave it inconsistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl CacheStore for MemoryStore {
+    fn get(&self, key: &CacheKey) -> StoreFuture<Option<Arc<Answer>>> {
+        let found = self.lookup(key);
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn put(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> StoreFuture<()> {
+        self.insert(key, answer, ttl);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::Wire;
+    use seawall_core::Usage;
+
+    fn answer(text: &str) -> Arc<Answer> {
+        Arc::new(Answer::new(
+            Wire::OpenAiChat,
+            "id",
+            "m",
+            0,
+            text,
+            "stop",
+            Usage::default(),
+        ))
+    }
+
+    fn key(i: u8) -> CacheKey {
+        CacheKey::from_bytes([i; 32])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_lives_for_its_ttl_and_no_longer() {
+        let store = MemoryStore::new();
+        store.insert(&key(1), answer("a"), Duration::from_secs(10));
+        tokio::time::advance(Duration::from_millis(9_999)).await;
+        assert!(store.lookup(&key(1)).is_some());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(store.lookup(&key(1)).is_none());
+        assert_eq!(store.usage(), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_entry_bound_drops_the_oldest() {
+        let store = MemoryStore::with_bounds(2, usize::MAX);
+        for i in 0..3 {
+            store.insert(&key(i), answer("a"), Duration::from_secs(10));
+        }
+        assert!(store.lookup(&key(0)).is_none());
+        assert!(store.lookup(&key(1)).is_some() && store.lookup(&key(2)).is_some());
+        assert_eq!(store.usage().0, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_byte_bound_drops_the_oldest_and_refuses_what_cannot_fit() {
+        let one = answer(&"x".repeat(1000)).size();
+        let store = MemoryStore::with_bounds(100, one * 2 + 10);
+        for i in 0..3 {
+            store.insert(&key(i), answer(&"x".repeat(1000)), Duration::from_secs(10));
+        }
+        assert!(store.lookup(&key(0)).is_none());
+        assert_eq!(store.usage(), (2, one * 2));
+        assert!(!store.insert(&key(9), answer(&"x".repeat(5000)), Duration::from_secs(10)));
+        assert!(store.lookup(&key(9)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replacing_a_key_counts_its_bytes_once_and_keeps_it_alive() {
+        let store = MemoryStore::with_bounds(2, usize::MAX);
+        for _ in 0..500 {
+            store.insert(&key(1), answer("a"), Duration::from_secs(10));
+        }
+        store.insert(&key(2), answer("b"), Duration::from_secs(10));
+        assert_eq!(store.usage(), (2, answer("a").size() * 2));
+        assert!(store.lookup(&key(1)).is_some());
+        assert!(store.inner.lock().order.len() < 200);
+    }
+}
