@@ -18,6 +18,11 @@
 //! complete answer, how long that took, how much load the policy added upstream, what it cost
 //! and what it wasted, and how far it went over the run's spend limit.
 //!
+//! `--repeat SHARE` makes a share of the calls ask one of 40 frequent questions again, word for
+//! word, and runs seawall's stack once more with a `CacheLayer` (in memory) between observe
+//! and fallback: the extra row and the lines under the table show what it saves in spend,
+//! upstream calls and P50.
+//!
 //! `--replicas N` asks what one process cannot show: the same incident through a fleet of N
 //! replicas of seawall's stack, the clients split evenly over them, run once with each
 //! replica's budget, rate limits and breakers in its own memory and once with them shared in
@@ -68,6 +73,8 @@ usage: cargo run --release --example storm -- [options]
   --replicas N      the fleet run: the clients split over N replicas, each its own seawall
                     stack, first with per-process state, then with the budget and the providers'
                     rate limits shared in Redis; in process, on real time (a scaled workload)
+  --repeat SHARE    a share of calls (0 to 1, e.g. 0.3) asks one of 40 frequent questions again,
+                    word for word, and seawall runs once more with a CacheLayer in its stack
   --redis URL       the Redis of --replicas (default: start redis-server from the PATH on a
                     free loopback port, without persistence, and stop it at the end)
   -h, --help        this text";
@@ -80,6 +87,7 @@ struct Args {
     requests: Option<usize>,
     replicas: Option<usize>,
     redis: Option<String>,
+    repeat: f64,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -91,6 +99,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         requests: None,
         replicas: None,
         redis: None,
+        repeat: 0.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -114,11 +123,26 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.replicas = Some(number("--replicas", value("--replicas")?)? as usize)
             }
             "--redis" => args.redis = Some(value("--redis")?),
+            "--repeat" => {
+                let v = value("--repeat")?;
+                args.repeat = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| *r > 0.0 && *r <= 1.0)
+                    .ok_or_else(|| {
+                        format!("--repeat wants a share above 0 and at most 1, got {v:?}")
+                    })?;
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if args.replicas.is_some() && args.http {
         return Err("--replicas runs in process; it does not combine with --http".into());
+    }
+    if args.repeat > 0.0 && args.replicas.is_some() {
+        return Err(
+            "--repeat is for the single-process run; it does not combine with --replicas".into(),
+        );
     }
     if args.redis.is_some() && args.replicas.is_none() {
         return Err("--redis is for the fleet run: give --replicas N too".into());
@@ -165,6 +189,10 @@ fn run(args: &Args) -> Result<(), String> {
             args.requests.unwrap_or(3000),
         )
     };
+    let scenario = Scenario {
+        repeat: args.repeat,
+        ..scenario
+    };
     if scenario.requests < scenario.clients {
         return Err("--requests must be at least --clients".into());
     }
@@ -196,6 +224,25 @@ fn run(args: &Args) -> Result<(), String> {
             args.http,
         )?);
     }
+    // The cache's run: seawall's stack again, with a CacheLayer between observe and fallback.
+    let cached = if scenario.repeat > 0.0 {
+        progress.set_message("6 seawall + cache");
+        let with_cache = SeawallSetup {
+            cache: true,
+            ..setup.clone()
+        };
+        let mut run = run_once(
+            &scenario,
+            Some(Policy::Seawall),
+            &with_cache,
+            &progress,
+            args.http,
+        )?;
+        run.label = "6 seawall + cache".to_owned();
+        Some(run)
+    } else {
+        None
+    };
     progress.finish_and_clear();
 
     println!(
@@ -211,8 +258,11 @@ fn run(args: &Args) -> Result<(), String> {
     }
     println!();
 
-    let rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
-    println!("{}", report::table(&rows));
+    let mut rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
+    let cached_row = cached.as_ref().map(|r| Row::new(r, limit));
+    let mut shown = rows.clone();
+    shown.extend(cached_row.clone());
+    println!("{}", report::table(&shown));
     const LEGEND: &[&str] = &[
         "success        share of calls that got a complete answer (the stream ended with its finish marker)",
         "upstream/call  requests the providers received per logical call (amplification)",
@@ -243,6 +293,12 @@ fn run(args: &Args) -> Result<(), String> {
         );
     }
 
+    if let (Some(cached), Some(plain)) = (&cached_row, rows.last()) {
+        println!("what the cache changed (seawall's stack, without and with a CacheLayer)");
+        print!("{}", report::cache_effect(plain, cached));
+        println!();
+    }
+    rows.truncate(Policy::ALL.len() + 1);
     let (seawall_row, rest) = rows.split_last().ok_or("no rows")?;
     let others: Vec<&Row> = rest[1..].iter().collect();
     let (goals, failed) = report::goals(seawall_row, &rows[0], &others);
@@ -259,6 +315,7 @@ fn run(args: &Args) -> Result<(), String> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
+    runs.extend(cached);
     report::chart(&args.svg, &runs)?;
     println!("latency chart (CDF per policy): {}", args.svg.display());
     println!("wall-clock time: {:.1} s", started.elapsed().as_secs_f64());

@@ -16,11 +16,12 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use seawall::budget::{Budget, CostBudgetLayer, Price, PriceTable, Usd};
+use seawall::cache::{CacheLayer, MemoryStore};
 use seawall::classify::{Classify, ClassifyLayer};
 use seawall::core::{
     BoxError, FailureClass, LlmError, LlmRequest, Random, RetryPolicy, SeededRandom,
 };
-use seawall::fallback::{FallbackLayer, Target};
+use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::gate::{ConcurrencyGateLayer, Limit, Rates};
 use seawall::observe::{ObserveLayer, Summary};
 use seawall::redis::{RedisBreakerState, RedisBudgetStore};
@@ -321,6 +322,8 @@ pub(crate) struct SeawallSetup {
     pub(crate) gate_rates: bool,
     /// The breaker's view shared with the fleet in Redis; `None`: this process's own.
     pub(crate) breaker_state: Option<RedisBreakerState>,
+    /// Whether a `CacheLayer` (in memory) sits between observe and fallback (`--repeat`).
+    pub(crate) cache: bool,
 }
 
 impl SeawallSetup {
@@ -334,6 +337,7 @@ impl SeawallSetup {
             budget_store: None,
             breaker_state: None,
             gate_rates: true,
+            cache: false,
         }
     }
 }
@@ -428,6 +432,13 @@ where
         .target(Target::model(BACKUP_MODEL))
         .build()
         .map_err(|e| e.to_string())?;
+    // With the cache, its answers and the stack's come in two body types: boxed to one.
+    let cache = setup.cache.then(|| {
+        ServiceBuilder::new()
+            .map_response(box_response)
+            .layer(CacheLayer::new(MemoryStore::new()))
+            .into_inner()
+    });
     let svc = ServiceBuilder::new()
         .layer(
             ObserveLayer::builder()
@@ -435,6 +446,8 @@ where
                 .build()
                 .map_err(|e| e.to_string())?,
         )
+        .option_layer(cache)
+        .map_response(box_response)
         .layer(fallback)
         .layer(retry)
         .layer(budget)

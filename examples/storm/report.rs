@@ -208,6 +208,47 @@ fn lat(d: Option<Duration>) -> f64 {
 }
 
 /// Checks the goals for `seawall` against the baseline and the other rows; one line each.
+/// A few lines comparing seawall's row without and with the cache.
+pub(crate) fn cache_effect(plain: &Row, cached: &Row) -> String {
+    let mut s = String::new();
+    let change = |a: f64, b: f64| if a > 0.0 { (b - a) / a * 100.0 } else { 0.0 };
+    let p50 = |r: &Row| r.latency[0].map(|d| d.as_secs_f64());
+    let _ = writeln!(
+        s,
+        "  spend          ${:.2} -> ${:.2} ({:+.0}%)",
+        plain.spend,
+        cached.spend,
+        change(plain.spend, cached.spend)
+    );
+    let calls = |r: &Row| r.amplification * r.calls as f64;
+    let _ = writeln!(
+        s,
+        "  upstream calls {:.0} -> {:.0} ({:+.0}%)",
+        calls(plain),
+        calls(cached),
+        change(calls(plain), calls(cached))
+    );
+    match (p50(plain), p50(cached)) {
+        (Some(a), Some(b)) => {
+            let _ = writeln!(
+                s,
+                "  P50            {a:.2} s -> {b:.2} s ({:+.0}%)",
+                change(a, b)
+            );
+        }
+        _ => {
+            let _ = writeln!(s, "  P50            no answer in one of the runs");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  success        {:.2}% -> {:.2}%",
+        plain.success * 100.0,
+        cached.success * 100.0
+    );
+    s
+}
+
 pub(crate) fn goals(seawall: &Row, baseline: &Row, others: &[&Row]) -> (String, usize) {
     let mut s = String::new();
     let mut failed = 0;

@@ -44,7 +44,13 @@ pub(crate) struct Scenario {
     /// rather than the gate's default of ten seconds' worth (the fleet run, whose traffic
     /// lasts seconds: there the providers' full buckets are most of what they admit).
     pub(crate) minute_buckets: bool,
+    /// The share of calls that ask one of [`POPULAR_PROMPTS`] questions again, word for word
+    /// (`--repeat`; 0 by default): what a cache can answer without a call.
+    pub(crate) repeat: f64,
 }
+
+/// How many distinct questions the repeated calls ask (a help desk's frequent questions).
+pub(crate) const POPULAR_PROMPTS: usize = 40;
 
 impl Scenario {
     /// The default incident, on virtual time.
@@ -63,6 +69,7 @@ impl Scenario {
             backup_tpm: 1_500_000,
             outage: (Duration::from_secs(30), Duration::from_secs(60), 0.85),
             minute_buckets: false,
+            repeat: 0.0,
         }
     }
 
@@ -166,8 +173,15 @@ impl Scenario {
                     .map(|i| {
                         let span = self.prompt_chars.1 - self.prompt_chars.0;
                         let chars = self.prompt_chars.0 + (unit(&rng) * span as f64) as usize;
+                        // Drawn only when asked for, so the default workload stays the same.
+                        let body = if self.repeat > 0.0 && unit(&rng) < self.repeat {
+                            let k = (unit(&rng) * POPULAR_PROMPTS as f64) as usize;
+                            popular_body(k.min(POPULAR_PROMPTS - 1), self.prompt_chars.0)
+                        } else {
+                            request_body(c, i, chars)
+                        };
                         Call {
-                            body: request_body(c, i, chars),
+                            body,
                             think: uniform(self.think.0, self.think.1),
                         }
                     })
@@ -197,6 +211,15 @@ impl Scenario {
             self.seed,
             mode
         );
+        if self.repeat > 0.0 {
+            let _ = writeln!(
+                s,
+                "repeats    {:.0}% of calls ask one of {POPULAR_PROMPTS} frequent questions again, word \
+                 for word ({} chars)",
+                self.repeat * 100.0,
+                self.prompt_chars.0
+            );
+        }
         let _ = writeln!(
             s,
             "primary    {PRIMARY_MODEL}: {} RPM / {} TPM (a request costs prompt + max_tokens), \
@@ -264,7 +287,15 @@ fn unit(rng: &SeededRandom) -> f64 {
 }
 
 fn request_body(client: usize, call: usize, chars: usize) -> Bytes {
-    let mut text = format!("client {client} question {call}: ");
+    chat_body(format!("client {client} question {call}: "), chars)
+}
+
+/// One of the frequent questions: the same body whoever asks it.
+fn popular_body(k: usize, chars: usize) -> Bytes {
+    chat_body(format!("frequent question {k}: "), chars)
+}
+
+fn chat_body(mut text: String, chars: usize) -> Bytes {
     const FILLER: &str = "please summarise the incident report in plain words ";
     while text.len() < chars {
         text.push_str(FILLER);
