@@ -256,6 +256,13 @@ fn run(args: &Args) -> Result<(), String> {
             println!("  {name:<20} {line}");
         }
     }
+    if cached.is_some() {
+        println!(
+            "  {:<20} the same stack with a CacheLayer (exact answers, in memory) between observe \
+             and fallback",
+            "6 seawall + cache"
+        );
+    }
     println!();
 
     let mut rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
