@@ -167,6 +167,47 @@ async fn a_near_duplicate_is_served_the_stored_answer_marked_semantic() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_call_record_says_semantic_with_the_score_the_header_says() {
+    use seawall_observe::{CallRecord, ObserveLayer};
+    use std::sync::Mutex;
+    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
+    let sink = records.clone();
+    let observe = ObserveLayer::builder()
+        .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap();
+    let (up, words) = (Up::plain(), Words::default());
+    let svc = observe.layer(stack(semantic(&words).build().unwrap(), &up));
+    let mut headers = Vec::new();
+    for text in [FRANCE, FRANCE_AGAIN] {
+        let resp = svc.clone().oneshot(openai(&ask(text))).await.unwrap();
+        headers.push(
+            resp.headers()[seawall_cache::CACHE_HEADER]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+    }
+    let records = records.lock().unwrap();
+    let [miss, hit] = &records[..] else {
+        panic!("two records: {records:?}");
+    };
+    assert_eq!(miss.cache, Some(CacheStatus::Miss));
+    assert!(matches!(hit.cache, Some(CacheStatus::Semantic(s)) if s >= 0.95));
+    assert_eq!((hit.attempts, hit.cost_usd), (0, Some(0.0)));
+    assert!(
+        hit.to_json()
+            .contains(&format!(r#""cache":"{}""#, headers[1])),
+        "{} vs {}",
+        hit.to_json(),
+        headers[1]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_different_question_misses() {
     let (up, words) = (Up::plain(), Words::default());
     let svc = stack(semantic(&words).build().unwrap(), &up);
@@ -552,6 +593,28 @@ async fn an_embeddings_outage_is_an_error_of_the_stack_not_a_panic() {
         Err(EmbedError::Call(e)) => assert_eq!(e.status().map(|s| s.as_u16()), Some(503)),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn embedding_calls_are_retried_by_the_stack_they_go_through() {
+    // The embeddings endpoint is down for the first 3 seconds; the retry layer waits out the
+    // overload (5 s at least after a 503) and the second attempt gets the vector.
+    let up = Up::new(
+        seawall_mock::Profile::default().error(seawall_mock::ErrorRule::outage(
+            503,
+            Duration::ZERO,
+            Duration::from_secs(3),
+        )),
+    );
+    let stack = seawall_retry::BackoffRetryLayer::new()
+        .layer(seawall_classify::ClassifyLayer::new().layer(up.clone()));
+    let embedder = OpenAiEmbedder::new(stack, "e")
+        .uri(http::Uri::from_static("http://mock/v1/embeddings"))
+        .dimensions(64);
+    let v = embedder.embed(FRANCE).await.unwrap();
+    assert_eq!(v.len(), 64);
+    assert_eq!(up.calls(), 2);
+    assert_eq!(up.mock.stats().server_errors, 1);
 }
 
 /// A service answering every request with `status` and `body`.
