@@ -33,12 +33,14 @@
 //!
 //! A hit needs a cosine similarity of at least the threshold: 0.95 by default, never below
 //! [0.80](crate::CacheBuilder::SEMANTIC_THRESHOLD_FLOOR). The floor is chosen, not measured
-//! on one model: similarity scales differ between embedding models, but below 0.8 sentence
-//! embeddings commonly put questions that merely share a topic and a phrasing ("the capital of
-//! France", "the capital of Spain") as close as true paraphrases, and the semantic caches in
-//! use settle between 0.8 and 0.95. A threshold below it would trade wrong answers for hit
-//! rate; the builder refuses it rather than let it be configured by mistake. Tune upwards
-//! from 0.95 for a model whose paraphrases score higher.
+//! on one model (similarity scales differ between embedding models): 0.8 is already as
+//! loose as the looser defaults of semantic caches in use (the LangChain wrapper of Redis
+//! LangCache defaults to a normalised distance of 0.2), and below it general-purpose sentence
+//! embeddings put questions that merely share a topic and a phrasing ("the capital of
+//! France", "the capital of Spain") as close as true paraphrases. A threshold below it would
+//! trade wrong answers for hit rate; the builder refuses it rather than let it be configured
+//! by mistake. The default stays well above it, since a wrong answer costs more than a call;
+//! tune upwards for a model whose paraphrases score higher.
 //!
 //! # The index
 //!
