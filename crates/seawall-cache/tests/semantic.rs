@@ -208,6 +208,32 @@ async fn the_call_record_says_semantic_with_the_score_the_header_says() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn near_duplicates_hit_without_single_flight_and_in_anthropic_messages_too() {
+    let (up, words) = (Up::plain(), Words::default());
+    let svc = stack(semantic(&words).single_flight(false).build().unwrap(), &up);
+    fetch(&svc, openai(&ask(FRANCE))).await;
+    assert!(
+        fetch(&svc, openai(&ask(FRANCE_AGAIN)))
+            .await
+            .0
+            .starts_with("semantic(")
+    );
+
+    let anthropic_ask = |text: &str| {
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "system": SYSTEM,
+               "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]})
+    };
+    let (_, _, original) = fetch(&svc, anthropic(&anthropic_ask(FRANCE))).await;
+    let mut again = anthropic_ask(FRANCE_AGAIN);
+    again["stream"] = json!(true);
+    let (status, _, replay) = fetch(&svc, anthropic(&again)).await;
+    assert!(status.starts_with("semantic("), "{status}");
+    assert_eq!(answer_text(&replay), answer_text(&original));
+    // An OpenAI request never meets an Anthropic answer (another path, another context).
+    assert_eq!(up.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_different_question_misses() {
     let (up, words) = (Up::plain(), Words::default());
     let svc = stack(semantic(&words).build().unwrap(), &up);

@@ -194,9 +194,16 @@ impl Ticket {
     /// Indexes the answer just stored under `key`.
     pub(crate) fn index(self, shared: &Shared, key: &CacheKey) {
         if let Some(semantic) = &shared.semantic {
-            semantic
+            if !semantic
                 .index
-                .insert(&self.context, key, &self.vector, shared.ttl);
+                .insert(&self.context, key, &self.vector, shared.ttl)
+            {
+                tracing::debug!(
+                    target: TARGET,
+                    dimension = self.vector.len(),
+                    "prompt not indexed: its vector's dimension differs from its context's"
+                );
+            }
         }
     }
 }
