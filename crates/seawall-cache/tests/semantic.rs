@@ -338,6 +338,27 @@ async fn an_unkeyable_body_is_neither_embedded_nor_indexed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_prompt_longer_than_the_text_limit_skips_the_semantic_cache_only() {
+    let (up, words) = (Up::plain(), Words::default());
+    let layer = semantic(&words)
+        .semantic_max_text_bytes(100)
+        .build()
+        .unwrap();
+    let svc = stack(layer.clone(), &up);
+    let long = format!("{FRANCE} {}", "Context. ".repeat(20));
+    assert_eq!(fetch(&svc, openai(&ask(&long))).await.0, "miss");
+    assert_eq!(words.calls(), 0, "not embedded");
+    assert!(layer.semantic_index().unwrap().is_empty());
+    assert_eq!(fetch(&svc, openai(&ask(&long))).await.0, "hit");
+    // A short one is still searched and indexed.
+    fetch(&svc, openai(&ask(FRANCE))).await;
+    assert_eq!(
+        (words.calls(), layer.semantic_index().unwrap().len()),
+        (1, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failing_embedder_is_a_plain_miss_and_the_call_is_answered() {
     let log = seawall_test_support::global_log();
     let up = Up::plain();
@@ -464,7 +485,7 @@ async fn the_index_is_bounded_and_drops_the_oldest() {
 }
 
 #[test]
-fn the_builder_refuses_a_threshold_below_the_floor_above_one_or_nan() {
+fn the_builder_refuses_a_threshold_below_the_floor_above_one_or_nan_and_no_text() {
     let words = Words::default();
     for t in [0.5, 0.79, 1.0001, f32::NAN] {
         let e = semantic(&words).semantic_threshold(t).build().unwrap_err();
@@ -473,6 +494,11 @@ fn the_builder_refuses_a_threshold_below_the_floor_above_one_or_nan() {
     for t in [CacheBuilder::SEMANTIC_THRESHOLD_FLOOR, 0.95, 1.0] {
         semantic(&words).semantic_threshold(t).build().unwrap();
     }
+    let e = semantic(&words)
+        .semantic_max_text_bytes(0)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("semantic_max_text_bytes"), "{e}");
     assert!(
         CacheLayer::new(MemoryStore::new())
             .semantic_index()

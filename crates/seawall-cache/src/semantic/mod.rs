@@ -27,7 +27,8 @@
 //! A failing embedder makes the call a plain miss (logged at `warn` under the target
 //! `seawall::cache`); it never fails the call. The bypass rules are the exact cache's: a
 //! bypassed request (`no-store`, `no-cache`, above the temperature threshold, time-sensitive,
-//! an unkeyable body) neither searches nor is indexed.
+//! an unkeyable body) neither searches nor is indexed, and neither does a prompt whose text
+//! is longer than [the limit](crate::CacheBuilder::semantic_max_text_bytes) (16 KiB).
 //!
 //! # The threshold, and its floor
 //!
@@ -79,6 +80,7 @@ pub(crate) struct Settings {
     embedder: Option<Arc<dyn Embedder>>,
     threshold: f32,
     max_entries: usize,
+    max_text: usize,
 }
 
 impl Default for Settings {
@@ -87,6 +89,7 @@ impl Default for Settings {
             embedder: None,
             threshold: CacheBuilder::DEFAULT_SEMANTIC_THRESHOLD,
             max_entries: crate::MemoryStore::DEFAULT_MAX_ENTRIES,
+            max_text: CacheBuilder::DEFAULT_SEMANTIC_MAX_TEXT,
         }
     }
 }
@@ -104,6 +107,12 @@ impl Settings {
                 ),
             ));
         }
+        if self.max_text == 0 {
+            return Err(ConfigError::new(
+                "semantic_max_text_bytes",
+                "must be at least 1",
+            ));
+        }
         Ok(())
     }
 
@@ -112,6 +121,7 @@ impl Settings {
             embedder: self.embedder?,
             index: SemanticIndex::new(self.max_entries),
             threshold: self.threshold,
+            max_text: self.max_text,
         })
     }
 }
@@ -121,6 +131,7 @@ pub(crate) struct Semantic {
     embedder: Arc<dyn Embedder>,
     index: SemanticIndex,
     threshold: f32,
+    max_text: usize,
 }
 
 /// Searches that cost more multiply-adds than this (256 entries of dimension 1,024) run on
@@ -151,6 +162,10 @@ impl CacheBuilder {
     /// The lowest threshold accepted (see [`semantic_threshold`](Self::semantic_threshold)).
     pub const SEMANTIC_THRESHOLD_FLOOR: f32 = 0.80;
 
+    /// The default limit on the text embedded (see
+    /// [`semantic_max_text_bytes`](Self::semantic_max_text_bytes)): 16 KiB.
+    pub const DEFAULT_SEMANTIC_MAX_TEXT: usize = 16 * 1024;
+
     /// Turns the semantic cache on: on an exact miss, a prompt close enough in meaning to one
     /// whose answer is stored (same model, parameters, tools, tenant and conversation shape;
     /// see the [crate docs](crate#semantic-cache-opt-in)) is served that answer, marked
@@ -173,6 +188,15 @@ impl CacheBuilder {
     /// default bound); the oldest go first.
     pub fn semantic_max_entries(mut self, entries: usize) -> Self {
         self.semantic.max_entries = entries;
+        self
+    }
+
+    /// Prompts whose text is longer than this (in bytes; default 16 KiB, about 4,000 tokens,
+    /// at least 1) skip the semantic cache (the exact cache still serves them). Embedding
+    /// models take a few thousand tokens at most, and a long prompt (a document pasted in, a
+    /// retrieval context) is one whose details matter: close in meaning is not close enough.
+    pub fn semantic_max_text_bytes(mut self, bytes: usize) -> Self {
+        self.semantic.max_text = bytes;
         self
     }
 }
@@ -236,14 +260,14 @@ const MAX_STALE: usize = 3;
 /// The search for `req` (which missed the exact cache), or `None` when the semantic cache is
 /// off or the request has no text to embed.
 pub(crate) fn search(shared: &Arc<Shared>, req: &Request<Bytes>) -> Option<SearchFuture> {
-    shared.semantic.as_ref()?;
+    let max_text = shared.semantic.as_ref()?.max_text;
     let partition = shared.partition.of(req);
     let mut text = String::new();
     let context = shared
         .keys
         .context_key(req, partition.as_deref(), |tree| text = take_text(tree))
         .ok()?;
-    if text.is_empty() {
+    if text.is_empty() || text.len() > max_text {
         return None;
     }
     let shared = shared.clone();
