@@ -441,6 +441,36 @@ async fn a_near_duplicate_hits_in_a_context_too_large_to_search_inline() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_leader_dropped_while_embedding_hands_the_search_to_a_waiter() {
+    let up = Up::plain();
+    let words = Words {
+        delay: Duration::from_millis(50),
+        ..Words::default()
+    };
+    let svc = stack(semantic(&words).build().unwrap(), &up);
+    fetch(&svc, openai(&ask(FRANCE))).await;
+    let leader = {
+        let svc = svc.clone();
+        tokio::spawn(async move { fetch(&svc, openai(&ask(FRANCE_AGAIN))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let waiter = {
+        let svc = svc.clone();
+        tokio::spawn(async move { fetch(&svc, openai(&ask(FRANCE_AGAIN))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    leader.abort();
+    let (status, _, _) = waiter.await.unwrap();
+    assert!(status.starts_with("semantic("), "{status}");
+    assert_eq!(up.calls(), 1);
+    assert_eq!(
+        words.calls(),
+        3,
+        "the waiter embedded again after the leader went away"
+    );
+}
+
 // ---- expiry, bound, threshold --------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
