@@ -15,7 +15,7 @@
 //! | `budget` | [`budget`] | `CostBudgetLayer`: reserve, settle, never overspend, account every attempt |
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
-//! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight |
+//! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |

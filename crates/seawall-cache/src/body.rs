@@ -147,6 +147,8 @@ pub(crate) struct Filler {
     pub(crate) shared: Arc<Shared>,
     pub(crate) key: CacheKey,
     pub(crate) report: Option<Arc<BodyReport>>,
+    /// The prompt's vector, to index the answer under (semantic cache).
+    pub(crate) ticket: Option<crate::semantic::Ticket>,
 }
 
 impl Filler {
@@ -158,6 +160,7 @@ impl Filler {
             shared,
             key,
             report,
+            ticket,
         } = self;
         // The classifier's report, when there is one, must agree the stream finished.
         let finished = report.as_ref().is_none_or(|r| r.is_finished());
@@ -172,6 +175,9 @@ impl Filler {
         };
         let landing = lead.map(|l| l.done(answer.clone()));
         store(shared.store.put(&key, answer, shared.ttl), landing);
+        if let Some(ticket) = ticket {
+            ticket.index(&shared, &key);
+        }
     }
 
     /// The body failed: nothing is stored; waiters make their own calls.

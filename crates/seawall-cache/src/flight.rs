@@ -33,6 +33,8 @@ use crate::key::{CacheKey, KeyHash};
 pub(crate) enum FlightState {
     Running,
     Done(Arc<Answer>),
+    /// The leader was served a stored answer to a prompt close in meaning, with its score.
+    Similar(Arc<Answer>, f32),
     Failed,
     Abandoned,
 }
@@ -111,6 +113,11 @@ impl Lead {
             key: self.key,
             flight,
         }
+    }
+
+    /// The semantic cache answered: the waiters are served the same answer, with its score.
+    pub(crate) fn similar(mut self, answer: Arc<Answer>, score: f32) {
+        self.end(FlightState::Similar(answer, score));
     }
 
     /// The call failed or its answer is not cacheable: the waiters make their own calls.

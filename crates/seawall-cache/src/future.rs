@@ -18,7 +18,8 @@ use crate::key::CacheKey;
 use crate::service::Shared;
 use crate::store::StoreFuture;
 
-/// The header every response of the cache carries: `hit`, `miss` or `bypass`.
+/// The header every response of the cache carries: `hit`, `miss`, `bypass` or
+/// `semantic(0.973)` (a semantic hit, with its score).
 pub const CACHE_HEADER: http::HeaderName = http::HeaderName::from_static("x-seawall-cache");
 
 type WaitFuture = Pin<Box<dyn Future<Output = FlightState> + Send>>;
@@ -37,6 +38,7 @@ pin_project_lite::pin_project! {
     enum State<F> {
         Lookup { fut: StoreFuture<Option<Arc<Answer>>> },
         Wait { fut: WaitFuture },
+        Semantic { fut: crate::semantic::SearchFuture },
         Call { #[pin] fut: F },
         Done,
     }
@@ -54,6 +56,10 @@ struct Pending<S> {
     lead: Option<Lead>,
     /// Whether this call may wait for an identical one (not after a failed flight).
     may_wait: bool,
+    /// Whether the semantic cache was searched (once per call).
+    searched: bool,
+    /// The prompt's vector, to index the answer under once it is stored.
+    ticket: Option<crate::semantic::Ticket>,
     context: Option<Arc<CallContext>>,
 }
 
@@ -116,6 +122,8 @@ impl<S, F> ResponseFuture<S, F> {
                 status,
                 lead: None,
                 may_wait: !refresh,
+                searched: false,
+                ticket: None,
                 context,
             })),
         }
@@ -155,7 +163,7 @@ where
                                 drop(lead.done(answer.clone()));
                             }
                             this.state.set(State::Done);
-                            return Poll::Ready(Ok(p.hit(&answer)));
+                            return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Hit)));
                         }
                         Ok(None) => {}
                         Err(e) => {
@@ -163,7 +171,7 @@ where
                         }
                     }
                     let next = if p.lead.is_some() {
-                        State::Call { fut: p.send() }
+                        p.upstream()
                     } else {
                         p.miss()
                     };
@@ -177,7 +185,11 @@ where
                     match state {
                         FlightState::Done(answer) => {
                             this.state.set(State::Done);
-                            return Poll::Ready(Ok(p.hit(&answer)));
+                            return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Hit)));
+                        }
+                        FlightState::Similar(answer, score) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Semantic(score))));
                         }
                         // The leader went away: join again (and maybe lead).
                         FlightState::Abandoned | FlightState::Running => {}
@@ -186,6 +198,27 @@ where
                     }
                     let next = p.miss();
                     this.state.set(next);
+                }
+                StateProj::Semantic { fut } => {
+                    let searched = ready!(fut.as_mut().poll(cx));
+                    let Some(p) = this.call.as_mut() else {
+                        seawall_core::polled_after_completion();
+                    };
+                    match searched {
+                        crate::semantic::Searched::Found { answer, score } => {
+                            if let Some(lead) = p.lead.take() {
+                                lead.similar(answer.clone(), score);
+                            }
+                            this.state.set(State::Done);
+                            let status = CacheStatus::Semantic(score);
+                            return Poll::Ready(Ok(p.hit(&answer, status)));
+                        }
+                        crate::semantic::Searched::NotFound(ticket) => {
+                            p.ticket = ticket;
+                            let fut = p.send();
+                            this.state.set(State::Call { fut });
+                        }
+                    }
                 }
                 StateProj::Call { fut } => {
                     let result = ready!(fut.poll(cx));
@@ -231,6 +264,21 @@ where
                 }
             }
         }
+        self.upstream()
+    }
+
+    /// On the way upstream: search the semantic cache first (once), when it is on.
+    fn upstream(&mut self) -> State<S::Future> {
+        if !self.searched {
+            self.searched = true;
+            if let Some(fut) = self
+                .req
+                .as_ref()
+                .and_then(|req| crate::semantic::search(&self.shared, req))
+            {
+                return State::Semantic { fut };
+            }
+        }
         State::Call { fut: self.send() }
     }
 
@@ -242,19 +290,19 @@ where
         }
     }
 
-    /// Serves `answer` as a hit.
-    fn hit(&mut self, answer: &Answer) -> Response<CacheBody<B>> {
-        self.status = CacheStatus::Hit;
+    /// Serves `answer` as a hit (`status`: exact or semantic).
+    fn hit(&mut self, answer: &Answer, status: CacheStatus) -> Response<CacheBody<B>> {
+        self.status = status;
         let mut resp = Response::new(CacheBody::cached(answer.render(self.format)));
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static(self.format.content_type()),
         );
         resp.extensions_mut().insert(answer.usage());
-        mark(&mut resp, CacheStatus::Hit);
+        mark(&mut resp, status);
         if let Some(cx) = &self.context {
             cx.update(|f| {
-                f.cache = Some(CacheStatus::Hit);
+                f.cache = Some(status);
                 // No upstream call was made: nothing was spent.
                 f.cost_usd.get_or_insert(0.0);
             });
@@ -295,6 +343,7 @@ where
                 shared: p.shared.clone(),
                 key: p.key,
                 report,
+                ticket: p.ticket.take(),
             };
             resp.map(|b| CacheBody::fill(b, filler))
         } else {
@@ -326,7 +375,12 @@ fn known_type(v: &[u8]) -> bool {
 }
 
 fn mark<B>(resp: &mut Response<B>, status: CacheStatus) {
-    resp.headers_mut()
-        .insert(CACHE_HEADER, HeaderValue::from_static(status.as_str()));
+    // A semantic hit says its score, as the call record does (`semantic(0.973)`).
+    let value = match status {
+        CacheStatus::Semantic(_) => HeaderValue::from_str(&status.to_string())
+            .unwrap_or_else(|_| HeaderValue::from_static(status.as_str())),
+        _ => HeaderValue::from_static(status.as_str()),
+    };
+    resp.headers_mut().insert(CACHE_HEADER, value);
     resp.extensions_mut().insert(status);
 }

@@ -264,40 +264,81 @@ impl KeyDeriver {
             if !canon.object {
                 return Err(Unkeyable::NotJson);
             }
-            let mut h = Sha256::new();
-            h.update(b"seawall-cache/1\0");
-            put_field(&mut h, req.method().as_str().as_bytes());
-            put_field(
-                &mut h,
-                req.uri()
-                    .path_and_query()
-                    .map_or("/", |p| p.as_str())
-                    .as_bytes(),
-            );
-            put_field(
-                &mut h,
-                req.uri().authority().map_or("", |a| a.as_str()).as_bytes(),
-            );
-            match partition {
-                Some(p) => {
-                    h.update([1]);
-                    put_field(&mut h, p);
-                }
-                None => h.update([0]),
-            }
-            for name in &KEY_HEADERS {
-                for value in req.headers().get_all(name) {
-                    put_field(&mut h, name.as_str().as_bytes());
-                    put_field(&mut h, value.as_bytes());
-                }
-            }
-            h.update([0xff]);
-            h.update(&canon.buf);
             let mut facts = canon.facts;
             facts.choices = facts.choices.max(1);
-            Ok((CacheKey(h.finalize().into()), facts))
+            Ok((digest(b"seawall-cache/1\0", req, partition, canon), facts))
         })
     }
+
+    /// The key of `req`'s *context*: its key computed after `strip` took the prompt's text out
+    /// of its (normalised) body, in a domain of its own (a context key never equals a
+    /// request's key). Two requests have the same context key when they differ at most in
+    /// the text `strip` took (the semantic cache searches among those).
+    pub(crate) fn context_key(
+        &self,
+        req: &Request<Bytes>,
+        partition: Option<&[u8]>,
+        strip: impl FnOnce(&mut serde_json::Value),
+    ) -> Result<CacheKey, Unkeyable> {
+        let body = req.body();
+        if body.len() > self.max_body {
+            return Err(Unkeyable::TooLarge);
+        }
+        let mut tree: serde_json::Value =
+            serde_json::from_slice(body).map_err(|_| Unkeyable::NotJson)?;
+        if let Some(hook) = &self.normalize {
+            hook(&mut tree);
+        }
+        strip(&mut tree);
+        with_scratch(|canon| {
+            Node::top(canon)
+                .deserialize(&tree)
+                .map_err(|_| Unkeyable::NotJson)?;
+            if !canon.object {
+                return Err(Unkeyable::NotJson);
+            }
+            Ok(digest(b"seawall-cache/context/1\0", req, partition, canon))
+        })
+    }
+}
+
+/// The digest of a request's head, its partition and its canonical body, in `domain`.
+fn digest(
+    domain: &[u8],
+    req: &Request<Bytes>,
+    partition: Option<&[u8]>,
+    canon: &Canon,
+) -> CacheKey {
+    let mut h = Sha256::new();
+    h.update(domain);
+    put_field(&mut h, req.method().as_str().as_bytes());
+    put_field(
+        &mut h,
+        req.uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes(),
+    );
+    put_field(
+        &mut h,
+        req.uri().authority().map_or("", |a| a.as_str()).as_bytes(),
+    );
+    match partition {
+        Some(p) => {
+            h.update([1]);
+            put_field(&mut h, p);
+        }
+        None => h.update([0]),
+    }
+    for name in &KEY_HEADERS {
+        for value in req.headers().get_all(name) {
+            put_field(&mut h, name.as_str().as_bytes());
+            put_field(&mut h, value.as_bytes());
+        }
+    }
+    h.update([0xff]);
+    h.update(&canon.buf);
+    CacheKey(h.finalize().into())
 }
 
 fn put_field(h: &mut Sha256, bytes: &[u8]) {

@@ -136,6 +136,7 @@ pub struct CacheBuilder {
     allow_fallback: bool,
     max_entry_bytes: usize,
     single_flight: bool,
+    pub(crate) semantic: crate::semantic::Settings,
 }
 
 impl std::fmt::Debug for CacheBuilder {
@@ -163,6 +164,7 @@ impl CacheBuilder {
             allow_fallback: false,
             max_entry_bytes: 1024 * 1024,
             single_flight: true,
+            semantic: Default::default(),
         }
     }
 
@@ -304,6 +306,7 @@ impl CacheBuilder {
                 "must be a finite number, at least 0",
             ));
         }
+        self.semantic.check()?;
         Ok(self.finish())
     }
 
@@ -320,6 +323,7 @@ impl CacheBuilder {
                 allow_fallback: self.allow_fallback,
                 max_entry_bytes: self.max_entry_bytes,
                 single_flight: self.single_flight,
+                semantic: self.semantic.build(),
             }),
         }
     }

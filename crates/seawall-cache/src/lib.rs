@@ -106,6 +106,35 @@
 //!
 //! [`MemoryStore`] (bounded by entries and bytes, TTL on tokio's clock) is the default; any
 //! [`CacheStore`] plugs in, such as a Redis store shared by a fleet.
+//!
+//! # Semantic cache (opt-in)
+//!
+//! With [`CacheBuilder::semantic`], an exact miss whose prompt is close enough in meaning to
+//! one whose answer is stored is served that answer, marked `semantic(score)` in the header
+//! and the call record. Only the prompt's text may differ: the model, the parameters, the
+//! tools, the tenant and the conversation's shape must be identical (the search runs among
+//! the entries of the request's *context key*, its key without the text). The similarity is
+//! cosine, over vectors from a pluggable [`Embedder`] ([`OpenAiEmbedder`] calls an
+//! `/embeddings` endpoint through a seawall stack); the threshold is 0.95 by default and never
+//! below [0.80](CacheBuilder::SEMANTIC_THRESHOLD_FLOOR). The bypass rules are the exact
+//! cache's; a failing embedder makes a plain miss. The [`SemanticIndex`] searches exactly:
+//! a scan of 1,000 vectors of dimension 1536 takes 0.25 ms and of 10,000 about 7 ms (1 ms at
+//! dimension 256), less than the embedding call that precedes it.
+//!
+//! ```
+//! use seawall_cache::{CacheLayer, EmbedFuture, Embedder, MemoryStore};
+//!
+//! # struct MyEmbedder;
+//! # impl Embedder for MyEmbedder {
+//! #     fn embed(&self, _: &str) -> EmbedFuture { Box::pin(std::future::ready(Ok(vec![1.0]))) }
+//! # }
+//! let layer = CacheLayer::builder(MemoryStore::new())
+//!     .semantic(MyEmbedder)
+//!     .semantic_threshold(0.97)
+//!     .build()?;
+//! assert!(layer.semantic_index().is_some());
+//! # Ok::<(), seawall_core::ConfigError>(())
+//! ```
 #![doc(html_root_url = "https://docs.rs/seawall-cache/0.1.0")]
 
 mod answer;
@@ -114,6 +143,7 @@ mod flight;
 mod future;
 mod key;
 mod layer;
+mod semantic;
 mod service;
 mod store;
 
@@ -123,5 +153,6 @@ pub use future::{CACHE_HEADER, ResponseFuture};
 pub use key::{BodyFacts, CacheKey, KeyDeriver, Normalize, Unkeyable};
 pub use layer::{BypassFn, CacheBuilder, CacheLayer, PartitionFn};
 pub use seawall_core::{CacheStatus, ConfigError};
+pub use semantic::{EmbedError, EmbedFuture, Embedder, OpenAiEmbedder, SemanticIndex};
 pub use service::{Cache, CacheControl};
 pub use store::{CacheStore, MemoryStore, StoreError, StoreFuture};

@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     pub(crate) allow_fallback: bool,
     pub(crate) max_entry_bytes: usize,
     pub(crate) single_flight: bool,
+    /// The semantic cache, when it is on.
+    pub(crate) semantic: Option<crate::semantic::Semantic>,
 }
 
 /// A request's cache control, as a request extension (or read from its `Cache-Control`

@@ -12,6 +12,7 @@
 //!   complete or SSE (`"stream": true`), with the providers' error bodies, request ids and
 //!   rate-limit headers (`x-ratelimit-*` with Go durations; `anthropic-ratelimit-*` with
 //!   RFC 3339 resets) on every response;
+//!   plus a minimal OpenAI `POST /v1/embeddings` (deterministic hash-based vectors);
 //! - **faults**: per-key RPM/TPM token buckets with 429 + `retry-after` (and `retry-after-ms`);
 //!   quota exhaustion; bursts and outage windows of 500/502/503/504/529; latency
 //!   distributions for the head, the first token and each token; streams cut after N tokens;
@@ -71,6 +72,7 @@
 )]
 
 mod body;
+mod embeddings;
 mod future;
 mod profile;
 mod rng;

@@ -16,7 +16,8 @@ use crate::upstream::MockUpstream;
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
 /// An axum router that answers every path with the upstream (OpenAI under
-/// `.../chat/completions`, Anthropic under `.../messages`, the provider's 404 elsewhere), plus
+/// `.../chat/completions` and `.../embeddings`, Anthropic under `.../messages`, the provider's
+/// 404 elsewhere), plus
 /// `GET /mock/stats` with the [`Stats`](crate::Stats) as JSON.
 ///
 /// ```no_run

@@ -30,7 +30,9 @@ use crate::wire::{self, Answer, ChatRequest, Failure, RateLimited, Wire};
 /// - Over HTTP, [`crate::router`] and [`crate::serve`] put the same model behind axum.
 ///
 /// It answers `POST .../chat/completions` (OpenAI) and `POST .../messages` (Anthropic),
-/// complete or streamed (`"stream": true`), and injects the faults of its [`Profile`]. Clones
+/// complete or streamed (`"stream": true`), and injects the faults of its [`Profile`]. It also
+/// answers `POST .../embeddings` with deterministic vectors (a hash of each input, the same
+/// text always getting the same vector), subject to the profile's server errors only. Clones
 /// share one state: limits, quota, clock and [`Stats`]. Times (outage windows, rate-limit
 /// buckets) count from [`MockUpstream::new`].
 ///
@@ -328,6 +330,9 @@ impl Inner {
         mut call: Call,
         req: &Request<Bytes>,
     ) -> ControlFlow<Answered, Reply> {
+        if req.uri().path().ends_with("/embeddings") {
+            return self.embeddings(&mut call, req);
+        }
         let mut chat = call.parse(req)?;
         let key = api_key(req.headers());
         let precheck = self.precheck(key, &chat);
@@ -350,6 +355,29 @@ impl Inner {
             return ControlFlow::Break((reply, Outcome::Malformed));
         }
         ControlFlow::Continue(self.body(this, call, answer, &chat, first_token, billed_key))
+    }
+
+    /// An embeddings call: the profile's server errors, else the vectors at once.
+    fn embeddings(&self, call: &mut Call, req: &Request<Bytes>) -> ControlFlow<Answered, Reply> {
+        let parsed = if req.method() == Method::POST {
+            crate::embeddings::parse(req.body())
+        } else {
+            Err(Failure::MethodNotAllowed)
+        };
+        let embeddings = match parsed {
+            Ok(e) => e,
+            Err(f) => return ControlFlow::Break((call.fail(f, ""), Outcome::Rejected)),
+        };
+        self.server_error(call, &embeddings.model)?;
+        let mut headers = std::mem::take(&mut call.headers);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        ControlFlow::Continue(Reply {
+            status: StatusCode::OK,
+            headers,
+            body: MockBody::full(embeddings.render()),
+            delay: call.head,
+            billed: None,
+        })
     }
 
     /// Stamps a call on arrival: its time, its random stream, its id, its time to the head,

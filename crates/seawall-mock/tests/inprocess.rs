@@ -934,3 +934,38 @@ async fn usage_and_billing_count_every_one_of_n_answers() {
     assert_eq!(usage["usage"]["completion_tokens"], 30);
     assert_eq!(up.stats().output_tokens, 60);
 }
+
+#[tokio::test(start_paused = true)]
+async fn embeddings_are_deterministic_vectors_and_honour_the_server_errors() {
+    let up = upstream(Profile::default().error(ErrorRule::outage(
+        503,
+        Duration::from_secs(10),
+        Duration::from_secs(20),
+    )));
+    let ask = |input: &str| {
+        http::Request::post("http://mock/v1/embeddings")
+            .header("authorization", "Bearer sk-test")
+            .body(bytes::Bytes::from(
+                json!({"model": "text-embedding-3-small", "input": input, "dimensions": 8})
+                    .to_string(),
+            ))
+            .unwrap()
+    };
+    let resp = call(&up, ask("hello")).await;
+    assert_eq!(resp.status(), 200);
+    let v = json_body(resp).await;
+    let first = v["data"][0]["embedding"].clone();
+    assert_eq!(first.as_array().unwrap().len(), 8);
+    assert_eq!(v["model"], "text-embedding-3-small");
+    let again = json_body(call(&up, ask("hello")).await).await;
+    assert_eq!(again["data"][0]["embedding"], first);
+    let other = json_body(call(&up, ask("goodbye")).await).await;
+    assert_ne!(other["data"][0]["embedding"], first);
+    // The outage window takes the embeddings endpoint down too.
+    advance(Duration::from_secs(12)).await;
+    assert_eq!(call(&up, ask("hello")).await.status(), 503);
+    let no_input = http::Request::post("http://mock/v1/embeddings")
+        .body(bytes::Bytes::from_static(br#"{"model":"e"}"#))
+        .unwrap();
+    assert_eq!(call(&up, no_input).await.status(), 400);
+}
