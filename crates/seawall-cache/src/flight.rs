@@ -113,8 +113,6 @@ impl Flights {
                     flights: self.clone(),
                     key,
                     id: *next_id,
-                    landed: self.landed.load(Ordering::SeqCst),
-                    live: true,
                 })
             }
         }
@@ -141,27 +139,25 @@ impl Flights {
 pub(crate) struct Lead {
     flights: Arc<Flights>,
     key: CacheKey,
+    /// The flight's id; 0 once it ended.
     id: u64,
-    /// [`Flights::landed`] when this flight began.
-    landed: u64,
-    /// Not ended yet.
-    live: bool,
 }
 
 impl Lead {
-    /// Whether a flight has landed between `seen` (a [`Flights::landed`] read before the
-    /// leader looked the store up) and this flight's start: then an answer may have been
-    /// stored after that lookup, and the store is worth another look.
+    /// Whether a flight has landed since `seen` (a [`Flights::landed`] read before the
+    /// leader looked the store up): then an answer may have been stored after that lookup,
+    /// and the store is worth another look. (A flight that landed after this one began
+    /// counts too: a needless look, never a missed one.)
     pub(crate) fn landed_since(&self, seen: u64) -> bool {
-        self.landed != seen
+        self.flights.landed() != seen
     }
 
     /// The answer is complete: serves the waiters. The flight stays in the table (done) until
     /// the returned guard is dropped, once the store has the answer.
     pub(crate) fn done(mut self, answer: Arc<Answer>) -> Landing {
-        self.live = false;
+        let id = std::mem::take(&mut self.id);
         let mut table = self.flights.lock();
-        if let Some(flight) = table.flights.get_mut(&self.key).filter(|f| f.id == self.id) {
+        if let Some(flight) = table.flights.get_mut(&self.key).filter(|f| f.id == id) {
             if let Some(tx) = &flight.tx {
                 tx.send_replace(FlightState::Done(answer.clone()));
             }
@@ -171,7 +167,7 @@ impl Lead {
         Landing {
             flights: self.flights.clone(),
             key: self.key,
-            id: self.id,
+            id,
         }
     }
 
@@ -181,9 +177,10 @@ impl Lead {
     }
 
     fn end(&mut self, state: FlightState) {
-        if std::mem::take(&mut self.live) {
+        let id = std::mem::take(&mut self.id);
+        if id != 0 {
             // Out of the table first: a waiter woken by the news must not find it again.
-            if let Some(Flight { tx: Some(tx), .. }) = self.flights.remove(&self.key, self.id) {
+            if let Some(Flight { tx: Some(tx), .. }) = self.flights.remove(&self.key, id) {
                 tx.send_replace(state);
             }
         }
@@ -296,6 +293,55 @@ mod tests {
                 t.await.unwrap();
             }
         });
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[test]
+    fn a_leader_knows_whether_a_flight_landed_since_its_lookup() {
+        let flights = Arc::new(Flights::default());
+        let (a, b) = (CacheKey::from_bytes([1; 32]), CacheKey::from_bytes([2; 32]));
+        // Nothing landed between the lookup and the join: no second look needed.
+        let seen = flights.landed();
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("the first caller leads");
+        };
+        assert!(!lead.landed_since(seen));
+        // A failed or abandoned flight stores nothing: still no need.
+        lead.failed();
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("a failed flight left the table");
+        };
+        drop(lead);
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("an abandoned flight left the table");
+        };
+        assert!(!lead.landed_since(seen));
+        drop(lead);
+        // A flight that landed after the lookup (its answer stored) makes the leader look again.
+        let Join::Lead(other) = flights.join(b) else {
+            panic!("the first caller leads");
+        };
+        drop(other.done(answer()));
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("the first caller leads");
+        };
+        assert!(lead.landed_since(seen));
+        assert!(!lead.landed_since(flights.landed()));
+    }
+
+    #[test]
+    fn a_waiter_that_comes_first_gets_a_channel_and_hears_the_end() {
+        let flights = Arc::new(Flights::default());
+        let key = CacheKey::from_bytes([3; 32]);
+        let Join::Lead(lead) = flights.join(key) else {
+            panic!("the first caller leads");
+        };
+        let Join::Wait(early) = flights.join(key) else {
+            panic!("the second caller waits");
+        };
+        assert!(matches!(*early.borrow(), FlightState::Running));
+        lead.failed();
+        assert!(matches!(*early.borrow(), FlightState::Failed));
         assert_eq!(flights.len(), 0);
     }
 
