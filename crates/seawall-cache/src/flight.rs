@@ -157,13 +157,19 @@ impl Lead {
     pub(crate) fn done(mut self, answer: Arc<Answer>) -> Landing {
         let id = std::mem::take(&mut self.id);
         let mut table = self.flights.lock();
-        if let Some(flight) = table.flights.get_mut(&self.key).filter(|f| f.id == id) {
-            if let Some(tx) = &flight.tx {
-                tx.send_replace(FlightState::Done(answer.clone()));
+        let tx = match table.flights.get_mut(&self.key).filter(|f| f.id == id) {
+            Some(flight) => {
+                flight.state = FlightState::Done(answer.clone());
+                // The waiters so far hear it on their channel (outside the lock, which no
+                // waker must ever find held); later ones get a new one, already done.
+                flight.tx.take()
             }
-            flight.state = FlightState::Done(answer);
-        }
+            None => None,
+        };
         drop(table);
+        if let Some(tx) = tx {
+            tx.send_replace(FlightState::Done(answer));
+        }
         Landing {
             flights: self.flights.clone(),
             key: self.key,

@@ -8,8 +8,8 @@
 //! It never decides anything on its own: it handles the bodies requests actually carry
 //! (objects, arrays, strings with any escapes, integers, short decimals) and gives up, with
 //! `None`, on anything it is not sure to read exactly as `serde_json` does: invalid or unusual
-//! JSON, lone surrogates, numbers whose value `serde_json` might round differently (more than
-//! 15 significant digits, exponents beyond 10^22), deep nesting, an unusual `stream_options`.
+//! JSON, lone surrogates, numbers whose value `serde_json` might round differently (digits
+//! that pass 2^53, about 16 of them; exponents beyond 10^22), deep nesting, an unusual `stream_options`.
 //! The caller then runs the general path, which decides. So for every body the fast path
 //! either writes exactly the bytes the general path would, or nothing (a test checks this
 //! against the general path on generated bodies).
