@@ -4,6 +4,18 @@
 //! answers: a hit allocates in proportion to the answer only.
 //!
 //! `cargo bench -p seawall-cache --bench cache`
+//!
+//! Wall-clock figures move with the machine's load; instruction counts do not. With
+//! `CACHE_PROFILE=<part>` set, the binary instead runs `CACHE_PROFILE_N` calls (default
+//! 10,000) of one part inside `profile_loop` and exits, for callgrind to count:
+//!
+//! ```text
+//! CACHE_PROFILE=hit valgrind --tool=callgrind --toggle-collect='*profile_loop*' \
+//!     target/release/deps/cache-<hash>
+//! ```
+//!
+//! Parts: `key` (the key alone), `hit`, `miss`, `bare` (the inner service alone, the miss's
+//! baseline). Requests are built before the loop, so the counts are the cache's own.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,7 +24,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use http_body::Body;
 use http_body_util::Full;
 use seawall_cache::{CacheKey, CacheLayer, KeyDeriver, MemoryStore};
@@ -227,5 +239,67 @@ fn bench(c: &mut Criterion) {
     let _ = (Duration::ZERO, CacheKey::from_bytes([0; 32]));
 }
 
+/// The calls counted under callgrind (see the module docs): `requests` through `f`.
+#[inline(never)]
+fn profile_loop(requests: Vec<http::Request<Bytes>>, mut f: impl FnMut(http::Request<Bytes>)) {
+    for req in requests {
+        f(std::hint::black_box(req));
+    }
+}
+
+/// Runs the part `CACHE_PROFILE` names, if set; says whether it ran.
+fn profile() -> bool {
+    let Ok(part) = std::env::var("CACHE_PROFILE") else {
+        return false;
+    };
+    let n: usize = std::env::var("CACHE_PROFILE_N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
+    let mut next = new_questions();
+    let fresh: Vec<_> = (0..n).map(|_| request(next())).collect();
+    let same: Vec<_> = (0..n).map(|_| request(prompt(4, 0))).collect();
+    match part.as_str() {
+        "key" => {
+            let keys = KeyDeriver::new();
+            profile_loop(same, |req| {
+                std::hint::black_box(keys.key(&req, None).unwrap());
+            });
+        }
+        "hit" => {
+            let (mut svc, calls) = hit_service(8);
+            run(&mut svc, request(prompt(4, 0)));
+            profile_loop(same, |req| {
+                run(&mut svc, req);
+            });
+            assert_eq!(calls.load(Ordering::Relaxed), 1);
+        }
+        "miss" => {
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut svc = CacheLayer::new(MemoryStore::new())
+                .layer(upstream(answer_json(8), Arc::clone(&calls)));
+            profile_loop(fresh, |req| {
+                run(&mut svc, req);
+            });
+            assert_eq!(calls.load(Ordering::Relaxed), n);
+        }
+        "bare" => {
+            let mut svc = upstream(answer_json(8), Arc::default());
+            profile_loop(fresh, |req| {
+                run(&mut svc, req);
+            });
+        }
+        other => panic!("CACHE_PROFILE: no part {other:?} (key, hit, miss, bare)"),
+    }
+    true
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if profile() {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

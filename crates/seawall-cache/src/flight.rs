@@ -19,8 +19,15 @@
 //! Each waiter waits in its own future on a `watch` channel: dropping it leaves nothing
 //! behind. The table holds a flight only while it runs (and, done, until its answer is
 //! stored); the leader's guard removes it whatever happens, in `Drop` if it must.
+//!
+//! What a flight costs when nobody waits (the common miss) is kept small: an entry in the
+//! table, no allocation; the channel is made by the first waiter. And the table counts the
+//! flights that landed, so a new leader can tell whether an answer may have been stored since
+//! it looked the store up (and only then looks again).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as Slot;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -39,12 +46,29 @@ pub(crate) enum FlightState {
     Abandoned,
 }
 
-type Flight = Arc<watch::Sender<FlightState>>;
+/// A flight in the table.
+#[derive(Debug)]
+struct Flight {
+    /// Tells this flight from a later one of the same key.
+    id: u64,
+    /// `Running`, or `Done` while it lands.
+    state: FlightState,
+    /// The waiters' channel, made when the first one comes.
+    tx: Option<watch::Sender<FlightState>>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    flights: HashMap<CacheKey, Flight, KeyHash>,
+    next_id: u64,
+}
 
 /// The flights in progress, by key.
 #[derive(Debug, Default)]
 pub(crate) struct Flights {
-    table: Mutex<HashMap<CacheKey, Flight, KeyHash>>,
+    table: Mutex<Table>,
+    /// How many flights have landed: stored their answer and left the table.
+    landed: AtomicU64,
 }
 
 /// What a caller of a key that missed does.
@@ -57,37 +81,57 @@ pub(crate) enum Join {
 }
 
 impl Flights {
-    fn lock(&self) -> MutexGuard<'_, HashMap<CacheKey, Flight, KeyHash>> {
+    fn lock(&self) -> MutexGuard<'_, Table> {
         // Plain data: a panic elsewhere cannot leave it inconsistent.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many flights have landed so far; read before a store lookup, it tells a leader
+    /// later whether an answer may have been stored since ([`Lead::landed_since`]).
+    pub(crate) fn landed(&self) -> u64 {
+        self.landed.load(Ordering::SeqCst)
     }
 
     /// Leads the flight of `key`, or waits for the one in progress.
     pub(crate) fn join(self: &Arc<Self>, key: CacheKey) -> Join {
         let mut table = self.lock();
-        if let Some(flight) = table.get(&key) {
-            return Join::Wait(flight.subscribe());
+        let Table { flights, next_id } = &mut *table;
+        match flights.entry(key) {
+            Slot::Occupied(slot) => {
+                let flight = slot.into_mut();
+                let tx = flight
+                    .tx
+                    .get_or_insert_with(|| watch::Sender::new(flight.state.clone()));
+                Join::Wait(tx.subscribe())
+            }
+            Slot::Vacant(slot) => {
+                *next_id += 1;
+                slot.insert(Flight {
+                    id: *next_id,
+                    state: FlightState::Running,
+                    tx: None,
+                });
+                Join::Lead(Lead {
+                    flights: self.clone(),
+                    key,
+                    id: *next_id,
+                })
+            }
         }
-        let flight: Flight = Arc::new(watch::Sender::new(FlightState::Running));
-        table.insert(key, flight.clone());
-        Join::Lead(Lead {
-            flights: self.clone(),
-            key,
-            flight: Some(flight),
-        })
     }
 
     /// The number of flights in the table.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().flights.len()
     }
 
-    /// Removes `flight` from the table if it is still the one under `key`.
-    fn remove(&self, key: &CacheKey, flight: &Flight) {
+    /// Removes the flight `id` from the table if it is still the one under `key`.
+    fn remove(&self, key: &CacheKey, id: u64) -> Option<Flight> {
         let mut table = self.lock();
-        if table.get(key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
-            table.remove(key);
+        match table.flights.entry(*key) {
+            Slot::Occupied(slot) if slot.get().id == id => Some(slot.remove()),
+            _ => None,
         }
     }
 }
@@ -97,21 +141,41 @@ impl Flights {
 pub(crate) struct Lead {
     flights: Arc<Flights>,
     key: CacheKey,
-    flight: Option<Flight>,
+    /// The flight's id; 0 once it ended.
+    id: u64,
 }
 
 impl Lead {
+    /// Whether a flight has landed since `seen` (a [`Flights::landed`] read before the
+    /// leader looked the store up): then an answer may have been stored after that lookup,
+    /// and the store is worth another look. (A flight that landed after this one began
+    /// counts too: a needless look, never a missed one.)
+    pub(crate) fn landed_since(&self, seen: u64) -> bool {
+        self.flights.landed() != seen
+    }
+
     /// The answer is complete: serves the waiters. The flight stays in the table (done) until
     /// the returned guard is dropped, once the store has the answer.
     pub(crate) fn done(mut self, answer: Arc<Answer>) -> Landing {
-        let flight = self.flight.take();
-        if let Some(f) = &flight {
-            f.send_replace(FlightState::Done(answer));
+        let id = std::mem::take(&mut self.id);
+        let mut table = self.flights.lock();
+        let tx = match table.flights.get_mut(&self.key).filter(|f| f.id == id) {
+            Some(flight) => {
+                flight.state = FlightState::Done(answer.clone());
+                // The waiters so far hear it on their channel (outside the lock, which no
+                // waker must ever find held); later ones get a new one, already done.
+                flight.tx.take()
+            }
+            None => None,
+        };
+        drop(table);
+        if let Some(tx) = tx {
+            tx.send_replace(FlightState::Done(answer));
         }
         Landing {
             flights: self.flights.clone(),
             key: self.key,
-            flight,
+            id,
         }
     }
 
@@ -126,10 +190,12 @@ impl Lead {
     }
 
     fn end(&mut self, state: FlightState) {
-        if let Some(flight) = self.flight.take() {
+        let id = std::mem::take(&mut self.id);
+        if id != 0 {
             // Out of the table first: a waiter woken by the news must not find it again.
-            self.flights.remove(&self.key, &flight);
-            flight.send_replace(state);
+            if let Some(Flight { tx: Some(tx), .. }) = self.flights.remove(&self.key, id) {
+                tx.send_replace(state);
+            }
         }
     }
 }
@@ -145,14 +211,21 @@ impl Drop for Lead {
 pub(crate) struct Landing {
     flights: Arc<Flights>,
     key: CacheKey,
-    flight: Option<Flight>,
+    id: u64,
 }
 
 impl Drop for Landing {
     fn drop(&mut self) {
-        if let Some(flight) = self.flight.take() {
-            self.flights.remove(&self.key, &flight);
+        let flights = &self.flights;
+        let mut table = flights.lock();
+        if let Slot::Occupied(slot) = table.flights.entry(self.key) {
+            if slot.get().id == self.id {
+                slot.remove();
+            }
         }
+        // Counted under the lock, after the store has the answer: a leader that joins after
+        // this sees the count moved (see `Lead::landed_since`).
+        flights.landed.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -233,6 +306,55 @@ mod tests {
                 t.await.unwrap();
             }
         });
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[test]
+    fn a_leader_knows_whether_a_flight_landed_since_its_lookup() {
+        let flights = Arc::new(Flights::default());
+        let (a, b) = (CacheKey::from_bytes([1; 32]), CacheKey::from_bytes([2; 32]));
+        // Nothing landed between the lookup and the join: no second look needed.
+        let seen = flights.landed();
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("the first caller leads");
+        };
+        assert!(!lead.landed_since(seen));
+        // A failed or abandoned flight stores nothing: still no need.
+        lead.failed();
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("a failed flight left the table");
+        };
+        drop(lead);
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("an abandoned flight left the table");
+        };
+        assert!(!lead.landed_since(seen));
+        drop(lead);
+        // A flight that landed after the lookup (its answer stored) makes the leader look again.
+        let Join::Lead(other) = flights.join(b) else {
+            panic!("the first caller leads");
+        };
+        drop(other.done(answer()));
+        let Join::Lead(lead) = flights.join(a) else {
+            panic!("the first caller leads");
+        };
+        assert!(lead.landed_since(seen));
+        assert!(!lead.landed_since(flights.landed()));
+    }
+
+    #[test]
+    fn a_waiter_that_comes_first_gets_a_channel_and_hears_the_end() {
+        let flights = Arc::new(Flights::default());
+        let key = CacheKey::from_bytes([3; 32]);
+        let Join::Lead(lead) = flights.join(key) else {
+            panic!("the first caller leads");
+        };
+        let Join::Wait(early) = flights.join(key) else {
+            panic!("the second caller waits");
+        };
+        assert!(matches!(*early.borrow(), FlightState::Running));
+        lead.failed();
+        assert!(matches!(*early.borrow(), FlightState::Failed));
         assert_eq!(flights.len(), 0);
     }
 

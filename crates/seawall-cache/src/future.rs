@@ -54,6 +54,8 @@ struct Pending<S> {
     format: Format,
     status: CacheStatus,
     lead: Option<Lead>,
+    /// How many flights had landed before the first lookup (see `miss`).
+    landed: u64,
     /// Whether this call may wait for an identical one (not after a failed flight).
     may_wait: bool,
     /// Whether the semantic cache was searched (once per call).
@@ -96,6 +98,8 @@ impl<S, F> ResponseFuture<S, F> {
         refresh: bool,
     ) -> Self {
         let context = context_of(&req);
+        // Read before the lookup: see `Pending::miss`.
+        let landed = shared.flights.landed();
         let (state, status) = if refresh {
             // `no-cache`: straight upstream, then the fresh answer is stored.
             (State::Done, CacheStatus::Bypass)
@@ -121,6 +125,7 @@ impl<S, F> ResponseFuture<S, F> {
                 format,
                 status,
                 lead: None,
+                landed,
                 may_wait: !refresh,
                 searched: false,
                 ticket: None,
@@ -245,17 +250,22 @@ where
 {
     /// After a miss: lead or join the key's flight, or call on our own.
     ///
-    /// A new leader looks the store up once more before it calls: between its first look and
-    /// its joining, another flight of the key may have landed (stored its answer and left the
-    /// table), and the answer is then in the store.
+    /// A new leader looks the store up once more before it calls when, between its first
+    /// look and its joining, a flight landed (stored its answer and left the table): it may
+    /// have been this key's, and the answer is then in the store. When none landed (the
+    /// flight table counts them), the first look still holds and the leader calls at once.
     fn miss(&mut self) -> State<S::Future> {
         if self.may_wait && self.shared.single_flight {
             match self.shared.flights.join(self.key) {
                 Join::Lead(lead) => {
+                    let look_again = lead.landed_since(self.landed);
                     self.lead = Some(lead);
-                    return State::Lookup {
-                        fut: self.shared.store.get(&self.key),
-                    };
+                    if look_again {
+                        return State::Lookup {
+                            fut: self.shared.store.get(&self.key),
+                        };
+                    }
+                    return State::Call { fut: self.send() };
                 }
                 Join::Wait(rx) => {
                     return State::Wait {

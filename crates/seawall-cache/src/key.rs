@@ -18,10 +18,13 @@
 //! a C compiler.
 //!
 //! Why no JSON tree: building a `serde_json::Value` costs an allocation per string, array
-//! and object, on every call, hits included. The canonical form is written in one pass of a
-//! serde visitor into a reused per-thread buffer: each object's members are written as they
-//! come, then put in order when the object closes (a copy of that object's bytes). A request
-//! with a normalisation hook does build the tree, since the hook edits it.
+//! and object, on every call, hits included. The canonical form is written in one pass into a
+//! reused per-thread buffer: each object's members are written as they come, then put in
+//! order when the object closes (a copy of that object's bytes, only when they came out of
+//! order). The pass is a plain scanner over the bytes (`fast`), which hands any body it is
+//! not sure to read exactly as `serde_json` does to the general path, a serde visitor writing
+//! the same form; a test holds the two to the same bytes on generated bodies. A request with a
+//! normalisation hook does build the tree, since the hook edits it.
 //!
 //! The same pass reads the few fields the cache's policy needs (`temperature`, `n`,
 //! `best_of`, `stream`, `stream_options.include_usage`), so a hit parses the body once.
@@ -34,6 +37,8 @@ use bytes::Bytes;
 use http::Request;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use sha2::{Digest, Sha256};
+
+mod fast;
 
 /// The deepest nesting of arrays and objects read; deeper bodies are not cached (`serde_json`
 /// stops at 128 too).
@@ -246,11 +251,11 @@ impl KeyDeriver {
         with_scratch(|canon| {
             match &self.normalize {
                 None => {
-                    let mut de = serde_json::Deserializer::from_slice(body);
-                    Node::top(canon)
-                        .deserialize(&mut de)
-                        .and_then(|()| de.end())
-                        .map_err(|_| Unkeyable::NotJson)?;
+                    if fast::canonical(body, canon).is_none() {
+                        // Not sure (or not JSON): the general path decides.
+                        canon.reset();
+                        general(body, canon)?;
+                    }
                 }
                 Some(hook) => {
                     let mut tree: serde_json::Value =
@@ -341,6 +346,16 @@ fn digest(
     CacheKey(h.finalize().into())
 }
 
+/// The canonical form of `body` through serde's visitor: the reference the fast path must
+/// agree with, and what decides every body the fast path is not sure of.
+fn general(body: &[u8], canon: &mut Canon) -> Result<(), Unkeyable> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    Node::top(canon)
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|_| Unkeyable::NotJson)
+}
+
 fn put_field(h: &mut Sha256, bytes: &[u8]) {
     h.update((bytes.len() as u64).to_le_bytes());
     h.update(bytes);
@@ -420,6 +435,34 @@ impl Canon {
         self.number = Some(v as f64);
     }
 
+    fn float(&mut self, v: f64) {
+        // An integral value is one number whichever way it was written (`1`, `1.0`, `1e0`).
+        if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e18 {
+            self.int(v as i128);
+        } else {
+            self.buf.push(b'd');
+            self.buf.extend_from_slice(&v.to_bits().to_le_bytes());
+            self.number = Some(v);
+        }
+    }
+
+    /// Reads the fact a top-level member's value gives, once the value is written.
+    fn fact(&mut self, field: Field) {
+        match field {
+            Field::Temperature => self.facts.temperature = self.number,
+            Field::Choices => {
+                let n = self.number.unwrap_or(1.0);
+                let n = if n >= 1.0 {
+                    n.min(u64::MAX as f64) as u64
+                } else {
+                    1
+                };
+                self.facts.choices = self.facts.choices.max(n);
+            }
+            _ => {}
+        }
+    }
+
     fn str(&mut self, v: &str) {
         self.buf.push(b's');
         self.buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
@@ -489,6 +532,19 @@ enum Field {
     Other,
 }
 
+impl Field {
+    /// What a top-level key is.
+    fn of(key: &[u8]) -> Field {
+        match key {
+            b"stream" => Field::Stream,
+            b"stream_options" => Field::StreamOptions,
+            b"temperature" => Field::Temperature,
+            b"n" | b"best_of" => Field::Choices,
+            _ => Field::Other,
+        }
+    }
+}
+
 /// Writes an object key, and says which top-level field it is.
 struct KeySeed<'c> {
     canon: &'c mut Canon,
@@ -511,18 +567,14 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
-        let field = if !self.top {
-            Field::Other
+        let field = if self.top {
+            Field::of(v.as_bytes())
         } else {
-            match v {
-                "stream" => return Ok(Field::Stream),
-                "stream_options" => return Ok(Field::StreamOptions),
-                "temperature" => Field::Temperature,
-                "n" | "best_of" => Field::Choices,
-                _ => Field::Other,
-            }
+            Field::Other
         };
-        self.canon.str(v);
+        if !matches!(field, Field::Stream | Field::StreamOptions) {
+            self.canon.str(v);
+        }
         Ok(field)
     }
 }
@@ -557,14 +609,7 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        // An integral value is one number whichever way it was written (`1`, `1.0`, `1e0`).
-        if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e18 {
-            self.canon.int(v as i128);
-        } else {
-            self.canon.buf.push(b'd');
-            self.canon.buf.extend_from_slice(&v.to_bits().to_le_bytes());
-            self.canon.number = Some(v);
-        }
+        self.canon.float(v);
         Ok(())
     }
 
@@ -633,19 +678,7 @@ impl<'de> Visitor<'de> for Node<'_> {
                         .child()
                         .map_err(|()| de::Error::custom("nested too deeply"))?;
                     map.next_value_seed(child)?;
-                    match field {
-                        Field::Temperature => self.canon.facts.temperature = self.canon.number,
-                        Field::Choices => {
-                            let n = self.canon.number.unwrap_or(1.0);
-                            let n = if n >= 1.0 {
-                                n.min(u64::MAX as f64) as u64
-                            } else {
-                                1
-                            };
-                            self.canon.facts.choices = self.canon.facts.choices.max(n);
-                        }
-                        _ => {}
-                    }
+                    self.canon.fact(field);
                     let end = self.canon.buf.len();
                     self.canon.members.push(Member {
                         start: member,

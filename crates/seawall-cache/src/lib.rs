@@ -91,8 +91,9 @@
 //!   a time would make the last of N waiters wait N calls when the failure repeats; the layers
 //!   inside the cache, breaker, gate and budget, protect the upstream from that burst.)
 //!
-//! A new leader looks the store up once more before it calls, so a caller that missed just
-//! before another flight's answer landed is served that answer instead of calling again.
+//! A new leader looks the store up once more before it calls if a flight landed since its
+//! first look, so a caller that missed just before another flight's answer landed is served
+//! that answer instead of calling again.
 //! Streamed requests wait for the whole answer, then get it replayed at once.
 //!
 //! # Usage and cost
