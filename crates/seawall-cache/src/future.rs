@@ -265,7 +265,8 @@ where
                             fut: self.shared.store.get(&self.key),
                         };
                     }
-                    return State::Call { fut: self.send() };
+                    // The first look still holds: on upstream (by the semantic cache, if on).
+                    return self.upstream();
                 }
                 Join::Wait(rx) => {
                     return State::Wait {

@@ -553,7 +553,15 @@ mod tests {
                         2 => format!("{i}0E-1"),
                         _ => plain,
                     },
-                    (true, None) if n.is_f64() && rng.next(2) == 0 => {
+                    // Up to 15 significant digits only: beyond that, serde_json (without its
+                    // `float_roundtrip` feature) may round `4.120938383184362e15` and
+                    // `4120938383184362.0` to neighbouring doubles, so they are two numbers to
+                    // either path, and two keys (a miss, never a wrong answer).
+                    (true, None)
+                        if n.is_f64()
+                            && plain.chars().filter(char::is_ascii_digit).count() <= 15
+                            && rng.next(2) == 0 =>
+                    {
                         // `12.5` as `1.25e1` or `125e-1`: the same decimal, the same value.
                         let f = n.as_f64().unwrap_or(0.0);
                         format!("{f:e}")
