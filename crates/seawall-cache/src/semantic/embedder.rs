@@ -116,11 +116,13 @@ const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 ///
 /// ```
 /// use seawall_cache::{CacheLayer, MemoryStore, OpenAiEmbedder};
-/// # fn stack() -> tower::util::BoxCloneSyncService<http::Request<bytes::Bytes>, http::Response<String>, seawall_core::LlmError> { unimplemented!() }
 /// # fn run() -> Result<(), seawall_core::ConfigError> {
 /// // `embeddings`: e.g. retry → breaker → gate → classify → HttpTransport, built like the
 /// // chat stack (a service of its own, so its failures do not count against the chat's).
-/// let embeddings = stack();
+/// // Here a stand-in that answers every call with an empty body.
+/// let embeddings = tower::service_fn(|_req: http::Request<bytes::Bytes>| async {
+///     Ok::<_, seawall_core::LlmError>(http::Response::new(String::new()))
+/// });
 /// let layer = CacheLayer::builder(MemoryStore::new())
 ///     .semantic(OpenAiEmbedder::new(embeddings, "text-embedding-3-small").dimensions(512))
 ///     .build()?;
