@@ -20,6 +20,7 @@
 //!   [`FinishReason::from_provider`], the one reading of the providers' finish reasons;
 //! - [`CallContext`], through which layers report to an observer, and [`CacheStatus`], what
 //!   a cache did with a call;
+//! - [`Deadline`], the caller's deadline that every inner bound is cut to;
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
@@ -30,6 +31,7 @@ mod admit;
 mod class;
 mod config;
 mod context;
+mod deadline;
 mod error;
 mod finish;
 mod future;
@@ -47,6 +49,7 @@ pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
 pub use context::{CacheStatus, CallContext, CallFacts, ServedBy};
+pub use deadline::{Deadline, TIMEOUT_HEADER, parse_grpc_timeout};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};

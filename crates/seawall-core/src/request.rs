@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::class::FailureClass;
 use crate::context::CallContext;
+use crate::deadline::Deadline;
 use crate::error::LlmError;
 
 mod wire;
@@ -146,6 +147,12 @@ pub trait LlmRequest {
     /// The per-call context an observing layer put in the extensions, if any.
     fn call_context(&self) -> Option<&Arc<CallContext>> {
         self.extensions()?.get()
+    }
+
+    /// The caller's [`Deadline`], from the extensions (where [`prepare`](Self::prepare)
+    /// puts the one a timeout header asks for), if any.
+    fn deadline(&self) -> Option<Deadline> {
+        self.extensions()?.get().copied()
     }
 }
 
@@ -334,6 +341,12 @@ impl LlmRequest for Request<Bytes> {
         if meta(self).is_none() {
             let m = RequestMeta::parse(self);
             self.extensions_mut().insert(m);
+            // A timeout header becomes a deadline once, here, so every layer sees one instant.
+            if self.extensions().get::<Deadline>().is_none() {
+                if let Some(d) = Deadline::from_headers(self.headers()) {
+                    self.extensions_mut().insert(d);
+                }
+            }
         }
     }
 
