@@ -16,6 +16,7 @@
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
 //! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
+//! | `repair` | [`repair`] | `RepairLayer`: a new turn, showing the model its answer and what was wrong, when an answer fails validation |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
@@ -45,6 +46,8 @@ pub use seawall_mock as mock;
 pub use seawall_observe as observe;
 #[cfg(feature = "redis")]
 pub use seawall_redis as redis;
+#[cfg(feature = "repair")]
+pub use seawall_repair as repair;
 #[cfg(feature = "reqwest")]
 pub use seawall_reqwest as reqwest;
 #[cfg(feature = "retry")]

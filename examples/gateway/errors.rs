@@ -131,6 +131,12 @@ fn public_error(e: &LlmError) -> PublicError {
             StatusCode::GATEWAY_TIMEOUT,
             "The upstream service did not answer in time.",
         ),
+        // The upstream answered, but never in a valid shape: 502 is "an invalid response from
+        // the upstream server".
+        ContentInvalid => (
+            StatusCode::BAD_GATEWAY,
+            "The upstream's answer did not pass validation.",
+        ),
         // The gateway's own key was refused, the upstream broke, or the stream did: the
         // client's request is not at fault.
         _ => (StatusCode::BAD_GATEWAY, "The upstream service failed."),

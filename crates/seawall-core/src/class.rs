@@ -74,12 +74,20 @@ pub enum FailureClass {
     /// upstream's fault: neither retried nor counted by a breaker, and a fallback would meet
     /// the same store.
     SharedStateUnavailable,
+    /// Answers that failed the caller's validation (not valid JSON, missing fields) on every
+    /// turn the repair layer was allowed: the upstream answered, healthily, just not what the
+    /// caller can use. Not retried (the repair turns already were the better retry: they show
+    /// the model its mistake, where a plain retry asks the same question again at the same
+    /// cost and the same odds), not counted by a breaker (the upstream is not sick), and no
+    /// fallback by default (the repair layer sits outside the fallback, whose targets already
+    /// answered the turns).
+    ContentInvalid,
 }
 
 impl FailureClass {
     /// How many classes there are: the length of [`ALL`](Self::ALL) and the size of a table
     /// indexed by [`index`](Self::index).
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
 
     /// Every class, in declaration order: `ALL[c.index()] == c` for every class `c`.
     pub const ALL: [FailureClass; Self::COUNT] = [
@@ -107,6 +115,7 @@ impl FailureClass {
         FailureClass::RetryBudgetExhausted,
         FailureClass::DeadlineExceeded,
         FailureClass::SharedStateUnavailable,
+        FailureClass::ContentInvalid,
     ];
 
     /// A stable snake_case name, for logs, metrics labels and JSON.
@@ -136,6 +145,7 @@ impl FailureClass {
             FailureClass::RetryBudgetExhausted => "retry_budget_exhausted",
             FailureClass::DeadlineExceeded => "deadline_exceeded",
             FailureClass::SharedStateUnavailable => "shared_state_unavailable",
+            FailureClass::ContentInvalid => "content_invalid",
         }
     }
 
@@ -188,6 +198,7 @@ impl FailureClass {
             BudgetExceeded | RetryBudgetExhausted | DeadlineExceeded | SharedStateUnavailable => {
                 (R::Never, false, F::No)
             }
+            ContentInvalid => (R::Never, false, F::No),
         };
         Disposition {
             retry,
@@ -365,6 +376,12 @@ mod tests {
         assert_eq!(t.get(CircuitOpen).fallback, Fallback::Yes);
         assert_eq!(t.get(GateRejected).fallback, Fallback::Yes);
         assert_eq!(t.get(BudgetExceeded).fallback, Fallback::No);
+        assert_eq!(retry(ContentInvalid), RetryPolicy::Never);
+        assert_eq!(t.get(ContentInvalid).fallback, Fallback::No);
+        assert!(
+            !ContentInvalid.is_local(),
+            "the upstream answered every turn"
+        );
         assert!(!t.get(UpstreamTimeout).allows_retry(false));
         assert!(t.get(UpstreamTimeout).allows_retry(true));
     }

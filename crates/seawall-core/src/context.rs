@@ -87,6 +87,9 @@ pub struct CallFacts {
     pub rejections: Vec<FailureClass>,
     /// What a cache layer did with the call. `None` without a cache layer.
     pub cache: Option<CacheStatus>,
+    /// Repair turns sent after answers that failed validation (the repair layer counts; 0
+    /// without it).
+    pub repairs: u32,
 }
 
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.

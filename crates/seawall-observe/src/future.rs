@@ -58,7 +58,8 @@ impl Pending {
         } else if hit || head.class.is_some_and(FailureClass::is_local) {
             0
         } else {
-            1
+            // Without a retry layer to count them, each repair turn is one more call.
+            1 + facts.repairs
         };
         let record = CallRecord {
             request_id: head.request_id,
@@ -85,6 +86,7 @@ impl Pending {
             degraded: served_by.as_ref().is_some_and(|s| s.degraded),
             cache,
             config_version: self.config_version,
+            repairs: facts.repairs,
         };
         fill_span(&self.span, &record);
         self.recorder.record(&record);

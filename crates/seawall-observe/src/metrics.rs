@@ -84,6 +84,7 @@ impl ModelLabels {
 /// |---|---|---|
 /// | `seawall.calls` | counter | `gen_ai.request.model`, `outcome`, `error.type` |
 /// | `seawall.attempts`, `seawall.retries` | counter | `gen_ai.request.model` |
+/// | `seawall.repairs` | counter | `gen_ai.request.model` (repair turns after invalid answers) |
 /// | `seawall.rejections` | counter | `error.type` (local classes only) |
 /// | `seawall.retry_rate` | gauge | - (retries per call, moving average of ~100 calls) |
 /// | `seawall.queue_wait` | histogram (s) | `gen_ai.request.model` |
@@ -197,6 +198,10 @@ impl Recorder for MetricsRecorder {
             .increment(u64::from(r.attempts));
         metrics::counter!("seawall.retries", "gen_ai.request.model" => model.clone())
             .increment(u64::from(r.retries()));
+        if r.repairs > 0 {
+            metrics::counter!("seawall.repairs", "gen_ai.request.model" => model.clone())
+                .increment(u64::from(r.repairs));
+        }
         if let Some(c) = r.class.filter(|c| c.is_local()) {
             metrics::counter!("seawall.rejections", "error.type" => c.as_str()).increment(1);
         }

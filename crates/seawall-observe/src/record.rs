@@ -73,12 +73,16 @@ pub struct CallRecord {
     pub cache: Option<CacheStatus>,
     /// The configured `config_version` tag, to tell deployments apart.
     pub config_version: Option<Arc<str>>,
+    /// Repair turns the repair layer sent after answers that failed validation (0 without
+    /// it). Each turn is an upstream call of its own, counted in `attempts` too.
+    pub repairs: u32,
 }
 
 impl CallRecord {
-    /// Retries made: attempts after the first.
+    /// Retries made: attempts after the first, not counting the repair turns (each of which
+    /// is a first attempt of its own turn).
     pub fn retries(&self) -> u32 {
-        self.attempts.saturating_sub(1)
+        self.attempts.saturating_sub(1).saturating_sub(self.repairs)
     }
 
     /// The record as one line of JSON.
@@ -209,5 +213,6 @@ pub(crate) fn success() -> CallRecord {
         degraded: false,
         cache: None,
         config_version: None,
+        repairs: 0,
     }
 }

@@ -29,6 +29,7 @@
 //! | `Authentication` | `UNAUTHENTICATED` | |
 //! | `PermissionDenied` | `PERMISSION_DENIED` | |
 //! | `NotFound` | `NOT_FOUND` | an unknown model |
+//! | `ContentInvalid` | `INTERNAL` | the model's answers failed the server's validation on every repair turn: the server's dependency broke its contract; not `UNAVAILABLE`, which clients retry, since the repair turns were already the better retry |
 //!
 //! `Authentication` and `PermissionDenied` say the *upstream* refused the credentials the
 //! server used. When the server forwards its caller's key that is the caller's problem, as the

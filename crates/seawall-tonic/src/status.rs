@@ -127,6 +127,13 @@ fn mapping(class: FailureClass) -> (Code, &'static str) {
             Code::NotFound,
             "The requested model or resource does not exist.",
         ),
+        // The model answered, every repair turn too, but never in a shape the server can use.
+        // INTERNAL: the server's own dependency broke its contract; not UNAVAILABLE, which
+        // clients retry, since the repair turns already were the better retry.
+        ContentInvalid => (
+            Code::Internal,
+            "The model's answer did not pass validation.",
+        ),
         // `FailureClass` is `#[non_exhaustive]`, so another crate must have this arm. It is
         // never taken by this version: the tests' table is an array of `FailureClass::COUNT`
         // entries, so a new class stops them compiling until its code is decided above.
@@ -245,6 +252,7 @@ mod tests {
         (RetryBudgetExhausted, Code::Unavailable),
         (DeadlineExceeded, Code::DeadlineExceeded),
         (SharedStateUnavailable, Code::Unavailable),
+        (ContentInvalid, Code::Internal),
     ];
 
     #[test]
