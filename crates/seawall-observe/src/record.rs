@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{CacheStatus, FailureClass, Usage};
+use seawall_core::{CacheStatus, ContextAction, FailureClass, Usage};
 use serde::Serialize;
 
 /// How a logical call ended, from the caller's side.
@@ -73,6 +73,12 @@ pub struct CallRecord {
     pub cache: Option<CacheStatus>,
     /// The configured `config_version` tag, to tell deployments apart.
     pub config_version: Option<Arc<str>>,
+    /// What a context guard did before sending: `skipped`, `fits`, `refused`, `trimmed(n)`
+    /// or `max_tokens_lowered(from->to)` (`None` without a guard). A refusal, trim or lowering
+    /// is kept over a later `fits`: a primary refused and a larger-context fallback that fit
+    /// reads `refused` with `fallback: true`.
+    #[serde(serialize_with = "ser_display")]
+    pub context_guard: Option<ContextAction>,
 }
 
 impl CallRecord {
@@ -99,6 +105,16 @@ fn ser_cache<S: serde::Serializer>(c: &Option<CacheStatus>, s: S) -> Result<S::O
     match c {
         Some(c @ CacheStatus::Semantic(_)) => s.collect_str(c),
         Some(c) => s.serialize_str(c.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_display<S: serde::Serializer, T: std::fmt::Display>(
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
         None => s.serialize_none(),
     }
 }
@@ -209,5 +225,6 @@ pub(crate) fn success() -> CallRecord {
         degraded: false,
         cache: None,
         config_version: None,
+        context_guard: None,
     }
 }
