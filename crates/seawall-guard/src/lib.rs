@@ -39,8 +39,9 @@
 //! - **Outside retry**, so the check runs once per target rather than once per attempt (a
 //!   refusal is never retried anyway), and **outside the budget and the gate**, so a refused
 //!   call takes no reservation and no permit, and a trimmed one is charged for what is sent.
-//! - A fallback [`Target::service`](https://docs.rs/seawall-fallback) (another provider's own
-//!   stack) does not pass through this guard: give that stack a guard of its own.
+//! - A fallback target that is another service (seawall-fallback's `Target::service`: another
+//!   provider's own stack) does not pass through this guard: give that stack a guard of its
+//!   own.
 //!
 //! # What is not checked
 //!
