@@ -17,6 +17,7 @@
 //! | `observe` | [`observe`] | one record per logical call |
 //! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
 //! | `repair` | [`repair`] | `RepairLayer`: a new turn, showing the model its answer and what was wrong, when an answer fails validation |
+//! | `guard` | [`guard`] | `ContextGuardLayer`: a request checked against its model's context window before it is sent |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
@@ -38,6 +39,8 @@ pub use seawall_classify as classify;
 pub use seawall_fallback as fallback;
 #[cfg(feature = "gate")]
 pub use seawall_gate as gate;
+#[cfg(feature = "guard")]
+pub use seawall_guard as guard;
 #[cfg(feature = "http")]
 pub use seawall_http as http;
 #[cfg(feature = "mock")]

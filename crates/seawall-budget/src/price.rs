@@ -1,10 +1,10 @@
 //! Prices per model, and the arithmetic that turns tokens into [`Usd`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use seawall_core::Usage;
+use seawall_core::{ModelMap, TableFormat, Usage, read_table_file};
 use serde::Deserialize;
 
 use crate::money::Usd;
@@ -110,7 +110,7 @@ fn price_units(parts: &[(u64, Usd)]) -> Usd {
 ///
 /// A name ending in `*` is a prefix pattern (`"claude-sonnet-4-5*"` also prices the dated
 /// snapshot `claude-sonnet-4-5-20250929`); an exact name wins over a pattern, and the longest
-/// matching pattern over shorter ones. A model the table cannot price, or a request without a
+/// matching pattern over shorter ones (a [`ModelMap`], as the context guard's windows). A model the table cannot price, or a request without a
 /// model, gets the default price if there is one, and is rejected otherwise.
 ///
 /// Load it from TOML or JSON with the same shape:
@@ -140,9 +140,7 @@ fn price_units(parts: &[(u64, Usd)]) -> Usd {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct PriceTable {
-    exact: HashMap<Arc<str>, Price>,
-    // Longest pattern first.
-    prefixes: Vec<(Arc<str>, Price)>,
+    models: ModelMap<Price>,
     default: Option<Price>,
 }
 
@@ -154,17 +152,7 @@ impl PriceTable {
 
     /// Sets the price of `model` (a name, or a prefix pattern ending in `*`).
     pub fn insert(&mut self, model: &str, price: Price) -> &mut Self {
-        match model.strip_suffix('*') {
-            Some(prefix) => {
-                self.prefixes.retain(|(p, _)| &**p != prefix);
-                self.prefixes.push((prefix.into(), price));
-                self.prefixes
-                    .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-            }
-            None => {
-                self.exact.insert(model.into(), price);
-            }
-        }
+        self.models.insert(model, price);
         self
     }
 
@@ -198,7 +186,7 @@ impl PriceTable {
 
     /// The number of names and patterns listed (the default not counted).
     pub fn len(&self) -> usize {
-        self.exact.len() + self.prefixes.len()
+        self.models.len()
     }
 
     /// Whether no model is listed.
@@ -212,15 +200,10 @@ impl PriceTable {
         let Some(model) = model else {
             return self.default.map(|p| (p, None));
         };
-        if let Some((name, price)) = self.exact.get_key_value(model) {
-            return Some((*price, Some(name.clone())));
+        match self.models.lookup(model) {
+            Some((price, name)) => Some((*price, name.cloned())),
+            None => self.default.map(|p| (p, None)),
         }
-        self.prefixes
-            .iter()
-            .find(|(prefix, _)| model.starts_with(&**prefix))
-            .map(|(_, p)| *p)
-            .or(self.default)
-            .map(|p| (p, None))
     }
 
     /// Parses a TOML table: `[models."name"]` sections with `input`, `output` and optional
@@ -243,26 +226,10 @@ impl PriceTable {
     /// Reads a `.toml` or `.json` price file (chosen by the extension).
     pub fn from_file(path: impl AsRef<Path>) -> Result<PriceTable, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new(
-                "prices",
-                format!("cannot read price table {}", path.display()),
-            )
-            .with_source(e)
-        })?;
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        let parsed = match ext.as_deref() {
-            Some("toml") => Self::from_toml_str(&text),
-            Some("json") => Self::from_json_str(&text),
-            _ => {
-                return Err(ConfigError::new(
-                    "prices",
-                    format!("price table {} must end in .toml or .json", path.display()),
-                ));
-            }
+        let (text, format) = read_table_file(path, "prices", "price table")?;
+        let parsed = match format {
+            TableFormat::Toml => Self::from_toml_str(&text),
+            TableFormat::Json => Self::from_json_str(&text),
         };
         parsed.map_err(|e| {
             ConfigError::new("prices", format!("price table {}", path.display())).with_source(e)

@@ -64,6 +64,73 @@ impl std::fmt::Display for CacheStatus {
     }
 }
 
+/// What a context guard did with a call before sending it: the record's `context_guard`
+/// field.
+///
+/// The guard puts it into the [`CallContext`]; an observer reads it without depending on the
+/// guard's crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContextAction {
+    /// Not checked: the model is not in the guard's table, or the request names no model
+    /// (or its body is not JSON). It went on unchanged.
+    Skipped,
+    /// The prompt and its maximum output fit the model's window: sent unchanged.
+    Fits,
+    /// Refused locally (`ContextLengthExceeded`, or `InvalidRequest` for an output bound
+    /// above the model's limit): no upstream call.
+    Refused,
+    /// The oldest conversation turns were dropped until the request fit.
+    Trimmed {
+        /// Turns dropped.
+        turns: u32,
+    },
+    /// The maximum output tokens were lowered to what fits.
+    MaxTokensLowered {
+        /// The bound asked for.
+        from: u32,
+        /// The bound sent.
+        to: u32,
+    },
+}
+
+impl ContextAction {
+    /// The action's name: `skipped`, `fits`, `refused`, `trimmed` or `max_tokens_lowered`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextAction::Skipped => "skipped",
+            ContextAction::Fits => "fits",
+            ContextAction::Refused => "refused",
+            ContextAction::Trimmed { .. } => "trimmed",
+            ContextAction::MaxTokensLowered { .. } => "max_tokens_lowered",
+        }
+    }
+
+    /// Whether the guard changed or stopped the request.
+    pub fn acted(self) -> bool {
+        !matches!(self, ContextAction::Skipped | ContextAction::Fits)
+    }
+
+    /// Notes `self` in a call's facts: an action that changed or stopped the request replaces
+    /// what is there; `fits` and `skipped` only fill an empty field.
+    pub fn note(self, facts: &mut CallFacts) {
+        if self.acted() || facts.context_guard.is_none() {
+            facts.context_guard = Some(self);
+        }
+    }
+}
+
+impl std::fmt::Display for ContextAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContextAction::Trimmed { turns } => write!(f, "trimmed({turns})"),
+            ContextAction::MaxTokensLowered { from, to } => {
+                write!(f, "max_tokens_lowered({from}->{to})")
+            }
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
 /// Facts about one logical call, filled by whichever layers are stacked.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CallFacts {
@@ -90,6 +157,11 @@ pub struct CallFacts {
     /// Repair turns sent after answers that failed validation (the repair layer counts; 0
     /// without it).
     pub repairs: u32,
+    /// What a context guard did with the call. `None` without a guard. A guard runs once per
+    /// fallback target, so [`ContextAction::note`] keeps the telling decision: a refusal, a
+    /// trim or a lowering is kept over a later `fits` (the primary was refused, the
+    /// larger-context fallback fit: the record says `refused` and `fallback`).
+    pub context_guard: Option<ContextAction>,
 }
 
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.
@@ -130,6 +202,26 @@ mod tests {
         assert_eq!(CacheStatus::Bypass.as_str(), "bypass");
         assert_eq!(CacheStatus::Semantic(0.97).to_string(), "semantic(0.970)");
         assert!(CacheStatus::Semantic(0.97).is_hit() && !CacheStatus::Miss.is_hit());
+    }
+
+    #[test]
+    fn a_guard_action_names_itself_and_fits_never_hides_a_refusal() {
+        assert_eq!(
+            ContextAction::Trimmed { turns: 3 }.to_string(),
+            "trimmed(3)"
+        );
+        let lowered = ContextAction::MaxTokensLowered { from: 9, to: 4 };
+        assert_eq!(lowered.to_string(), "max_tokens_lowered(9->4)");
+        let mut f = CallFacts::default();
+        ContextAction::Refused.note(&mut f);
+        ContextAction::Fits.note(&mut f);
+        assert_eq!(f.context_guard, Some(ContextAction::Refused));
+        lowered.note(&mut f);
+        assert_eq!(f.context_guard, Some(lowered));
+        let mut f = CallFacts::default();
+        ContextAction::Skipped.note(&mut f);
+        ContextAction::Fits.note(&mut f);
+        assert_eq!(f.context_guard, Some(ContextAction::Skipped));
     }
 
     #[test]

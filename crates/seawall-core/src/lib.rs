@@ -19,12 +19,14 @@
 //! - [`SseDecoder`], the one server-sent-events line splitter and event assembler, and
 //!   [`FinishReason::from_provider`], the one reading of the providers' finish reasons;
 //! - [`CallContext`], through which layers report to an observer, and [`CacheStatus`], what
-//!   a cache did with a call;
+//!   a cache did with a call, and [`ContextAction`], what a context guard did with it;
 //! - [`Deadline`], the caller's deadline that every inner bound is cut to;
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
-//!   default), and [`bound_key`], which caps the length of the keys their state is stored under.
+//!   default), and [`bound_key`], which caps the length of the keys their state is stored under;
+//! - [`ModelMap`], the lookup by model name (exact, or a `*` prefix pattern) that the price
+//!   table and the context windows share, and [`read_table_file`] for their files.
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 
 mod admit;
@@ -36,6 +38,7 @@ mod error;
 mod finish;
 mod future;
 mod key;
+mod model_map;
 mod random;
 mod ratelimit;
 mod ratelimit_headers;
@@ -48,11 +51,12 @@ pub mod upstream;
 pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
-pub use context::{CacheStatus, CallContext, CallFacts, ServedBy};
+pub use context::{CacheStatus, CallContext, CallFacts, ContextAction, ServedBy};
 pub use deadline::{Deadline, TIMEOUT_HEADER, parse_grpc_timeout};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};
+pub use model_map::{ModelMap, TableFormat, read_table_file};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use ratelimit_headers::{ANTHROPIC_RATE_LIMIT_HEADERS, OPENAI_RATE_LIMIT_HEADERS};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use seawall_core::{
-    CacheStatus, CallContext, CallFacts, Completion, FailureClass, LlmError, LlmResponse,
-    OnComplete, Outcome, ServedBy,
+    CacheStatus, CallContext, CallFacts, Completion, ContextAction, FailureClass, LlmError,
+    LlmResponse, OnComplete, Outcome, ServedBy,
 };
 
 use crate::record::{CallOutcome, CallRecord, Recorder};
@@ -55,7 +55,10 @@ impl Pending {
             facts.attempts
         } else if head.error_attempts > 0 {
             head.error_attempts
-        } else if hit || head.class.is_some_and(FailureClass::is_local) {
+        } else if hit
+            || head.class.is_some_and(FailureClass::is_local)
+            || refused_by_guard(&facts, head.class)
+        {
             0
         } else {
             // Without a retry layer to count them, each repair turn is one more call.
@@ -87,10 +90,20 @@ impl Pending {
             cache,
             config_version: self.config_version,
             repairs: facts.repairs,
+            context_guard: facts.context_guard,
         };
         fill_span(&self.span, &record);
         self.recorder.record(&record);
     }
+}
+
+/// A call the context guard refused: it failed with the guard's class and made no attempt.
+fn refused_by_guard(facts: &CallFacts, class: Option<FailureClass>) -> bool {
+    facts.context_guard == Some(ContextAction::Refused)
+        && matches!(
+            class,
+            Some(FailureClass::ContextLengthExceeded | FailureClass::InvalidRequest)
+        )
 }
 
 fn ms(d: std::time::Duration) -> f64 {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{CacheStatus, FailureClass, Usage};
+use seawall_core::{CacheStatus, ContextAction, FailureClass, Usage};
 use serde::Serialize;
 
 /// How a logical call ended, from the caller's side.
@@ -76,6 +76,12 @@ pub struct CallRecord {
     /// Repair turns the repair layer sent after answers that failed validation (0 without
     /// it). Each turn is an upstream call of its own, counted in `attempts` too.
     pub repairs: u32,
+    /// What a context guard did before sending: `skipped`, `fits`, `refused`, `trimmed(n)`
+    /// or `max_tokens_lowered(from->to)` (`None` without a guard). A refusal, trim or lowering
+    /// is kept over a later `fits`: a primary refused and a larger-context fallback that fit
+    /// reads `refused` with `fallback: true`.
+    #[serde(serialize_with = "ser_display")]
+    pub context_guard: Option<ContextAction>,
 }
 
 impl CallRecord {
@@ -103,6 +109,16 @@ fn ser_cache<S: serde::Serializer>(c: &Option<CacheStatus>, s: S) -> Result<S::O
     match c {
         Some(c @ CacheStatus::Semantic(_)) => s.collect_str(c),
         Some(c) => s.serialize_str(c.as_str()),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_display<S: serde::Serializer, T: std::fmt::Display>(
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
         None => s.serialize_none(),
     }
 }
@@ -214,5 +230,6 @@ pub(crate) fn success() -> CallRecord {
         cache: None,
         config_version: None,
         repairs: 0,
+        context_guard: None,
     }
 }
