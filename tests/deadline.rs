@@ -13,7 +13,7 @@ use seawall::breaker::CircuitBreakerLayer;
 use seawall::budget::{Budget, CostBudgetLayer, MissingMaxOutput, Price, PriceTable, Usd};
 use seawall::cache::{CacheLayer, MemoryStore};
 use seawall::classify::ClassifyLayer;
-use seawall::core::{FailureClass, LlmError, TIMEOUT_HEADER};
+use seawall::core::{FailureClass, GiveUp, LlmError, TIMEOUT_HEADER};
 use seawall::fallback::{FallbackLayer, Target};
 use seawall::gate::ConcurrencyGateLayer;
 use seawall::mock::{Delay, ErrorRule, MockUpstream, Profile};
@@ -119,11 +119,10 @@ async fn a_deadline_shorter_than_the_retry_budget_ends_a_529_storm_by_the_deadli
     let ended = Instant::now();
 
     assert_eq!(err.class(), FailureClass::DeadlineExceeded, "{err}");
-    assert!(
-        ended <= deadline,
-        "not after the deadline: {:?}",
-        ended - t0
-    );
+    // The retry loop saw that its next wait would not fit and stopped at once, rather than
+    // sleeping into the deadline for an outer layer to cut.
+    assert_eq!(err.give_up(), Some(GiveUp::DeadlineTooClose), "{err}");
+    assert!(ended < deadline, "before the deadline: {:?}", ended - t0);
     assert!(
         deadline - ended < OVERLOAD_WAIT,
         "within one backoff of it: ended at {:?}",
@@ -140,6 +139,10 @@ async fn a_deadline_shorter_than_the_retry_budget_ends_a_529_storm_by_the_deadli
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].outcome, CallOutcome::Failed);
     assert_eq!(records[0].class, Some(FailureClass::DeadlineExceeded));
+    assert!(
+        !records[0].fallback,
+        "no fallback was started for a caller out of time"
+    );
 }
 
 #[tokio::test(start_paused = true)]
