@@ -75,12 +75,12 @@ async fn run() -> Result<(), BoxError> {
         attempts.store(0, Ordering::Relaxed);
         let start = Instant::now();
         let outcome = client.clone().oneshot(req).await;
-        let took = start.elapsed();
+        let took = start.elapsed().as_secs_f64();
         let n = attempts.load(Ordering::Relaxed);
         match outcome {
-            Ok(resp) => println!("{label}: {} after {took:.1?}", resp.status()),
+            Ok(resp) => println!("{label}: {} after {took:.1} s", resp.status()),
             Err(e) => println!(
-                "{label}: {} after {took:.1?} and {n} upstream attempt{}",
+                "{label}: {} after {took:.1} s and {n} upstream attempt{}",
                 e.class(),
                 if n == 1 { "" } else { "s" }
             ),
