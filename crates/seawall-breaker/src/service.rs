@@ -121,6 +121,11 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        // Past the caller's deadline the attempt is not made: it takes no half-open probe slot
+        // and counts neither way. One extension lookup; the clock only with a deadline.
+        if let Some(Err(e)) = req.deadline().map(|d| d.check()) {
+            return ResponseFuture::rejected(e);
+        }
         let breaker = {
             let key = self.key.key(&req);
             let key = key.as_deref().unwrap_or("");

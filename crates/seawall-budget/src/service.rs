@@ -98,6 +98,11 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        // Past the caller's deadline nothing is reserved or spent: the answer would come too
+        // late to be read. One extension lookup, and a clock read only when a deadline is set.
+        if let Some(Err(e)) = req.deadline().map(|d| d.check()) {
+            return ResponseFuture::refused(e);
+        }
         let guard = match price_attempt(&self.core, &*self.keys, &mut req) {
             Ok(g) => g,
             Err(e) => return ResponseFuture::refused(e),

@@ -45,6 +45,8 @@ pin_project! {
         Ready,
         // A success is being read into the last-resort cache.
         Capture { fut: BoxFuture<Resp> },
+        // The caller's deadline had passed before the call: nothing was started.
+        Expired { err: Option<LlmError> },
         Done,
     }
 }
@@ -83,6 +85,7 @@ struct Chain<S, Req, Resp> {
 }
 
 impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         fut: F,
         shared: Arc<Shared<Req, Resp>>,
@@ -91,8 +94,8 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
         model: Option<Arc<str>>,
         cache_key: Option<u64>,
         context: Option<Arc<CallContext>>,
+        deadline_at: Option<Instant>,
     ) -> Self {
-        let deadline_at = shared.deadline.and_then(|d| Instant::now().checked_add(d));
         ResponseFuture {
             state: State::Calling { fut },
             deadline: deadline_at.map(sleep_until),
@@ -111,6 +114,33 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
                 cache_key,
                 context,
                 deadline_at,
+            },
+        }
+    }
+}
+
+impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
+    /// A call that arrived past the caller's deadline: it fails with `err` at its first poll,
+    /// and no target, the primary included, is started.
+    pub(crate) fn expired(shared: Arc<Shared<Req, Resp>>, err: LlmError) -> Self {
+        ResponseFuture {
+            state: State::Expired { err: Some(err) },
+            deadline: None,
+            chain: Chain {
+                current_name: shared.primary_name.clone(),
+                shared,
+                original: None,
+                primary: None,
+                pending: None,
+                current_model: None,
+                list: None,
+                next: 0,
+                fallbacks: 0,
+                tried: Vec::new(),
+                last_resort: false,
+                cache_key: None,
+                context: None,
+                deadline_at: None,
             },
         }
     }
@@ -350,6 +380,11 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(resp));
                 }
+                StateProj::Expired { err } => {
+                    let err = err.take().unwrap_or_else(internal);
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(err));
+                }
                 StateProj::Done => seawall_core::polled_after_completion(),
             };
             let (outcome, cut) = match polled {
@@ -365,7 +400,7 @@ where
                     }
                     let err = LlmError::new(
                         FailureClass::DeadlineExceeded,
-                        "the fallback deadline passed while this target was running",
+                        "the deadline passed while this target was running",
                     );
                     (Err(err), true)
                 }
@@ -392,7 +427,7 @@ impl<F, S, Req, Resp> fmt::Debug for ResponseFuture<F, S, Req, Resp> {
             State::Other { .. } => "calling",
             State::Ready => "readying",
             State::Capture { .. } => "capturing",
-            State::Done => "done",
+            State::Expired { .. } | State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

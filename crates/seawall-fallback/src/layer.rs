@@ -156,7 +156,10 @@ impl<Req, Resp> FallbackBuilder<Req, Resp> {
 
     /// The overall deadline of a call, from `call` to a response: no target is started after
     /// it, and a target still running at it is cancelled. The primary gets all of it, so give
-    /// the inner retry layer a smaller time budget to leave room for fallbacks.
+    /// the inner retry layer a smaller time budget to leave room for fallbacks. A caller's
+    /// [`Deadline`](seawall_core::Deadline) on the request bounds the chain the same way, and
+    /// the earlier of the two wins; a call that arrives past the caller's deadline starts no
+    /// target at all.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.shared.deadline = Some(deadline);
         self

@@ -26,7 +26,9 @@
 //!   the body, which passes through: nothing is switched after the caller has seen a byte.
 //! - **Bounded.** At most [`max_fallbacks`](FallbackBuilder::max_fallbacks) targets after the
 //!   primary, and an optional overall [`deadline`](FallbackBuilder::deadline): no target
-//!   starts after it, and one still running at it is cancelled.
+//!   starts after it, and one still running at it is cancelled. The caller's
+//!   [`Deadline`](seawall_core::Deadline) on the request bounds the chain too; the earlier
+//!   of the two wins.
 //! - **A last resort, clearly marked.** When the regular chain is exhausted (or the deadline
 //!   passed), the layer can answer with the last good response to an identical request
 //!   ([`ResponseCache`]) or a static degraded response. Both carry

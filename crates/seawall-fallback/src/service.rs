@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{LlmError, LlmRequest, LlmResponse};
+use seawall_core::{Deadline, LlmError, LlmRequest, LlmResponse};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -64,6 +64,17 @@ where
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
         let shared = self.shared.clone();
+        // The chain's deadline: the earlier of the layer's own and the caller's.
+        let caller = req.deadline();
+        if let Some(expired) = caller.filter(Deadline::has_passed) {
+            return ResponseFuture::expired(shared, expired.exceeded());
+        }
+        // A deadline too far for the clock is no deadline, as before.
+        let own = shared
+            .deadline
+            .and_then(|d| tokio::time::Instant::now().checked_add(d))
+            .map(Deadline::at);
+        let deadline_at = Deadline::earliest(own, caller).map(|d| d.instant());
         let cache_key = shared.cache.as_ref().and_then(|c| c.key(&req));
         let context = req.call_context().cloned();
         let model = req.model().map(Arc::from);
@@ -72,7 +83,16 @@ where
         // ready again inside the future) takes any later call routed to the primary.
         let primary = shared.uses_primary.then(|| self.inner.clone());
         let fut = self.inner.call(req);
-        ResponseFuture::new(fut, shared, original, primary, model, cache_key, context)
+        ResponseFuture::new(
+            fut,
+            shared,
+            original,
+            primary,
+            model,
+            cache_key,
+            context,
+            deadline_at,
+        )
     }
 }
 

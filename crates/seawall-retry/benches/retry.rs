@@ -8,10 +8,11 @@ use std::future::{Future, Ready, ready};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
-use seawall_core::{LlmError, LlmRequest};
+use seawall_core::{Deadline, LlmError, LlmRequest};
 use seawall_retry::{BackoffRetryLayer, IDEMPOTENCY_KEY};
 use tower::retry::{Policy, Retry};
 use tower::{Layer, Service};
@@ -132,6 +133,38 @@ fn bench(c: &mut Criterion) {
         .layer(Noop);
     group.bench_function("backoff_retry_idempotency_key", |b| {
         b.iter(|| one_call(&mut keyed, http_req.clone(), &mut cx))
+    });
+    // The same call carrying a caller's deadline far away: the lookup, one clock read, and
+    // the deadline kept in the future.
+    let mut with_deadline = http_req.clone();
+    with_deadline
+        .extensions_mut()
+        .insert(Deadline::after(Duration::from_secs(3600)));
+    // Its baseline: cloning a request with one more extension costs by itself.
+    group.bench_function("tower_retry_with_deadline", |b| {
+        b.iter(|| one_call(&mut tower_retry, with_deadline.clone(), &mut cx))
+    });
+    group.bench_function("backoff_retry_with_deadline", |b| {
+        b.iter(|| one_call(&mut seawall, with_deadline.clone(), &mut cx))
+    });
+    group.finish();
+
+    // What each layer's deadline check costs by itself: the extension lookup, and the clock
+    // read when a deadline is set.
+    let mut group = c.benchmark_group("deadline_check");
+    group.bench_function("no_deadline", |b| {
+        b.iter(|| {
+            std::hint::black_box(&http_req)
+                .deadline()
+                .map(|d| d.check().is_err())
+        })
+    });
+    group.bench_function("with_deadline", |b| {
+        b.iter(|| {
+            std::hint::black_box(&with_deadline)
+                .deadline()
+                .map(|d| d.check().is_err())
+        })
     });
     group.finish();
 }

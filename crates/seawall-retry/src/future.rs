@@ -9,7 +9,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{Attempt, FailureClass, GiveUp, LlmError, LlmRequest};
+use seawall_core::{Attempt, Deadline, FailureClass, GiveUp, LlmError, LlmRequest};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -39,6 +39,8 @@ pin_project! {
         Calling { #[pin] future: F },
         Waiting,
         Readying,
+        // The caller's deadline had passed before the first attempt: it was not made.
+        Expired { err: Option<LlmError> },
         Done,
     }
 }
@@ -54,6 +56,8 @@ struct Call<S, Req> {
     attempts: u32,
     /// Created at the first retry: a call that needs none never builds it.
     retrying: Option<Box<Retrying>>,
+    /// The caller's deadline: it cuts the time budget, and no attempt starts past it.
+    deadline: Option<Deadline>,
 }
 
 /// What a call that has retried keeps.
@@ -70,7 +74,13 @@ impl<S, Req> ResponseFuture<S, Req>
 where
     S: Service<Req>,
 {
-    pub(crate) fn new(future: S::Future, service: S, request: Req, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(
+        future: S::Future,
+        service: S,
+        request: Req,
+        shared: Arc<Shared>,
+        deadline: Option<Deadline>,
+    ) -> Self {
         ResponseFuture {
             state: State::Calling { future },
             timer: None,
@@ -81,6 +91,24 @@ where
                 start: None,
                 attempts: 1,
                 retrying: None,
+                deadline,
+            },
+        }
+    }
+
+    /// A call that arrived past the caller's deadline: it fails with `err`, no attempt made.
+    pub(crate) fn expired(service: S, request: Req, shared: Arc<Shared>, err: LlmError) -> Self {
+        ResponseFuture {
+            state: State::Expired { err: Some(err) },
+            timer: None,
+            call: Call {
+                service,
+                request,
+                shared,
+                start: None,
+                attempts: 0,
+                retrying: None,
+                deadline: None,
             },
         }
     }
@@ -126,6 +154,12 @@ where
                 // readiness the caller saw was spent on the first attempt.
                 StateProj::Readying => match this.call.service.poll_ready(cx) {
                     Poll::Ready(Ok(())) => {
+                        // Never start an attempt past the caller's deadline (the wait ended
+                        // before it, but the inner service may have taken its time to be ready).
+                        if this.call.deadline.is_some_and(|d| d.has_passed()) {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(this.call.cut_error(Cut::Deadline)));
+                        }
                         let request = this.call.next_request();
                         let future = this.call.service.call(request);
                         this.state.set(State::Calling { future });
@@ -138,30 +172,48 @@ where
                     }
                     Poll::Pending => return poll_deadline(this.call, this.timer, this.state, cx),
                 },
+                StateProj::Expired { err } => {
+                    let err = err.take();
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(err.unwrap_or_else(|| {
+                        LlmError::new(FailureClass::DeadlineExceeded, "the deadline had passed")
+                    })));
+                }
                 StateProj::Done => seawall_core::polled_after_completion(),
             }
         }
     }
 }
 
-/// While the call waits on the inner service, watches the end of the time budget; when it
-/// comes, the attempt is dropped (cancelled) and the call fails with `DeadlineExceeded`.
+/// While the call waits on the inner service, watches the end of the time budget and the
+/// caller's deadline; when the first of them comes, the attempt is dropped (cancelled) and the
+/// call fails with `DeadlineExceeded`.
 fn poll_deadline<S, Req, F, T>(
     call: &mut Call<S, Req>,
     timer: Pin<&mut Option<Sleep>>,
     mut state: Pin<&mut State<F>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, LlmError>> {
-    let (Some(budget), Some(start)) = (call.shared.policy.time_budget, call.start) else {
-        return Poll::Pending;
+    let budget_end = match (call.shared.policy.time_budget, call.start) {
+        (Some(budget), Some(start)) => Some(seawall_core::instant_after(start, budget)),
+        _ => None,
     };
-    ready!(poll_timer(
-        timer,
-        seawall_core::instant_after(start, budget),
-        cx
-    ));
+    let (at, cut) = match (budget_end, call.deadline) {
+        (Some(b), Some(d)) if d.instant() <= b => (d.instant(), Cut::Deadline),
+        (Some(b), _) => (b, Cut::Budget),
+        (None, Some(d)) => (d.instant(), Cut::Deadline),
+        (None, None) => return Poll::Pending,
+    };
+    ready!(poll_timer(timer, at, cx));
     state.set(State::Done);
-    Poll::Ready(Err(call.deadline_error(budget)))
+    Poll::Ready(Err(call.cut_error(cut)))
+}
+
+/// Which bound ended a call: the layer's own time budget or the caller's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Budget,
+    Deadline,
 }
 
 /// Polls the one timer, pointing it at `at` first (arming it on first use).
@@ -198,18 +250,33 @@ where
             Some(r) => (u32::from(r.class_retries[index]), r.previous_delay),
             None => (0, Duration::ZERO),
         };
+        let budget_left = self
+            .shared
+            .policy
+            .time_budget
+            .map(|b| b.saturating_sub(spent));
+        // The caller's deadline cuts the time budget: a wait must end before both.
+        let deadline_left = self
+            .deadline
+            .map(|d| d.instant().saturating_duration_since(now));
         let failure = Failure {
             attempts: self.attempts,
             class_retries,
             previous_delay,
-            remaining: self
-                .shared
-                .policy
-                .time_budget
-                .map(|b| b.saturating_sub(spent)),
+            remaining: match (budget_left, deadline_left) {
+                (Some(b), Some(d)) => Some(b.min(d)),
+                (b, d) => b.or(d),
+            },
         };
         let idempotent = self.request.is_idempotent();
         match self.shared.decide(&err, idempotent, failure) {
+            // The caller's deadline, not the layer's own budget, left no room for the wait:
+            // the caller learns that it was its deadline, with the last failure as the source.
+            Decision::GiveUp(GiveUp::DeadlineTooClose)
+                if deadline_left.is_some_and(|d| budget_left.is_none_or(|b| d <= b)) =>
+            {
+                Err(self.deadline_too_close(err, now))
+            }
             Decision::GiveUp(reason) => Err(self.give_up(err, reason)),
             Decision::Retry { delay, source } => {
                 tracing::info!(
@@ -301,21 +368,47 @@ impl<S, Req> Call<S, Req> {
         err
     }
 
-    /// The time budget ran out while an attempt was in flight (or the inner service was not
-    /// ready for the next one).
-    fn deadline_error(&mut self, budget: Duration) -> LlmError {
+    /// The time budget or the caller's deadline ran out while an attempt was in flight (or
+    /// the inner service was not ready for the next one).
+    fn cut_error(&mut self, cut: Cut) -> LlmError {
         let attempt = self.attempts;
+        let what = match (cut, self.shared.policy.time_budget) {
+            (Cut::Budget, Some(budget)) => format!("time budget of {budget:?}"),
+            _ => "the caller's deadline".to_owned(),
+        };
         let last_error = self.retrying.as_mut().and_then(|r| r.last_error.take());
         let message = match &last_error {
-            Some(last) => format!(
-                "time budget of {budget:?} ran out during attempt {attempt}; last error: {last}"
-            ),
-            None => format!("time budget of {budget:?} ran out during attempt {attempt}"),
+            Some(last) => format!("{what} ran out during attempt {attempt}; last error: {last}"),
+            None => format!("{what} ran out during attempt {attempt}"),
         };
         let mut err = LlmError::new(FailureClass::DeadlineExceeded, message);
         if let Some(last) = last_error {
             err = err.with_source(last);
         }
+        self.give_up(err, GiveUp::DeadlineTooClose)
+    }
+
+    /// The next wait would end past the caller's deadline: the call ends now, as
+    /// `DeadlineExceeded`, with `last` (the failure that asked for the wait) as its source
+    /// and in its message, and the attempt history.
+    fn deadline_too_close(&mut self, last: LlmError, now: Instant) -> LlmError {
+        let left = self.deadline.map_or(Duration::ZERO, |d| {
+            d.instant().saturating_duration_since(now)
+        });
+        let attempts = self.attempts;
+        let message = format!(
+            "the caller's deadline leaves {left:?}, too little for a retry after attempt \
+             {attempts}; last error: {last}"
+        );
+        let mut err = LlmError::new(FailureClass::DeadlineExceeded, message);
+        // The server's hint stays readable: when to come back is still worth knowing.
+        if let Some(hint) = last.retry_hint() {
+            err = err.with_retry_after(hint);
+        }
+        if let Some(id) = last.request_id() {
+            err = err.with_request_id(id);
+        }
+        let err = err.with_source(last);
         self.give_up(err, GiveUp::DeadlineTooClose)
     }
 }
@@ -329,7 +422,7 @@ where
             State::Calling { .. } => "calling",
             State::Waiting => "waiting",
             State::Readying => "readying",
-            State::Done => "done",
+            State::Expired { .. } | State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

@@ -56,6 +56,18 @@
 //! never reads it). A non-streamed call that legitimately takes
 //! minutes needs a larger budget (or [`BackoffRetryBuilder::no_time_budget`]).
 //!
+//! # The caller's deadline
+//!
+//! A request carrying a [`Deadline`](seawall_core::Deadline) (an extension, or a
+//! `grpc-timeout` / `x-seawall-timeout` / `x-stainless-timeout` header) cuts the time budget
+//! to it. A wait that would end past the deadline is not slept, and no attempt starts past it:
+//! the call ends at once with [`FailureClass::DeadlineExceeded`] and
+//! [`GiveUp::DeadlineTooClose`], the last upstream error as its source and in its message
+//! (and its retry hint kept), so the caller learns both that its time ran out and why. When
+//! the layer's own budget is the tighter bound, a wait that does not fit ends the call with
+//! the last upstream error, as above. A call that arrives past its deadline makes no attempt
+//! and pays nothing into the retry budget.
+//!
 //! # Streams and the commit point
 //!
 //! An `Ok` from the inner service is passed through untouched: the stream layer inside only

@@ -76,6 +76,14 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        // One extension lookup; the clock is read only when the caller set a deadline.
+        let deadline = req.deadline();
+        if let Some(d) = deadline.filter(|d| d.has_passed()) {
+            // Past the caller's deadline: no attempt, no deposit into the retry budget. The
+            // service stays ready for the next call.
+            let service = self.inner.clone();
+            return ResponseFuture::expired(service, req, self.shared.clone(), d.exceeded());
+        }
         if let Some(budget) = &self.shared.budget {
             budget.deposit();
         }
@@ -93,7 +101,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let future = inner.call(req);
-        ResponseFuture::new(future, inner, retained, self.shared.clone())
+        ResponseFuture::new(future, inner, retained, self.shared.clone(), deadline)
     }
 }
 

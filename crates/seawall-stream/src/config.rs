@@ -16,6 +16,10 @@ use tokio::time::Instant;
 /// | `idle` | between body frames after the commit point (and, for a body that is not a stream, from the head on) | a `StreamInterrupted` body error after the commit point |
 /// | `total` | from the call to the end of the body | `Err(Timeout)` before the commit point, a `StreamInterrupted` body error after it |
 ///
+/// A caller's [`Deadline`](seawall_core::Deadline) on the request cuts `attempt`,
+/// `first_token` and `total` (and `idle` before the commit point) to what is left of it, and
+/// fires as `Err(DeadlineExceeded)`.
+///
 /// Defaults: `attempt` 300 s (a request that is not streamed gets its head only once the whole
 /// answer is written), `first_token` 60 s, `idle` 30 s, no `total` (a healthy long stream is
 /// never cut), and at most 64 KiB of content-free frames buffered before the commit point.
@@ -135,6 +139,8 @@ pub(crate) enum Reason {
     FirstToken,
     Idle,
     Total,
+    /// The caller's [`Deadline`](seawall_core::Deadline), not one of this layer's timeouts.
+    Deadline,
 }
 
 impl Reason {
@@ -147,6 +153,7 @@ impl Reason {
             Reason::FirstToken => ("no first token within", config.first_token),
             Reason::Idle => ("no body frame within the idle timeout", config.idle),
             Reason::Total => ("total stream deadline passed", config.total),
+            Reason::Deadline => ("the caller's deadline passed before the first token", None),
         };
         match d {
             Some(d) if matches!(self, Reason::FirstToken) => format!("{what} {d:?}"),

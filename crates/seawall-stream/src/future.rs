@@ -26,11 +26,17 @@ pub(crate) struct Call {
     pub(crate) config: StreamTimeouts,
     pub(crate) streaming: bool,
     pub(crate) cx: Option<Arc<CallContext>>,
+    /// The caller's deadline: it cuts every timeout before the commit point.
+    pub(crate) caller: Option<Instant>,
 }
 
 impl Call {
     fn at(&self, d: Option<std::time::Duration>, reason: Reason) -> Deadline {
         deadline(self.start, d, reason)
+    }
+
+    fn caller(&self) -> Deadline {
+        self.caller.map(|at| (at, Reason::Deadline))
     }
 
     fn head_deadline(&self) -> Deadline {
@@ -39,15 +45,23 @@ impl Call {
         } else {
             None
         };
+        // The caller's deadline first: on a tie it names the failure, and nothing retries it.
         earliest([
+            self.caller(),
             self.at(self.config.attempt(), Reason::Attempt),
             ttft,
             self.at(self.config.total(), Reason::Total),
         ])
     }
 
+    /// The error of a timer that fired: `Timeout` for this layer's own bounds, which a retry
+    /// may try again, `DeadlineExceeded` for the caller's, which nothing retries.
     fn timeout(&self, reason: Reason) -> LlmError {
-        LlmError::new(FailureClass::Timeout, reason.describe(&self.config))
+        let class = match reason {
+            Reason::Deadline => FailureClass::DeadlineExceeded,
+            _ => FailureClass::Timeout,
+        };
+        LlmError::new(class, reason.describe(&self.config))
     }
 }
 
@@ -71,6 +85,8 @@ pin_project! {
     enum State<F, B> {
         Head { #[pin] fut: F },
         Body { waiting: Option<Waiting<B>> },
+        // The caller's deadline had passed before the call: the inner service was not called.
+        Expired,
         Done,
     }
 }
@@ -83,6 +99,16 @@ impl<F, B> ResponseFuture<F, B> {
             call,
         }
     }
+
+    /// A call that arrived past the caller's deadline: it fails without calling the inner
+    /// service.
+    pub(crate) fn expired(call: Call) -> Self {
+        ResponseFuture {
+            state: State::Expired,
+            timer: Timer::default(),
+            call,
+        }
+    }
 }
 
 impl<F, B> fmt::Debug for ResponseFuture<F, B> {
@@ -90,7 +116,7 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
         let state = match &self.state {
             State::Head { .. } => "waiting for the head",
             State::Body { .. } => "waiting for the first content",
-            State::Done => "done",
+            State::Expired | State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
@@ -156,12 +182,13 @@ where
         let total = call.at(call.config.total(), Reason::Total);
         if self.sse || call.streaming {
             earliest([
+                call.caller(),
                 call.at(call.config.first_token(), Reason::FirstToken),
                 total,
             ])
         } else {
             let idle = deadline(self.last_frame, call.config.idle(), Reason::Idle);
-            earliest([idle, total])
+            earliest([call.caller(), idle, total])
         }
     }
 
@@ -304,6 +331,10 @@ where
                         }
                         Poll::Pending => Poll::Pending,
                     };
+                }
+                StateProj::Expired => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(this.call.timeout(Reason::Deadline)));
                 }
                 StateProj::Done => seawall_core::polled_after_completion(),
             }

@@ -30,6 +30,17 @@
 //! sits inside this one; without one, this crate reads the events itself (cheaply: after the
 //! commit point only events that may hold a finish marker or an error are parsed).
 //!
+//! # The caller's deadline
+//!
+//! A request carrying a [`Deadline`](seawall_core::Deadline) (an extension, or a
+//! `grpc-timeout` / `x-seawall-timeout` / `x-stainless-timeout` header) cuts every bound before
+//! the commit point to it: the attempt, the first token, and the idle gaps of a body that is
+//! not a stream. When the deadline rather than one of this layer's timeouts fires, the error is
+//! `DeadlineExceeded` (not `Timeout`), which nothing retries; an attempt that arrives past it
+//! is not made at all. After the commit point the body is the caller's: it is not cut at the
+//! deadline, because a caller that stops waiting drops it, and the SDKs' `x-stainless-timeout`
+//! is a per-read timeout that a flowing stream keeps meeting.
+//!
 //! # Completeness
 //!
 //! A stream that ends without its finish marker (`data: [DONE]` or a `finish_reason`, Anthropic

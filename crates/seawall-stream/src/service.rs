@@ -73,12 +73,19 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        let start = tokio::time::Instant::now();
+        let caller = req.deadline().map(|d| d.instant());
         let call = Call {
-            start: tokio::time::Instant::now(),
+            start,
             config: self.config,
             streaming: req.is_streaming(),
             cx: req.call_context().cloned(),
+            caller,
         };
+        if caller.is_some_and(|at| at <= start) {
+            // Past the caller's deadline: the attempt is not made at all.
+            return ResponseFuture::expired(call);
+        }
         ResponseFuture::new(self.inner.call(req), call)
     }
 }

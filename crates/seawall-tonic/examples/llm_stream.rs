@@ -292,6 +292,9 @@ impl Llm for LlmService {
         &self,
         request: tonic::Request<GenerateRequest>,
     ) -> Result<tonic::Response<TokenStream>, Status> {
+        // The client's `grpc-timeout`: the stack stops retrying and falling back when the
+        // client stops waiting, and the call ends with `DEADLINE_EXCEEDED`.
+        let deadline = seawall_tonic::deadline(&request);
         let ask = request.into_inner();
         if ask.prompt.trim().is_empty() {
             return Err(Status::invalid_argument("The prompt is empty."));
@@ -307,10 +310,13 @@ impl Llm for LlmService {
             "max_tokens": if ask.max_tokens == 0 { 256 } else { ask.max_tokens },
             "messages": [{"role": "user", "content": ask.prompt}],
         });
-        let req = http::Request::post("/chat/completions")
+        let mut req = http::Request::post("/chat/completions")
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Bytes::from(body.to_string()))
             .map_err(|_| Status::invalid_argument("The request could not be built."))?;
+        if let Some(deadline) = deadline {
+            req.extensions_mut().insert(deadline);
+        }
         // The stack's future resolves at the first real token (the commit point), so an
         // error here is a failure before any output: the call's status.
         let resp = self.client.clone().oneshot(req).await.map_err(failed)?;

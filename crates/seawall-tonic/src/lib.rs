@@ -38,6 +38,15 @@
 //!
 //! The reverse direction, from a code to a class, is tabled on [`classify_status`].
 //!
+//! # The client's deadline
+//!
+//! A gRPC client sends how long it will wait (`grpc-timeout`). A handler that calls the model
+//! through a seawall stack passes it on with [`deadline`]: put the
+//! [`Deadline`](seawall_core::Deadline) it returns into the extensions of the request it sends
+//! down the stack, and the retry, fallback, budget, breaker and stream layers stop working when
+//! the client stops waiting, ending with `DEADLINE_EXCEEDED`. A stack around a tonic *client*
+//! hands what is left of its own deadline to the server with [`set_deadline`].
+//!
 //! # A function, not `From`
 //!
 //! `impl From<LlmError> for tonic::Status` would let `?` convert, but the orphan rule forbids
@@ -122,12 +131,14 @@
 #![doc(html_root_url = "https://docs.rs/seawall-tonic/0.1.0")]
 
 mod classify;
+mod deadline;
 mod layer;
 mod response;
 mod service;
 mod status;
 
 pub use classify::classify_status;
+pub use deadline::{deadline, set_deadline};
 pub use layer::GrpcClassifyLayer;
 pub use response::GrpcResponse;
 pub use service::{GrpcClassify, ResponseFuture};

@@ -67,7 +67,10 @@ struct Outcome {
     failed_at_start: bool,
 }
 
-async fn generate(client: &mut LlmClient, request: GenerateRequest) -> Outcome {
+async fn generate(
+    client: &mut LlmClient,
+    request: impl tonic::IntoRequest<GenerateRequest>,
+) -> Outcome {
     let mut stream = match bounded(client.generate(request)).await {
         Ok(resp) => resp.into_inner(),
         Err(status) => {
@@ -304,4 +307,29 @@ fn the_hand_written_messages_match_the_proto_file() {
             "{message}.{field}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_clients_grpc_timeout_ends_a_529_storm_with_deadline_exceeded_before_it() {
+    global_log();
+    // Every call is overloaded; the service waits at least 1 s between attempts and has a
+    // minute of time budget. The client waits 1.5 s.
+    let profile = Profile::default().error(ErrorRule::random(529, 1.0));
+    let mut run = start(profile, Settings::default()).await;
+    let mut request = tonic::Request::new(ask("Hello!"));
+    request.set_timeout(Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let out = generate(&mut run.client, request).await;
+    let took = started.elapsed();
+    let status = out.status.expect("a failed call");
+    assert!(out.failed_at_start);
+    // The service's own answer (its ErrorInfo), not tonic's timer cancelling the call.
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(reason(&status), "DEADLINE_EXCEEDED");
+    assert!(
+        took < Duration::from_millis(1500),
+        "ended before the client gave up: {took:?}"
+    );
+    // Attempts at 0 and after the first wait (1 to 1.1 s); the next wait does not fit.
+    assert_eq!(run.upstream.stats().requests, 2);
 }
