@@ -6,6 +6,7 @@ use std::time::Duration;
 use seawall_core::ConfigError;
 
 use crate::adaptive::Adaptive;
+use crate::lanes::{LaneStats, Priority};
 use crate::rate::Rates;
 use crate::shared::{GateStats, Shared};
 
@@ -106,6 +107,12 @@ impl GateHandle {
     /// Counters and settings, now.
     pub fn stats(&self) -> GateStats {
         self.shared.stats()
+    }
+
+    /// Counters of one priority lane, now (a gate without lanes has every call in
+    /// [`Priority::Interactive`]).
+    pub fn lane_stats(&self, priority: Priority) -> LaneStats {
+        self.shared.lane_stats(priority)
     }
 
     /// How many keys have their own state.

@@ -228,11 +228,17 @@ impl Bucket {
 
     /// When `cost` can be admitted (a cost above the bucket's size needs a full bucket).
     pub fn ready(&mut self, cost: u64, now: Instant) -> Ready {
+        self.ready_keeping(cost, 0.0, now)
+    }
+
+    /// When `cost` can be admitted leaving `keep` (a fraction of the bucket's size) in it for
+    /// others: a priority lane's reserve. A cost above what may be taken needs a full bucket.
+    pub(crate) fn ready_keeping(&mut self, cost: u64, keep: f64, now: Instant) -> Ready {
         if self.limit.per_minute == 0 {
             return Ready::Never;
         }
         self.refill(now);
-        let need = (cost as f64).min(self.cap);
+        let need = ((cost as f64).min(self.cap) + keep * self.cap).min(self.cap);
         if self.level + EPS >= need {
             Ready::Now
         } else {
