@@ -141,8 +141,7 @@ async fn main() {
         .clone()
         .oneshot(request("batch", Some("2")))
         .await
-        .err()
-        .expect("the deadline passes in the queue");
+        .expect_err("the deadline passes in the queue");
     println!(
         "\na batch call with x-seawall-timeout: 2 behind 400 waiting (5 s of work) failed after {:?}: {err}",
         start.elapsed()

@@ -47,7 +47,8 @@ impl GateHandle {
         self.shared.stats().limit
     }
 
-    /// Sets the maximum number of waiting calls (0: never wait, reject when no permit is free).
+    /// Sets the maximum number of waiting calls (0: never wait, reject when no permit is free);
+    /// per lane when the gate has lanes.
     pub fn set_max_queue(&self, max: usize) {
         self.shared.set_max_queue(max);
     }

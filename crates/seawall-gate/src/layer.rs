@@ -96,13 +96,16 @@ impl<K> ConcurrencyGateBuilder<K> {
         self
     }
 
-    /// The maximum number of waiting calls; one more is rejected at once (0: never wait).
+    /// The maximum number of waiting calls; one more is rejected at once (0: never wait). With
+    /// [lanes](Self::lane), each lane has this many places.
     pub fn max_queue(mut self, max: usize) -> Self {
         self.settings.max_queue = max;
         self
     }
 
-    /// The maximum time a call waits for admission before it is rejected.
+    /// The maximum time a call waits for admission before it is rejected. A caller's
+    /// [`Deadline`](seawall_core::Deadline) that comes first cuts it, and a call whose deadline
+    /// ends its wait fails with `DeadlineExceeded` instead.
     pub fn max_wait(mut self, max: Duration) -> Self {
         self.settings.max_wait = max;
         self
