@@ -301,6 +301,31 @@ mod tests {
     }
 
     #[test]
+    fn a_lane_leaves_its_reserve_in_the_bucket() {
+        let now = Instant::now();
+        let mut b = Bucket::new(Limit::per_minute(600).with_burst(10), now);
+        // Half of the burst must stay: 5 units of cost 1 go, the sixth waits 0.1 s.
+        for _ in 0..5 {
+            assert_eq!(b.ready_keeping(1, 0.5, now), Ready::Now);
+            b.take(1);
+        }
+        assert_eq!(
+            b.ready_keeping(1, 0.5, now),
+            Ready::After(Duration::from_millis(100))
+        );
+        // Without a reserve the rest is there.
+        assert_eq!(b.ready(5, now), Ready::Now);
+        // A cost above what the lane may take waits for a full bucket, never refused.
+        let mut full = Bucket::new(Limit::per_minute(600).with_burst(10), now);
+        assert_eq!(full.ready_keeping(8, 0.5, now), Ready::Now);
+        full.take(1);
+        assert_eq!(
+            full.ready_keeping(8, 0.5, now),
+            Ready::After(Duration::from_millis(100))
+        );
+    }
+
+    #[test]
     fn give_back_is_capped() {
         let now = Instant::now();
         let mut b = Bucket::new(Limit::per_minute(60).with_burst(5), now);

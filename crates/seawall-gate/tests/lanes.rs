@@ -334,6 +334,33 @@ async fn lane_shares_of_the_rate_are_respected() {
     }
 }
 
+/// The same share on a token rate: 6,000 TPM with a burst of 1,000, calls of 100 tokens; the
+/// batch lane takes 500 and leaves 500 to interactive calls.
+#[tokio::test(start_paused = true)]
+async fn lane_shares_of_the_token_rate_are_respected() {
+    let up = Upstream::new(|_| Reply::used(50, 50));
+    let svc = gate(
+        ConcurrencyGateLayer::builder()
+            .limit(100)
+            .max_wait(Duration::from_secs(3600))
+            .rates(Rates::new().with_tokens(Limit::per_minute(6_000).with_burst(1_000)))
+            .lane(Priority::Batch, HALF),
+        &up,
+    );
+    let _batch: Vec<_> = (0..20)
+        .map(|i| spawn_call(&svc, ask(1000 + i, Priority::Batch).tokens(50, 50)))
+        .collect();
+    settle().await;
+    assert_eq!(up.calls(), 5, "500 of the 1,000-token burst");
+    let interactive: Vec<_> = (0..5)
+        .map(|i| spawn_call(&svc, ask(i, Priority::Interactive).tokens(50, 50)))
+        .collect();
+    for t in interactive {
+        assert_eq!(t.await.unwrap().unwrap(), Duration::ZERO);
+    }
+    assert_eq!(up.calls(), 10);
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_lane_has_its_own_queue_places() {
     let up = Upstream::new(|_| Reply::stream());
