@@ -5,6 +5,9 @@
 //! - `contended_2_threads`: two tasks on a two-thread runtime sharing a limit of 1, so callers
 //!   really queue.
 //!
+//! `seawall_gate_with_lanes` is the gate with a batch lane configured (every call here is in
+//! the default, interactive lane): the cost of the lanes' bookkeeping.
+//!
 //! `cargo bench -p seawall-gate --bench gate`
 
 use std::hint::black_box;
@@ -12,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use seawall_core::LlmError;
-use seawall_gate::{ConcurrencyGateLayer, Rates};
+use seawall_gate::{ConcurrencyGateLayer, LaneShare, Priority, Rates};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_resilience::bulkhead::BulkheadLayer;
 
@@ -88,6 +91,22 @@ fn bench(c: &mut Criterion, group: &str, limit: usize, tasks: u64, threads: usiz
                 Rates::new()
                     .requests_per_minute(u64::MAX / 4)
                     .tokens_per_minute(u64::MAX / 4),
+            )
+            .build()
+            .unwrap()
+            .layer(noop());
+        b.iter_custom(|iters| drive(svc.clone(), iters, tasks, threads));
+    });
+    g.bench_function("seawall_gate_with_lanes", |b| {
+        let svc = ConcurrencyGateLayer::builder()
+            .limit(limit)
+            .max_queue(1 << 20)
+            .lane(
+                Priority::Batch,
+                LaneShare {
+                    permits: 0.5,
+                    rate: 0.5,
+                },
             )
             .build()
             .unwrap()

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use seawall_core::{ConfigError, PartEstimate};
 
+use crate::lanes::DEFAULT_LANE_LINGER;
 use crate::permits::Permits;
 use crate::rate::{Limit, Rates};
 use crate::shared::Settings;
@@ -33,6 +34,8 @@ pub(crate) fn default_settings(limit: usize) -> Settings {
         adaptive: None,
         max_keys: DEFAULT_MAX_KEYS,
         parts: PartEstimate::DEFAULT,
+        lanes: None,
+        lane_linger: DEFAULT_LANE_LINGER,
     }
 }
 
@@ -50,6 +53,9 @@ pub(crate) fn check(s: &Settings) -> Result<(), ConfigError> {
     }
     if let Some(a) = &s.adaptive {
         a.check()?;
+    }
+    for share in s.lanes.iter().flatten() {
+        share.check()?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use seawall_core::ConfigError;
 
 use crate::adaptive::Adaptive;
+use crate::lanes::{LaneStats, Priority};
 use crate::rate::Rates;
 use crate::shared::{GateStats, Shared};
 
@@ -46,7 +47,8 @@ impl GateHandle {
         self.shared.stats().limit
     }
 
-    /// Sets the maximum number of waiting calls (0: never wait, reject when no permit is free).
+    /// Sets the maximum number of waiting calls (0: never wait, reject when no permit is free);
+    /// per lane when the gate has lanes.
     pub fn set_max_queue(&self, max: usize) {
         self.shared.set_max_queue(max);
     }
@@ -106,6 +108,12 @@ impl GateHandle {
     /// Counters and settings, now.
     pub fn stats(&self) -> GateStats {
         self.shared.stats()
+    }
+
+    /// Counters of one priority lane, now (a gate without lanes has every call in
+    /// [`Priority::Interactive`]).
+    pub fn lane_stats(&self, priority: Priority) -> LaneStats {
+        self.shared.lane_stats(priority)
     }
 
     /// How many keys have their own state.

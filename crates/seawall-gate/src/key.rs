@@ -23,6 +23,7 @@ use seawall_core::{LlmRequest, PartEstimate, Usage, bound_key};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::lanes::{LANES, Lane};
 use crate::rate::{Bucket, Rates, Ready};
 
 /// What one call costs in the rate buckets: its estimated tokens, as the gate prices them.
@@ -110,8 +111,9 @@ pub(crate) struct KeyState {
     limited: AtomicBool,
     /// The config version the buckets were fitted to; `u64::MAX` before the first fit.
     version: AtomicU64,
-    /// A FIFO line of one: the head waits for the key's rate and pause, the rest wait behind.
-    pub(crate) line: Semaphore,
+    /// A FIFO line of one per lane: the head waits for the key's rate and pause, the rest
+    /// wait behind (a gate without lanes uses the first alone).
+    pub(crate) lines: [Semaphore; LANES],
     buckets: Mutex<Buckets>,
 }
 
@@ -131,7 +133,7 @@ impl KeyState {
             paused_until: AtomicU64::new(0),
             limited: AtomicBool::new(false),
             version: AtomicU64::new(u64::MAX),
-            line: Semaphore::new(1),
+            lines: std::array::from_fn(|_| Semaphore::new(1)),
             buckets: Mutex::new(Buckets::default()),
         }
     }
@@ -164,8 +166,9 @@ impl KeyState {
         self.paused_until.fetch_max(until, Ordering::AcqRel);
     }
 
-    /// When the key can admit `cost`: after the pause, and once every bucket holds it.
-    pub(crate) fn ready(&self, clock: &Clock, cost: Cost, now: Instant) -> Ready {
+    /// When the key can admit `cost` for `lane`: after the pause, and once every bucket holds
+    /// it above the part the lane must leave to the others.
+    pub(crate) fn ready(&self, clock: &Clock, cost: Cost, lane: Lane, now: Instant) -> Ready {
         let pause = match self.pause_left(clock, now) {
             Some(d) => Ready::After(d),
             None => Ready::Now,
@@ -176,16 +179,16 @@ impl KeyState {
         let mut b = self.lock();
         let mut ready = pause;
         if let Some(r) = b.requests.as_mut() {
-            ready = ready.max(r.ready(1, now));
+            ready = ready.max(r.ready_keeping(1, lane.keep, now));
         }
         if let Some(t) = b.tokens.as_mut() {
-            ready = ready.max(t.ready(cost.tokens, now));
+            ready = ready.max(t.ready_keeping(cost.tokens, lane.keep, now));
         }
         ready
     }
 
-    /// Admits `cost` now if the key allows it, taking it from the buckets.
-    pub(crate) fn try_commit(&self, clock: &Clock, cost: Cost, now: Instant) -> bool {
+    /// Admits `cost` for `lane` now if the key allows it, taking it from the buckets.
+    pub(crate) fn try_commit(&self, clock: &Clock, cost: Cost, lane: Lane, now: Instant) -> bool {
         if self.pause_left(clock, now).is_some() {
             return false;
         }
@@ -196,10 +199,10 @@ impl KeyState {
         let ok = b
             .requests
             .as_mut()
-            .is_none_or(|r| r.ready(1, now) == Ready::Now)
+            .is_none_or(|r| r.ready_keeping(1, lane.keep, now) == Ready::Now)
             && b.tokens
                 .as_mut()
-                .is_none_or(|t| t.ready(cost.tokens, now) == Ready::Now);
+                .is_none_or(|t| t.ready_keeping(cost.tokens, lane.keep, now) == Ready::Now);
         if ok {
             if let Some(r) = b.requests.as_mut() {
                 r.take(1);

@@ -9,6 +9,7 @@ use tower_layer::Layer;
 use crate::adaptive::Adaptive;
 use crate::config::{DEFAULT_LIMIT, check, default_settings};
 use crate::handle::GateHandle;
+use crate::lanes::{LANES, LaneShare, Priority};
 use crate::rate::Rates;
 use crate::service::ConcurrencyGate;
 use crate::shared::{Settings, Shared};
@@ -95,13 +96,16 @@ impl<K> ConcurrencyGateBuilder<K> {
         self
     }
 
-    /// The maximum number of waiting calls; one more is rejected at once (0: never wait).
+    /// The maximum number of waiting calls; one more is rejected at once (0: never wait). With
+    /// [lanes](Self::lane), each lane has this many places.
     pub fn max_queue(mut self, max: usize) -> Self {
         self.settings.max_queue = max;
         self
     }
 
-    /// The maximum time a call waits for admission before it is rejected.
+    /// The maximum time a call waits for admission before it is rejected. A caller's
+    /// [`Deadline`](seawall_core::Deadline) that comes first cuts it, and a call whose deadline
+    /// ends its wait fails with `DeadlineExceeded` instead.
     pub fn max_wait(mut self, max: Duration) -> Self {
         self.settings.max_wait = max;
         self
@@ -145,6 +149,39 @@ impl<K> ConcurrencyGateBuilder<K> {
     /// chosen).
     pub fn part_estimate(mut self, parts: PartEstimate) -> Self {
         self.settings.parts = parts;
+        self
+    }
+
+    /// Turns on priority lanes and sets `priority`'s share (every lane not named keeps
+    /// [`LaneShare::FULL`]). A call's lane comes from a [`Priority`] extension or the
+    /// [`PRIORITY_HEADER`](crate::PRIORITY_HEADER); the rules (shares, borrowing, the order
+    /// of the queue and its starvation bound) are in [`LaneShare`]'s documentation.
+    ///
+    /// ```
+    /// use seawall_gate::{ConcurrencyGateLayer, LaneShare, Priority};
+    /// // The batch lane may hold half the permits and half of each key's burst while
+    /// // interactive calls are about; all of them while they are not.
+    /// let gate = ConcurrencyGateLayer::builder()
+    ///     .limit(16)
+    ///     .lane(Priority::Batch, LaneShare { permits: 0.5, rate: 0.5 })
+    ///     .build()?;
+    /// # let _ = gate;
+    /// # Ok::<(), seawall_gate::ConfigError>(())
+    /// ```
+    pub fn lane(mut self, priority: Priority, share: LaneShare) -> Self {
+        let shares = self
+            .settings
+            .lanes
+            .get_or_insert([LaneShare::FULL; LANES]);
+        shares[priority.index()] = share;
+        self
+    }
+
+    /// How long a lane counts as busy after its last call ended, holding other lanes to their
+    /// shares (default [`DEFAULT_LANE_LINGER`](crate::DEFAULT_LANE_LINGER)). Only used with
+    /// [`lane`](Self::lane).
+    pub fn lane_linger(mut self, linger: Duration) -> Self {
+        self.settings.lane_linger = linger;
         self
     }
 

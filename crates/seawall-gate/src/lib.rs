@@ -25,6 +25,18 @@
 //! - **Runtime control**: a [`GateHandle`] changes the limit, the queue, the wait and the rates
 //!   without rebuilding the stack; an [`Adaptive`] mode lowers the limit on 429s and overloads
 //!   and raises it back slowly.
+//! - **Priority lanes** (opt-in, [`lane`](ConcurrencyGateBuilder::lane)): a batch job sharing
+//!   the gate with interactive traffic would otherwise fill the one FIFO queue, and every
+//!   interactive call would wait behind its backlog. A call's [`Priority`] (an extension or
+//!   the [`PRIORITY_HEADER`]) picks its lane; each lane has a [`LaneShare`] of the permits
+//!   and of each key's rate burst, borrows what the other lane leaves idle, and waits first
+//!   when both are busy. The queue serves the interactive lane first, yet passes a waiting
+//!   batch call over at most [`LANE_FAIRNESS`] times in a row. The rules are in
+//!   [`LaneShare`]'s documentation.
+//! - **The caller's deadline**: a [`Deadline`](seawall_core::Deadline) cuts the maximum wait
+//!   to what remains of it. A call that cannot be admitted before it fails with
+//!   `DeadlineExceeded` (not `GateRejected`: the gate is not what is short, the caller's time
+//!   is, and a retry would not help); one already past it fails before taking a permit.
 //! - **Visible queue time**: each call's wait goes into the request and response extensions
 //!   ([`QueueWait`]), the per-call `CallContext`, and a `tracing` field (`queue_wait_ms`).
 //!
@@ -40,6 +52,8 @@
 //!    permit is free with nobody queued for it, the call goes at once: a read-locked key lookup,
 //!    a semaphore `try_acquire`, the key's bucket mutex only when it has rates, and no
 //!    allocation besides the [`QueueWait`] extension entries (when the types have extensions).
+//!    A gate with lanes adds the lane's rules under one mutex; a caller's deadline costs one
+//!    extension lookup and a clock read.
 //! 2. Otherwise it takes a queue place (or is rejected when the queue is full). A key with rates
 //!    or a pause has a FIFO line of its own: its head sleeps until the pause ends and the
 //!    buckets hold its cost (rejecting at once when that is past the deadline), then waits for a
@@ -102,6 +116,7 @@ not_loom! {
     mod future;
     mod handle;
     mod key;
+    mod lanes;
     mod layer;
     mod rate;
     mod service;
@@ -116,6 +131,7 @@ not_loom! {
     pub use handle::GateHandle;
     pub use layer::{ConcurrencyGateBuilder, ConcurrencyGateLayer};
     pub use key::Cost;
+    pub use lanes::{DEFAULT_LANE_LINGER, LANE_FAIRNESS, LaneShare, LaneStats, PRIORITY_HEADER, Priority};
     pub use rate::{Bucket, Limit, Rates, Ready};
     /// The gate's former name of [`KeyFn`], with the same method: kept so that key types written
     /// against it still compile.

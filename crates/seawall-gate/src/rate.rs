@@ -228,11 +228,17 @@ impl Bucket {
 
     /// When `cost` can be admitted (a cost above the bucket's size needs a full bucket).
     pub fn ready(&mut self, cost: u64, now: Instant) -> Ready {
+        self.ready_keeping(cost, 0.0, now)
+    }
+
+    /// When `cost` can be admitted leaving `keep` (a fraction of the bucket's size) in it for
+    /// others: a priority lane's reserve. A cost above what may be taken needs a full bucket.
+    pub(crate) fn ready_keeping(&mut self, cost: u64, keep: f64, now: Instant) -> Ready {
         if self.limit.per_minute == 0 {
             return Ready::Never;
         }
         self.refill(now);
-        let need = (cost as f64).min(self.cap);
+        let need = ((cost as f64).min(self.cap) + keep * self.cap).min(self.cap);
         if self.level + EPS >= need {
             Ready::Now
         } else {
@@ -292,6 +298,31 @@ mod tests {
         assert_eq!(b.ready(1, now), Ready::After(Duration::from_millis(4100)));
         assert_eq!(b.ready(10, now), Ready::After(Duration::from_secs(5)));
         assert_eq!(b.ready(50, now), Ready::After(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_lane_leaves_its_reserve_in_the_bucket() {
+        let now = Instant::now();
+        let mut b = Bucket::new(Limit::per_minute(600).with_burst(10), now);
+        // Half of the burst must stay: 5 units of cost 1 go, the sixth waits 0.1 s.
+        for _ in 0..5 {
+            assert_eq!(b.ready_keeping(1, 0.5, now), Ready::Now);
+            b.take(1);
+        }
+        assert_eq!(
+            b.ready_keeping(1, 0.5, now),
+            Ready::After(Duration::from_millis(100))
+        );
+        // Without a reserve the rest is there.
+        assert_eq!(b.ready(5, now), Ready::Now);
+        // A cost above what the lane may take waits for a full bucket, never refused.
+        let mut full = Bucket::new(Limit::per_minute(600).with_burst(10), now);
+        assert_eq!(full.ready_keeping(8, 0.5, now), Ready::Now);
+        full.take(1);
+        assert_eq!(
+            full.ready_keeping(8, 0.5, now),
+            Ready::After(Duration::from_millis(100))
+        );
     }
 
     #[test]

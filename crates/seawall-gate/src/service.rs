@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
+use seawall_core::{Deadline, KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -90,16 +90,26 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        let deadline = req.deadline();
+        // A call already past its caller's deadline spends nothing, not even a permit.
+        if let Some(d) = deadline.filter(Deadline::has_passed) {
+            return ResponseFuture::refused(self.shared.expired(&d));
+        }
+        let lane = self.shared.lane_of(&mut req);
         let cost = Cost::of(&req, &self.shared.parts);
         let start = Instant::now();
         let key = self.shared.key_state(self.key.key(&req).as_deref(), start);
-        if let Some(permit) = self.shared.try_admit(&key, cost, start) {
+        if let Some(permit) = self.shared.try_admit(&key, cost, lane, start) {
             return ResponseFuture::call(&mut self.inner, req, permit);
         }
-        match self.shared.enter_queue() {
+        match self.shared.enter_queue(lane) {
             Ok(ticket) => {
                 let cx = req.call_context().cloned();
-                let admission = Box::pin(self.shared.clone().wait(key, cost, start, ticket, cx));
+                let admission = Box::pin(
+                    self.shared
+                        .clone()
+                        .wait(key, cost, lane, start, deadline, ticket, cx),
+                );
                 // The ready service goes with the future; this one gets a fresh clone.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);

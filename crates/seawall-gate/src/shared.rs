@@ -12,6 +12,7 @@ use seawall_core::PartEstimate;
 
 use crate::adaptive::Adaptive;
 use crate::key::{Clock, Keys};
+use crate::lanes::{LANES, LaneShare, Lanes};
 use crate::permits::Permits;
 use crate::rate::Rates;
 
@@ -36,6 +37,9 @@ pub(crate) struct Settings {
     pub(crate) adaptive: Option<Adaptive>,
     pub(crate) max_keys: usize,
     pub(crate) parts: PartEstimate,
+    /// Each lane's share, when lanes were configured.
+    pub(crate) lanes: Option<[LaneShare; LANES]>,
+    pub(crate) lane_linger: Duration,
 }
 
 #[derive(Debug)]
@@ -63,10 +67,14 @@ pub(crate) struct Shared {
     max_queue: AtomicUsize,
     max_wait: AtomicU64,
     max_pause: AtomicU64,
-    queued: AtomicUsize,
+    /// Waiting calls per lane (lane 0 alone without lanes).
+    queued: [AtomicUsize; LANES],
     in_flight: AtomicUsize,
     admitted: AtomicU64,
     rejected: AtomicU64,
+    expired: AtomicU64,
+    /// The priority lanes, when configured.
+    pub(crate) lanes: Option<Lanes>,
     pub(crate) keys: Keys,
     pub(crate) clock: Clock,
     /// Tokens counted per image, audio part and file.
@@ -78,7 +86,7 @@ impl fmt::Debug for Shared {
         f.debug_struct("Gate")
             .field("limit", &self.limit.load(Ordering::Relaxed))
             .field("in_flight", &self.in_flight.load(Ordering::Relaxed))
-            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .field("queued", &self.queued())
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +115,9 @@ pub struct GateStats {
     pub max_queue: usize,
     /// The maximum wait.
     pub max_wait: Duration,
+    /// Calls failed with `DeadlineExceeded` because the caller's deadline passed (or would
+    /// have) before admission.
+    pub deadline_exceeded: u64,
 }
 
 impl Shared {
@@ -126,14 +137,21 @@ impl Shared {
             max_queue: AtomicUsize::new(s.max_queue),
             max_wait: AtomicU64::new(nanos(s.max_wait)),
             max_pause: AtomicU64::new(nanos(s.max_pause)),
-            queued: AtomicUsize::new(0),
+            queued: Default::default(),
             in_flight: AtomicUsize::new(0),
             admitted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            lanes: s.lanes.map(|shares| Lanes::new(shares, s.lane_linger)),
             keys: Keys::new(s.rates, s.key_rates, s.max_keys),
             clock: Clock::new(),
             parts: s.parts,
         }
+    }
+
+    /// Waiting calls, every lane.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.iter().map(|q| q.load(Ordering::Acquire)).sum()
     }
 
     fn control(&self) -> MutexGuard<'_, Control> {

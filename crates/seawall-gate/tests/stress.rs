@@ -1,6 +1,7 @@
 //! Stress: many tasks on a multi-threaded runtime, dropped at random points (queued, in the
-//! key's line, in flight, holding a body), while the limit is resized. Afterwards the books
-//! must balance: every permit back, none created, nobody left queued.
+//! key's line, in flight, holding a body), while the limit is resized, with and without
+//! priority lanes. Afterwards the books must balance: every permit back, none created, nobody
+//! left queued.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use common::{Ask, Name, Reply, Upstream};
 use seawall_core::{Random, SeededRandom};
-use seawall_gate::{ConcurrencyGate, ConcurrencyGateLayer, Limit, Rates};
+use seawall_gate::{ConcurrencyGate, ConcurrencyGateLayer, LaneShare, Limit, Priority, Rates};
 use tower::{Layer, ServiceExt};
 
 async fn yields(n: u64) {
@@ -19,10 +20,22 @@ async fn yields(n: u64) {
     }
 }
 
-async fn run(tasks: usize, resize: bool, seed: u64) {
+async fn run(tasks: usize, resize: bool, lanes: bool, seed: u64) {
     const LIMIT: usize = 6;
     let up = Upstream::new(|_| Reply::ok());
-    let layer = ConcurrencyGateLayer::builder()
+    let mut builder = ConcurrencyGateLayer::builder();
+    if lanes {
+        builder = builder
+            .lane(
+                Priority::Batch,
+                LaneShare {
+                    permits: 0.3,
+                    rate: 0.5,
+                },
+            )
+            .lane_linger(Duration::from_micros(50));
+    }
+    let layer = builder
         .limit(LIMIT)
         .max_queue(tasks)
         .max_wait(Duration::from_secs(3600))
@@ -77,11 +90,14 @@ async fn run(tasks: usize, resize: bool, seed: u64) {
                     // Now and then the upstream pauses key "b" briefly.
                     h.pause_key(Some("b"), Duration::from_micros(200));
                 }
-                let req = Ask {
+                let mut req = Ask {
                     model: key.map(Name::from),
                     ..Ask::numbered(i)
                 }
                 .tokens(10, 10);
+                if i % 2 == 0 {
+                    req.ext.insert(Priority::Batch);
+                }
                 let give_up = (rng.next_f64() * 8.0) as u64;
                 let hold = (rng.next_f64() * 4.0) as u64;
                 tokio::select! {
@@ -115,6 +131,10 @@ async fn run(tasks: usize, resize: bool, seed: u64) {
     assert_eq!(s.in_flight, 0, "permits leaked");
     assert_eq!(s.owed, 0);
     assert_eq!(s.available, LIMIT, "permits leaked or released twice");
+    for p in Priority::ALL {
+        let lane = h.lane_stats(p);
+        assert_eq!((lane.in_flight, lane.queued), (0, 0), "{p:?}");
+    }
     assert_eq!(
         s.admitted as usize,
         up.calls(),
@@ -129,10 +149,15 @@ async fn run(tasks: usize, resize: bool, seed: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_drops_never_leak_or_double_release_permits() {
-    run(4000, false, 1).await;
+    run(4000, false, false, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_drops_with_resizes_keep_the_books_balanced() {
-    run(4000, true, 2).await;
+    run(4000, true, false, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_drops_in_priority_lanes_with_resizes_keep_the_books_balanced() {
+    run(4000, true, true, 3).await;
 }

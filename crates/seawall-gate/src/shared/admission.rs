@@ -1,11 +1,12 @@
-//! Admission: the fast path, the bounded queue, the wait in the key's line and for a permit,
-//! and the rejection that ends a wait.
+//! Admission: the fast path, the bounded queue, the wait in the key's line and for a permit
+//! (in the gate-wide FIFO, or in the call's priority lane), and the rejection that ends a
+//! wait, or the caller's deadline that ends it first.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use seawall_core::{CallContext, FailureClass, LlmError};
+use seawall_core::{CallContext, Deadline, FailureClass, LlmError};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::GatePermit;
@@ -13,12 +14,72 @@ use super::Shared;
 use crate::future::note_rejected;
 use crate::error::{RejectReason, Rejection};
 use crate::key::{Cost, KeyState};
+use crate::lanes::{Lane, LaneWaiter, Priority};
 use crate::rate::Ready;
 
 impl Shared {
-    pub(super) fn release(&self) {
+    /// The limit in force.
+    pub(crate) fn current_limit(&self) -> usize {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// The lane of `req`: read (extension, then header) only when the gate has lanes.
+    pub(crate) fn lane_of<R: seawall_core::LlmRequest + ?Sized>(&self, req: &mut R) -> Lane {
+        match &self.lanes {
+            None => Lane::NONE,
+            Some(lanes) => lanes.lane(Priority::of(req)),
+        }
+    }
+
+    /// Gives back a permit taken for `lane`.
+    pub(super) fn release(&self, lane: Lane) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.permits.release();
+        match &self.lanes {
+            None => self.permits.release(),
+            Some(lanes) => lanes.release(lane.index, &self.permits, self.current_limit()),
+        }
+    }
+
+    /// Takes a permit at once for `lane` if one is free and nobody is queued before us.
+    fn try_permit(&self, lane: Lane) -> bool {
+        match &self.lanes {
+            None => self.permits.try_acquire(),
+            Some(lanes) => lanes.try_acquire(lane.index, &self.permits, self.current_limit()),
+        }
+    }
+
+    /// Waits for a permit: in the gate-wide FIFO, or in `lane`'s queue. Cancel-safe.
+    async fn permit(&self, lane: Lane) -> bool {
+        let Some(lanes) = &self.lanes else {
+            return self.permits.acquire().await;
+        };
+        /// Leaves the lane's queue (or gives back a permit granted meanwhile) when dropped
+        /// before the grant was received.
+        struct Waiting<'a>(&'a Shared, usize, Option<LaneWaiter>);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if let (Some(w), Some(lanes)) = (self.2.take(), &self.0.lanes) {
+                    lanes.cancel(self.1, w, &self.0.permits, self.0.current_limit());
+                }
+            }
+        }
+        let waiter = lanes.enqueue(lane.index, &self.permits, self.current_limit());
+        let mut waiting = Waiting(self, lane.index, Some(waiter));
+        let granted = waiting.2.as_mut().expect("set above").granted().await;
+        if granted {
+            waiting.2 = None;
+        }
+        granted
+    }
+
+    /// Counts a call failed by its caller's deadline and builds its error.
+    pub(crate) fn expired(&self, deadline: &Deadline) -> LlmError {
+        self.expired.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            target: "seawall::gate",
+            "seawall gate: the caller's deadline passed before admission"
+        );
+        deadline.exceeded()
     }
 
     /// Admits at once if the key's line is free, the key allows the cost and a permit is free
@@ -27,34 +88,34 @@ impl Shared {
         self: &Arc<Self>,
         key: &Arc<KeyState>,
         cost: Cost,
+        lane: Lane,
         now: Instant,
     ) -> Option<GatePermit> {
         let _line = if key.needs_line(&self.clock, now) {
-            Some(key.line.try_acquire().ok()?)
+            Some(key.lines[lane.index].try_acquire().ok()?)
         } else {
             None
         };
-        if !self.permits.try_acquire() {
+        if !self.try_permit(lane) {
             return None;
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if key.try_commit(&self.clock, cost, now) {
-            Some(self.admit(key.clone(), cost))
+        if key.try_commit(&self.clock, cost, lane, now) {
+            Some(self.admit(key.clone(), cost, lane))
         } else {
-            self.release();
+            self.release(lane);
             None
         }
     }
 
-    /// Takes a place in the queue, or says how deep the full queue is.
-    pub(crate) fn enter_queue(self: &Arc<Self>) -> Result<QueueTicket, usize> {
+    /// Takes a place in the queue (of `lane`: each lane has `max_queue` places), or says how
+    /// deep the full queue is.
+    pub(crate) fn enter_queue(self: &Arc<Self>, lane: Lane) -> Result<QueueTicket, usize> {
         let max = self.max_queue.load(Ordering::Acquire);
-        match self
-            .queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-                (q < max).then_some(q + 1)
-            }) {
-            Ok(_) => Ok(QueueTicket(self.clone())),
+        match self.queued[lane.index].fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+            (q < max).then_some(q + 1)
+        }) {
+            Ok(_) => Ok(QueueTicket(self.clone(), lane.index)),
             Err(depth) => Err(depth),
         }
     }
@@ -68,7 +129,7 @@ impl Shared {
         retry_after: Option<Duration>,
     ) -> LlmError {
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        let depth = self.queued.load(Ordering::Acquire);
+        let depth = self.queued();
         let message = match reason {
             RejectReason::QueueFull => format!(
                 "gate busy: the wait queue is full ({depth} waiting, max {}); retry later",
@@ -111,62 +172,77 @@ impl Shared {
     }
 
     /// Waits in the queue for admission: first in the key's line for its pause and rate (only
-    /// when the key has either), then for a permit; all within the maximum wait.
+    /// when the key has either), then for a permit; all within the maximum wait, cut to the
+    /// caller's deadline. A wait the deadline ends fails with `DeadlineExceeded`.
     ///
     /// Cancel-safe at every await: dropping it gives back the queue place, the line and the
     /// permit (a permit is taken and committed with no await in between).
+    #[allow(clippy::too_many_arguments, reason = "one call site, all of it the call's facts")]
     pub(crate) async fn wait(
         self: Arc<Self>,
         key: Arc<KeyState>,
         cost: Cost,
+        lane: Lane,
         start: Instant,
+        deadline: Option<Deadline>,
         ticket: QueueTicket,
         cx: Option<Arc<CallContext>>,
     ) -> Result<GatePermit, LlmError> {
-        let outcome = self.queue(&key, cost, start).await;
+        let max_wait = seawall_core::instant_after(start, self.max_wait());
+        // The caller's deadline bounds the wait when it comes first.
+        let caller = deadline.filter(|d| d.instant() < max_wait);
+        let until = caller.map_or(max_wait, |d| d.instant());
+        let outcome = self.queue(&key, cost, lane, until).await;
         // Out of the queue before reporting its depth.
         drop(ticket);
         let waited = Instant::now().saturating_duration_since(start);
-        match outcome {
-            Ok(()) => {
-                let mut permit = self.admit(key, cost);
+        match (outcome, caller) {
+            // A zero rate is no matter of time: rejected as such, deadline or not.
+            (Err((reason @ RejectReason::ZeroRate, hint)), _) | (Err((reason, hint)), None) => {
+                note_rejected(cx.as_deref(), waited);
+                Err(self.reject(reason, &key, waited, hint))
+            }
+            (Ok(()), _) => {
+                let mut permit = self.admit(key, cost, lane);
                 permit.wait = waited;
                 Ok(permit)
             }
-            Err((reason, hint)) => {
-                note_rejected(cx.as_deref(), waited);
-                Err(self.reject(reason, &key, waited, hint))
+            (Err(_), Some(d)) => {
+                if let Some(cx) = &cx {
+                    cx.update(|f| *f.queue_wait.get_or_insert(Duration::ZERO) += waited);
+                }
+                Err(self.expired(&d))
             }
         }
     }
 
     /// The waiting of [`wait`](Self::wait): `Ok` once a permit is held and the key's cost
-    /// committed.
+    /// committed, an error once admission by `until` is out of reach.
     async fn queue(
         &self,
         key: &KeyState,
         cost: Cost,
-        start: Instant,
+        lane: Lane,
+        until: Instant,
     ) -> Result<(), (RejectReason, Option<Duration>)> {
-        let deadline = seawall_core::instant_after(start, self.max_wait());
         loop {
             let now = Instant::now();
             let line = if key.needs_line(&self.clock, now) {
                 // A pause longer than the wait allows fails at once, not at the deadline.
                 if let Some(left) = key.pause_left(&self.clock, now) {
-                    if seawall_core::instant_after(now, left) > deadline {
+                    if seawall_core::instant_after(now, left) > until {
                         return Err((RejectReason::KeyPaused, Some(left)));
                     }
                 }
-                let Ok(Ok(line)) = timeout_at(deadline, key.line.acquire()).await else {
+                let Ok(Ok(line)) = timeout_at(until, key.lines[lane.index].acquire()).await else {
                     return Err((RejectReason::WaitTimeout, None));
                 };
                 loop {
                     let now = Instant::now();
-                    match key.ready(&self.clock, cost, now) {
+                    match key.ready(&self.clock, cost, lane, now) {
                         Ready::Now => break,
                         Ready::Never => return Err((RejectReason::ZeroRate, None)),
-                        Ready::After(d) if seawall_core::instant_after(now, d) > deadline => {
+                        Ready::After(d) if seawall_core::instant_after(now, d) > until => {
                             let paused = key.pause_left(&self.clock, now).is_some_and(|p| p >= d);
                             let reason = if paused {
                                 RejectReason::KeyPaused
@@ -182,28 +258,28 @@ impl Shared {
             } else {
                 None
             };
-            if !matches!(timeout_at(deadline, self.permits.acquire()).await, Ok(true)) {
+            if !matches!(timeout_at(until, self.permit(lane)).await, Ok(true)) {
                 return Err((RejectReason::WaitTimeout, None));
             }
             self.in_flight.fetch_add(1, Ordering::AcqRel);
-            let committed = key.try_commit(&self.clock, cost, Instant::now());
+            let committed = key.try_commit(&self.clock, cost, lane, Instant::now());
             // The next in the key's line may go now.
             drop(line);
             if committed {
                 return Ok(());
             }
             // Paused (or newly rate limited) while we waited for the permit: back in line.
-            self.release();
+            self.release(lane);
         }
     }
 }
 
 /// A place in the wait queue; leaving it (admitted, rejected or dropped) frees the place.
 #[derive(Debug)]
-pub(crate) struct QueueTicket(Arc<Shared>);
+pub(crate) struct QueueTicket(Arc<Shared>, usize);
 
 impl Drop for QueueTicket {
     fn drop(&mut self) {
-        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+        self.0.queued[self.1].fetch_sub(1, Ordering::AcqRel);
     }
 }

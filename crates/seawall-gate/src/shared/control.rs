@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Control, GateStats, Shared, nanos};
 use crate::adaptive::Adaptive;
+use crate::lanes::{LaneStats, Priority};
 use crate::permits::Permits;
 
 impl Shared {
@@ -13,6 +14,9 @@ impl Shared {
         self.permits.resize(c.current, new);
         c.current = new;
         self.limit.store(new, Ordering::Release);
+        if let Some(lanes) = &self.lanes {
+            lanes.dispatch(&self.permits, new);
+        }
     }
 
     pub(crate) fn set_limit(&self, n: usize) {
@@ -57,19 +61,40 @@ impl Shared {
         Duration::from_nanos(self.max_wait.load(Ordering::Acquire))
     }
 
+    pub(crate) fn lane_stats(&self, p: Priority) -> LaneStats {
+        let lane = p.index();
+        let queued = self.queued[lane].load(Ordering::Acquire);
+        match &self.lanes {
+            Some(lanes) => LaneStats {
+                in_flight: lanes.held(lane),
+                queued,
+            },
+            // Without lanes every call is in the default lane.
+            None => LaneStats {
+                in_flight: if p == Priority::default() {
+                    self.in_flight.load(Ordering::Acquire)
+                } else {
+                    0
+                },
+                queued,
+            },
+        }
+    }
+
     pub(crate) fn stats(&self) -> GateStats {
         let c = self.control();
         GateStats {
             limit: c.current,
             max_limit: c.ceiling,
             in_flight: self.in_flight.load(Ordering::Acquire),
-            queued: self.queued.load(Ordering::Acquire),
+            queued: self.queued(),
             available: self.permits.available(),
             owed: self.permits.owed(),
             admitted: self.admitted.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             max_queue: self.max_queue.load(Ordering::Relaxed),
             max_wait: self.max_wait(),
+            deadline_exceeded: self.expired.load(Ordering::Relaxed),
         }
     }
 }

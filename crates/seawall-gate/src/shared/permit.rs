@@ -16,16 +16,18 @@ use super::Shared;
 use crate::error::QueueWait;
 use crate::future::note_admitted;
 use crate::key::{Cost, KeyState};
+use crate::lanes::Lane;
 
 impl Shared {
     /// Counts an admission and hands out its permit.
-    pub(super) fn admit(self: &Arc<Self>, key: Arc<KeyState>, cost: Cost) -> GatePermit {
+    pub(super) fn admit(self: &Arc<Self>, key: Arc<KeyState>, cost: Cost, lane: Lane) -> GatePermit {
         self.admitted.fetch_add(1, Ordering::Relaxed);
         GatePermit {
             held: Some(Held {
                 shared: self.clone(),
                 key,
                 cost,
+                lane,
                 epoch: self.epoch.load(Ordering::Acquire),
             }),
             wait: Duration::ZERO,
@@ -37,6 +39,7 @@ struct Held {
     shared: Arc<Shared>,
     key: Arc<KeyState>,
     cost: Cost,
+    lane: Lane,
     epoch: u64,
 }
 
@@ -79,7 +82,7 @@ impl GatePermit {
     fn finish(&mut self, f: impl FnOnce(&Held)) {
         if let Some(h) = self.held.take() {
             f(&h);
-            h.shared.release();
+            h.shared.release(h.lane);
         }
     }
 
