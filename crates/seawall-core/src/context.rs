@@ -87,6 +87,11 @@ pub struct CallFacts {
     pub rejections: Vec<FailureClass>,
     /// What a cache layer did with the call. `None` without a cache layer.
     pub cache: Option<CacheStatus>,
+    /// Follow-up requests that continued an answer cut by `max_tokens` (a continuation
+    /// layer counts).
+    pub continuations: u32,
+    /// Follow-up requests that resumed a stream cut after its first token.
+    pub resumed: u32,
 }
 
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.

@@ -85,6 +85,8 @@ impl Pending {
             degraded: served_by.as_ref().is_some_and(|s| s.degraded),
             cache,
             config_version: self.config_version,
+            continuations: facts.continuations,
+            resumed: facts.resumed,
         };
         fill_span(&self.span, &record);
         self.recorder.record(&record);

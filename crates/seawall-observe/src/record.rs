@@ -73,6 +73,11 @@ pub struct CallRecord {
     pub cache: Option<CacheStatus>,
     /// The configured `config_version` tag, to tell deployments apart.
     pub config_version: Option<Arc<str>>,
+    /// Follow-up requests that continued an answer cut by `max_tokens` (0 without a
+    /// continuation layer).
+    pub continuations: u32,
+    /// Follow-up requests that resumed a stream cut after its first token.
+    pub resumed: u32,
 }
 
 impl CallRecord {
@@ -209,5 +214,7 @@ pub(crate) fn success() -> CallRecord {
         degraded: false,
         cache: None,
         config_version: None,
+        continuations: 0,
+        resumed: 0,
     }
 }
