@@ -16,6 +16,7 @@
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
 //! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
+//! | `continue` | [`continuation`] | `ContinueLayer`: answers cut by `max_tokens` continued, cut streams resumed (the module is named `continuation`: `continue` is a keyword) |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
@@ -33,6 +34,8 @@ pub use seawall_budget as budget;
 pub use seawall_cache as cache;
 #[cfg(feature = "classify")]
 pub use seawall_classify as classify;
+#[cfg(feature = "continue")]
+pub use seawall_continue as continuation;
 #[cfg(feature = "fallback")]
 pub use seawall_fallback as fallback;
 #[cfg(feature = "gate")]

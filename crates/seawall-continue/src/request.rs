@@ -169,3 +169,61 @@ fn existing_text(turn: &Map<String, Value>) -> Option<String> {
         Some(_) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::ContinueLayer;
+    use serde_json::json;
+
+    fn template(uri: &str, body: Value) -> Template {
+        let mut req = Request::post(uri)
+            .header("content-length", "1")
+            .body(Bytes::from(body.to_string()))
+            .unwrap();
+        req.prepare();
+        let wire = Wire::of(&req).unwrap();
+        Template::of(&req, wire, ContinueLayer::new().config())
+    }
+
+    fn body(req: &Request<Bytes>) -> Value {
+        serde_json::from_slice(req.body()).unwrap()
+    }
+
+    #[test]
+    fn an_anthropic_prefill_never_ends_in_whitespace() {
+        let t = template(
+            "http://x/v1/messages",
+            json!({"model": "c", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        let (req, trim) = t.follow_up("the storm \n", "go on").unwrap();
+        let b = body(&req);
+        assert_eq!(b["messages"][1], json!({"role": "assistant", "content": "the storm"}));
+        assert_eq!(trim, Trim::Exact(" \n".into()));
+        assert_eq!(
+            req.headers()["content-length"],
+            req.body().len().to_string().as_str()
+        );
+        // Nothing but whitespace: no prefill is possible.
+        assert!(t.follow_up("  ", "go on").is_none());
+    }
+
+    #[test]
+    fn the_callers_own_prefill_is_extended() {
+        let t = template(
+            "http://x/v1/messages",
+            json!({"model": "c", "max_tokens": 9, "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Dear"}]}]}),
+        );
+        let (req, _) = t.follow_up(" Sir", "go on").unwrap();
+        assert_eq!(body(&req)["messages"][1]["content"], "Dear Sir");
+        assert_eq!(body(&req)["messages"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_body_without_messages_cannot_be_continued() {
+        let t = template("http://x/v1/chat/completions", json!({"model": "m", "prompt": "x"}));
+        assert!(t.follow_up("abc", "go on").is_none());
+    }
+}
