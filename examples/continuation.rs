@@ -90,10 +90,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     break;
                 }
             };
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             for line in String::from_utf8_lossy(&data).lines() {
-                let Some(event) = line.strip_prefix("data: ") else { continue };
-                let Ok(v) = serde_json::from_str::<Value>(event) else { continue };
+                let Some(event) = line.strip_prefix("data: ") else {
+                    continue;
+                };
+                let Ok(v) = serde_json::from_str::<Value>(event) else {
+                    continue;
+                };
                 if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
                     print!("{t}");
                 }

@@ -233,6 +233,8 @@ pub(crate) struct Splice<S, F, B: Body> {
     model_known: bool,
     /// The cut being resumed: given back if the follow-up fails before its first content.
     error: Option<B::Error>,
+    /// The caller's time to first token, which a follow-up's own must not replace.
+    first_token: Option<std::time::Duration>,
 }
 
 impl<S, F, B: Body> Splice<S, F, B> {
@@ -275,6 +277,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
             stop_sequence: Value::Null,
             model_known: false,
             error: None,
+            first_token: None,
         }
     }
 
@@ -590,9 +593,12 @@ impl<S, F, B: Body> Splice<S, F, B> {
             Why::Resume => self.resumed += 1,
         }
         if let Some(cx) = &self.context {
-            cx.update(|f| match why {
-                Why::Length => f.continuations += 1,
-                Why::Resume => f.resumed += 1,
+            self.first_token = cx.update(|f| {
+                match why {
+                    Why::Length => f.continuations += 1,
+                    Why::Resume => f.resumed += 1,
+                }
+                f.time_to_first_token
             });
         }
         tracing::debug!(
@@ -705,11 +711,16 @@ where
                 },
                 State::Calling(fut) => match ready!(fut.as_mut().poll(cx)) {
                     Ok(resp) if resp.status().is_success() => {
+                        // A stream layer inside wrote the follow-up's time to first token
+                        // over the caller's.
+                        if let (Some(cx), Some(t)) = (&self.context, self.first_token) {
+                            cx.update(|f| f.time_to_first_token = Some(t));
+                        }
                         self.state = State::Body(Box::pin(resp.into_body()));
                     }
                     _ => {
-                        // The follow-up failed before any content: retried, gated and
-                        // budgeted inside; nothing more to do here.
+                        // The follow-up failed before any content (it was retried, gated and
+                        // budgeted inside): nothing more to do here.
                         self.give_up();
                     }
                 },

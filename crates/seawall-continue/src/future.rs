@@ -135,6 +135,8 @@ where
                             text: String::new(),
                             trim: Trim::None,
                             follow_ups: 0,
+                            joined_any: false,
+                            first_token: None,
                         }),
                     });
                 }
@@ -179,6 +181,10 @@ struct Merge<S, F, B> {
     text: String,
     trim: Trim,
     follow_ups: u32,
+    /// A follow-up's text was joined to the answer.
+    joined_any: bool,
+    /// The caller's time to first token, which a follow-up's own must not replace.
+    first_token: Option<std::time::Duration>,
 }
 
 impl<S, F, B> Merge<S, F, B>
@@ -279,6 +285,7 @@ where
         let mut add = self.trim.feed(&more);
         add.push_str(&self.trim.flush());
         answer::append(wire, answer, &next, &add);
+        self.joined_any = true;
         self.text.push_str(&add);
         if answer::finish(wire, &next) == Some(FinishReason::Length) {
             return self.next();
@@ -301,7 +308,10 @@ where
         self.trim = trim;
         self.follow_ups += 1;
         if let Some(cx) = &self.job.context {
-            cx.update(|f| f.continuations += 1);
+            self.first_token = cx.update(|f| {
+                f.continuations += 1;
+                f.time_to_first_token
+            });
         }
         tracing::debug!(
             target: "seawall::continue",
@@ -316,7 +326,10 @@ where
     /// The answer as joined so far (the first one unchanged if nothing was added).
     fn joined(&mut self) -> Response<ContinueBody<S, F, B>> {
         let mut parts = self.parts.take().expect("the head is kept until the end");
-        let answer = self.answer.take().filter(|_| self.follow_ups > 0);
+        if let (Some(cx), Some(t)) = (&self.job.context, self.first_token) {
+            cx.update(|f| f.time_to_first_token = Some(t));
+        }
+        let answer = self.answer.take().filter(|_| self.joined_any);
         let Some(answer) = answer else {
             return Response::from_parts(
                 parts,

@@ -198,7 +198,10 @@ mod tests {
         );
         let (req, trim) = t.follow_up("the storm \n", "go on").unwrap();
         let b = body(&req);
-        assert_eq!(b["messages"][1], json!({"role": "assistant", "content": "the storm"}));
+        assert_eq!(
+            b["messages"][1],
+            json!({"role": "assistant", "content": "the storm"})
+        );
         assert_eq!(trim, Trim::Exact(" \n".into()));
         assert_eq!(
             req.headers()["content-length"],
@@ -223,7 +226,10 @@ mod tests {
 
     #[test]
     fn a_body_without_messages_cannot_be_continued() {
-        let t = template("http://x/v1/chat/completions", json!({"model": "m", "prompt": "x"}));
+        let t = template(
+            "http://x/v1/chat/completions",
+            json!({"model": "m", "prompt": "x"}),
+        );
         assert!(t.follow_up("abc", "go on").is_none());
     }
 }

@@ -305,3 +305,30 @@ async fn requests_it_cannot_continue_are_left_alone() {
     assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
     assert_eq!(up.calls(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_record_keeps_the_callers_time_to_first_token() {
+    use seawall_mock::Delay;
+    use std::time::Duration;
+    let first = cutting(5).first_token_latency(Delay::fixed(Duration::from_millis(400)));
+    let rest = profile().first_token_latency(Delay::fixed(Duration::from_millis(100)));
+    let up = Up::new(first, rest);
+    let records: Records = Default::default();
+    let sink = records.clone();
+    let observe = seawall_observe::ObserveLayer::builder()
+        .recorder(move |r: &seawall_observe::CallRecord| sink.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap();
+    use tower::Layer;
+    let svc = observe.layer(
+        ContinueLayer::new().layer(
+            seawall_stream::StreamTimeoutLayer::new()
+                .layer(seawall_classify::ClassifyLayer::new().layer(up.clone())),
+        ),
+    );
+    let (_, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    let r = &records.lock().unwrap()[0];
+    assert_eq!(r.resumed, 1);
+    assert_eq!(r.time_to_first_token, Some(Duration::from_millis(400)));
+}

@@ -129,7 +129,9 @@ fn request(anthropic: bool, stream: bool, max_tokens: u32) -> Request<Bytes> {
                    "messages": [{"role": "user", "content": "hi"}]}),
         )
     };
-    Request::post(uri).body(Bytes::from(body.to_string())).unwrap()
+    Request::post(uri)
+        .body(Bytes::from(body.to_string()))
+        .unwrap()
 }
 
 proptest! {
