@@ -18,6 +18,7 @@
 //! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
 //! | `repair` | [`repair`] | `RepairLayer`: a new turn, showing the model its answer and what was wrong, when an answer fails validation |
 //! | `guard` | [`guard`] | `ContextGuardLayer`: a request checked against its model's context window before it is sent |
+//! | `continue` | [`continuation`] | `ContinueLayer`: answers cut by `max_tokens` continued, cut streams resumed (the module is named `continuation`: `continue` is a keyword) |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
@@ -35,6 +36,8 @@ pub use seawall_budget as budget;
 pub use seawall_cache as cache;
 #[cfg(feature = "classify")]
 pub use seawall_classify as classify;
+#[cfg(feature = "continue")]
+pub use seawall_continue as continuation;
 #[cfg(feature = "fallback")]
 pub use seawall_fallback as fallback;
 #[cfg(feature = "gate")]

@@ -162,6 +162,11 @@ pub struct CallFacts {
     /// trim or a lowering is kept over a later `fits` (the primary was refused, the
     /// larger-context fallback fit: the record says `refused` and `fallback`).
     pub context_guard: Option<ContextAction>,
+    /// Follow-up requests that continued an answer cut by `max_tokens` (a continuation
+    /// layer counts).
+    pub continuations: u32,
+    /// Follow-up requests that resumed a stream cut after its first token.
+    pub resumed: u32,
 }
 
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.

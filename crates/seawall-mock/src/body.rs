@@ -231,8 +231,7 @@ impl StreamBody {
                         self.step = Step::Finish;
                         continue;
                     }
-                    let text = wire::token_text(self.plan.answer.word_offset, self.sent);
-                    let lead = if self.sent == 0 { "" } else { " " };
+                    let (lead, text) = self.plan.answer.token(self.sent);
                     match self.plan.answer.wire {
                         Wire::OpenAi => {
                             if self.sent == 0 {

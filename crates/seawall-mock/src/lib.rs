@@ -18,6 +18,17 @@
 //!   distributions for the head, the first token and each token; streams cut after N tokens;
 //!   mid-stream error events; keep-alives before the first token; context-length errors;
 //!   malformed bodies;
+//! - **continuations**: an answer's text is a deterministic walk through a fixed list of
+//!   words, so a request that carries a partial answer as the assistant's last turn is
+//!   answered with the remainder of the answer the mock would have given (prefix +
+//!   continuation is the uncut answer, word for word): an Anthropic prefill (refused with
+//!   Anthropic's 400 when it ends in whitespace), `"prefix": true` on the last assistant
+//!   message (DeepSeek, Mistral), vLLM's `"continue_final_message": true` (refused, as vLLM
+//!   does, unless `"add_generation_prompt": false`). On the OpenAI wire without those options,
+//!   a user turn saying "continue" right after an assistant turn is answered like a model
+//!   that is only asked would: the remainder, starting with the partial answer's last word
+//!   again (an overlap for the client to trim). The remainder is at least one word; an answer
+//!   of random length draws its length again, so only a fixed length gives exact texts;
 //! - **accounting**: [`Stats`] counts requests by outcome and status, and tokens billed the way
 //!   providers bill (partial streams included, and every one of the `n` answers an OpenAI
 //!   request asks for, though the body carries only the first), so a simulation can price its

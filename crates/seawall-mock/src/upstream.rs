@@ -439,6 +439,11 @@ impl Inner {
     fn plan(&self, call: &mut Call, key: Option<&str>, chat: &ChatRequest) -> Plan {
         let key = self.state_key(key, &chat.model);
         let mut output = call.rng.count(self.profile.output.tokens);
+        if let Some(c) = &chat.continuation {
+            // The remainder of the answer it would have given (at least one more word: a
+            // model asked to go on says something).
+            output = output.max(c.words.saturating_add(1)) - c.start();
+        }
         let truncated = chat.max_tokens.is_some_and(|m| output > m);
         if let Some(m) = chat.max_tokens {
             output = output.min(m);
@@ -532,7 +537,16 @@ impl Inner {
             output_tokens: plan.output,
             choices: chat.choices,
             truncated: plan.truncated,
-            word_offset: (rng.next_u64() % 32) as u32,
+            word_offset: match chat.continuation.and_then(|c| c.offset) {
+                // The draw is made anyway: the order of draws is what a seed reproduces.
+                Some(offset) => {
+                    let _ = rng.next_u64();
+                    offset
+                }
+                None => (rng.next_u64() % 32) as u32,
+            },
+            first_word: chat.continuation.map_or(0, |c| c.start()),
+            lead_first: chat.continuation.is_some_and(|c| !c.overlap),
         }
     }
 

@@ -25,6 +25,32 @@ pub(crate) struct ChatRequest {
     /// Answers generated and billed: OpenAI's `n`, or `best_of` where larger; at least 1.
     pub(crate) choices: u32,
     pub(crate) input_tokens: u32,
+    /// The request asks to go on from a partial answer (see [`Continuation`]).
+    pub(crate) continuation: Option<Continuation>,
+}
+
+/// A request that asks the model to go on from a partial answer it gave before: the answer's
+/// words so far, read from the last assistant message.
+///
+/// The mock's answers are a deterministic walk through a fixed list of words (the first word
+/// says where the walk starts), so it can answer the remainder of the answer it would have
+/// given: prefix + continuation is the uncut answer, word for word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Continuation {
+    /// Words in the partial answer.
+    pub(crate) words: u32,
+    /// Where the partial answer's walk starts, when its first word is one of the mock's.
+    pub(crate) offset: Option<u32>,
+    /// Asked by an instruction (a user turn after the partial answer), not by a prefill: the
+    /// mock, like a model that is only asked, repeats the last word before going on.
+    pub(crate) overlap: bool,
+}
+
+impl Continuation {
+    /// The index, in the answer's walk, of the first word the continuation sends.
+    pub(crate) fn start(&self) -> u32 {
+        self.words - u32::from(self.overlap && self.words > 0)
+    }
 }
 
 /// Every way a request can fail, rendered per provider by [`Failure::render`].
@@ -34,8 +60,13 @@ pub(crate) enum Failure {
     MethodNotAllowed,
     BadJson,
     Missing(&'static str),
+    /// A request the API refuses as invalid, with its message.
+    Invalid(&'static str),
     InvalidKey,
-    ContextLength { window: u32, tokens: u32 },
+    ContextLength {
+        window: u32,
+        tokens: u32,
+    },
     Quota,
     RateLimited(RateLimited),
     Server(u16),
@@ -55,7 +86,10 @@ impl Failure {
         let code = match self {
             Failure::NotFound => 404,
             Failure::MethodNotAllowed => 405,
-            Failure::BadJson | Failure::Missing(_) | Failure::ContextLength { .. } => 400,
+            Failure::BadJson
+            | Failure::Missing(_)
+            | Failure::Invalid(_)
+            | Failure::ContextLength { .. } => 400,
             Failure::InvalidKey => 401,
             Failure::Quota if wire == Wire::Anthropic => 400,
             Failure::Quota | Failure::RateLimited(_) => 429,
@@ -119,6 +153,9 @@ impl Failure {
                 Some(field),
                 None,
             ),
+            Failure::Invalid(message) => {
+                ((*message).into(), "invalid_request_error", None, None)
+            }
             Failure::InvalidKey => (
                 "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.".into(),
                 "invalid_request_error",
@@ -182,6 +219,7 @@ impl Failure {
                 "The request body is not valid JSON".into(),
             ),
             Failure::Missing(field) => ("invalid_request_error", format!("{field}: Field required")),
+            Failure::Invalid(message) => ("invalid_request_error", (*message).into()),
             Failure::InvalidKey => ("authentication_error", "invalid x-api-key".into()),
             Failure::ContextLength { window, tokens } => (
                 "invalid_request_error",
@@ -255,9 +293,10 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
         .and_then(Value::as_str)
         .ok_or(Failure::Missing("model"))?
         .to_owned();
-    if !map.get("messages").is_some_and(Value::is_array) {
+    let Some(Value::Array(messages)) = map.get("messages") else {
         return Err(Failure::Missing("messages"));
-    }
+    };
+    let continuation = continuation(wire, map, messages)?;
     let max_tokens = ["max_tokens", "max_completion_tokens"]
         .iter()
         .find_map(|k| map.get(*k).and_then(Value::as_u64))
@@ -304,7 +343,94 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
         max_tokens,
         choices,
         input_tokens,
+        continuation,
     })
+}
+
+/// What Anthropic answers to a prefill that ends in whitespace.
+pub(crate) const TRAILING_WHITESPACE: &str =
+    "messages: final assistant content cannot end with trailing whitespace";
+
+/// What vLLM answers when `continue_final_message` is asked with the default
+/// `add_generation_prompt: true`.
+pub(crate) const BOTH_PROMPTS: &str =
+    "Cannot set both `continue_final_message` and `add_generation_prompt` to True.";
+
+/// Whether the request asks to go on from a partial answer, and how:
+///
+/// - Anthropic: the last message is the assistant's (a prefill); one ending in whitespace is
+///   refused, as Anthropic does;
+/// - OpenAI wire: the last message is the assistant's with `"prefix": true` (DeepSeek,
+///   Mistral), or the body says `"continue_final_message": true` (vLLM; refused unless
+///   `"add_generation_prompt": false`, as vLLM does);
+/// - OpenAI wire, by instruction: a user message saying "continue" right after an assistant
+///   message. The mock then repeats the partial answer's last word before going on, as a model
+///   that is only asked may do, so a client's overlap trimming is exercised.
+///
+/// An assistant message last without any of these is answered as a new turn, like OpenAI.
+fn continuation(
+    wire: Wire,
+    map: &serde_json::Map<String, Value>,
+    messages: &[Value],
+) -> Result<Option<Continuation>, Failure> {
+    fn role(m: &Value) -> &str {
+        m.get("role").and_then(Value::as_str).unwrap_or("")
+    }
+    let Some(last) = messages.last() else {
+        return Ok(None);
+    };
+    let (partial, overlap) = match (wire, role(last)) {
+        (Wire::Anthropic, "assistant") => {
+            let text = message_text(last);
+            if text.ends_with(char::is_whitespace) {
+                return Err(Failure::Invalid(TRAILING_WHITESPACE));
+            }
+            (text, false)
+        }
+        (Wire::OpenAi, "assistant") => {
+            let prefix = last.get("prefix").and_then(Value::as_bool) == Some(true);
+            let flag = |k: &str| map.get(k).and_then(Value::as_bool);
+            if !prefix && flag("continue_final_message") != Some(true) {
+                return Ok(None);
+            }
+            if !prefix && flag("add_generation_prompt") != Some(false) {
+                return Err(Failure::Invalid(BOTH_PROMPTS));
+            }
+            (message_text(last), false)
+        }
+        (Wire::OpenAi, "user") if messages.len() >= 2 => {
+            let before = &messages[messages.len() - 2];
+            let asks = message_text(last).to_ascii_lowercase().contains("continue");
+            if role(before) != "assistant" || !asks {
+                return Ok(None);
+            }
+            (message_text(before), true)
+        }
+        _ => return Ok(None),
+    };
+    let mut words = partial.split_whitespace();
+    let Some(first) = words.next() else {
+        return Ok(None);
+    };
+    let count = u32::try_from(words.count() + 1).unwrap_or(u32::MAX - 1);
+    let offset = WORDS.iter().position(|w| *w == first).map(|i| i as u32);
+    Ok(Some(Continuation {
+        words: count,
+        offset,
+        overlap,
+    }))
+}
+
+/// A message's text: its `content` string, or its text blocks joined.
+fn message_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
 }
 
 fn count_text(v: &Value, chars: &mut usize, parts: &mut usize) {
@@ -328,17 +454,6 @@ const WORDS: [&str; 32] = [
 /// The text of token `i` of an answer whose words start at `offset`.
 pub(crate) fn token_text(offset: u32, i: u32) -> &'static str {
     WORDS[((offset as usize) + (i as usize) * 7) % WORDS.len()]
-}
-
-pub(crate) fn answer_text(offset: u32, n: u32) -> String {
-    let mut s = String::with_capacity(n as usize * 7);
-    for i in 0..n {
-        if i > 0 {
-            s.push(' ');
-        }
-        s.push_str(token_text(offset, i));
-    }
-    s
 }
 
 /// `finish_reason` / `stop_reason`.
@@ -365,6 +480,10 @@ pub(crate) struct Answer {
     pub(crate) choices: u32,
     pub(crate) truncated: bool,
     pub(crate) word_offset: u32,
+    /// The index in the walk of the first word sent (past 0 for a continuation).
+    pub(crate) first_word: u32,
+    /// The first word sent has a space before it (it continues a prefill).
+    pub(crate) lead_first: bool,
 }
 
 impl Answer {
@@ -373,9 +492,26 @@ impl Answer {
         u64::from(tokens) * u64::from(self.choices)
     }
 
+    /// Token `i` of this answer: the space before it and its word.
+    pub(crate) fn token(&self, i: u32) -> (&'static str, &'static str) {
+        let lead = if i > 0 || self.lead_first { " " } else { "" };
+        (lead, token_text(self.word_offset, self.first_word + i))
+    }
+
+    /// The whole text of this answer.
+    pub(crate) fn text(&self) -> String {
+        let mut s = String::with_capacity(self.output_tokens as usize * 7);
+        for i in 0..self.output_tokens {
+            let (lead, word) = self.token(i);
+            s.push_str(lead);
+            s.push_str(word);
+        }
+        s
+    }
+
     /// The complete (non-streamed) JSON answer, fields in the providers' order.
     pub(crate) fn complete_json(&self) -> Bytes {
-        let text = answer_text(self.word_offset, self.output_tokens);
+        let text = self.text();
         let reason = finish_reason(self.wire, self.truncated);
         let (i, o) = (self.input_tokens, self.billed_output(self.output_tokens));
         let mut out = String::with_capacity(256 + text.len() + self.model.len());

@@ -91,6 +91,8 @@ impl Pending {
             config_version: self.config_version,
             repairs: facts.repairs,
             context_guard: facts.context_guard,
+            continuations: facts.continuations,
+            resumed: facts.resumed,
         };
         fill_span(&self.span, &record);
         self.recorder.record(&record);

@@ -82,6 +82,11 @@ pub struct CallRecord {
     /// reads `refused` with `fallback: true`.
     #[serde(serialize_with = "ser_display")]
     pub context_guard: Option<ContextAction>,
+    /// Follow-up requests that continued an answer cut by `max_tokens` (0 without a
+    /// continuation layer).
+    pub continuations: u32,
+    /// Follow-up requests that resumed a stream cut after its first token.
+    pub resumed: u32,
 }
 
 impl CallRecord {
@@ -231,5 +236,7 @@ pub(crate) fn success() -> CallRecord {
         config_version: None,
         repairs: 0,
         context_guard: None,
+        continuations: 0,
+        resumed: 0,
     }
 }

@@ -1,0 +1,730 @@
+//! [`ContinueBody`]: the caller's body. Passed through untouched when nothing is continued;
+//! for a stream, read event by event so that a continuation's events can follow the ones
+//! already delivered as if one attempt had sent them all.
+//!
+//! How a stream is spliced (the [`Splice`]):
+//!
+//! - every event is passed on whole: bytes after the last blank line are held until the
+//!   event ends, so a cut never leaves half an event with the caller;
+//! - the text of every content delta is kept (the partial answer a follow-up carries);
+//! - an answer that finishes with `length` while a continuation is possible: its finish
+//!   event and everything after it (`content_block_stop`, usage, `[DONE]`, `message_stop`)
+//!   are not passed on, and a follow-up request is made; Anthropic's `content_block_stop` is
+//!   held until the event after it says whether the answer goes on;
+//! - a body error of class `StreamInterrupted` while a resumption is possible: error events
+//!   just before it are held, and a follow-up request is made;
+//! - a follow-up's events: its opening events (role delta, `message_start`, the first
+//!   `content_block_start`) are dropped, its text deltas (trimmed, see [`Trim`]) are sent in
+//!   the first attempt's shape (its id and model, its block index), and its closing events
+//!   carry the usage of all attempts summed;
+//! - a follow-up that cannot be made or fails before its first content: the caller gets what
+//!   it would have got without the layer: the held error events and the original error, or,
+//!   after `length`, the finish, usage and finish marker.
+//!
+//! [`Trim`]: crate::trim::Trim
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use seawall_core::{
+    BodyReport, CallContext, FailureClass, FinishReason, SseDecoder, SseItem, as_llm_error,
+};
+use serde_json::Value;
+use tower_service::Service;
+
+use crate::events::{self, Framer, Kind, OpenAiHead, Seen};
+use crate::layer::Config;
+use crate::request::{Template, Wire};
+use crate::trim::Trim;
+use crate::usage;
+
+pin_project_lite::pin_project! {
+    /// The body of a response from [`Continue`](crate::Continue).
+    ///
+    /// Unchanged (the inner body) when the request is not one the layer continues, or its
+    /// answer needed nothing; a rebuilt JSON answer after continuations of a non-streamed
+    /// answer; a spliced stream for a streamed request (see the module docs). Its errors
+    /// are the inner body's, unchanged.
+    pub struct ContinueBody<S, F, B: Body> {
+        #[pin]
+        kind: BodyKind<S, F, B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum BodyKind<S, F, B: Body> {
+        Pass { #[pin] inner: B },
+        Full { data: Option<Bytes>, error: Option<B::Error> },
+        Replay { head: Option<Bytes>, inner: Pin<Box<B>> },
+        Stream { splice: Box<Splice<S, F, B>> },
+    }
+}
+
+impl<S, F, B: Body> ContinueBody<S, F, B> {
+    pub(crate) fn pass(inner: B) -> Self {
+        ContinueBody {
+            kind: BodyKind::Pass { inner },
+        }
+    }
+
+    pub(crate) fn full(data: Bytes, error: Option<B::Error>) -> Self {
+        ContinueBody {
+            kind: BodyKind::Full {
+                data: (!data.is_empty()).then_some(data),
+                error,
+            },
+        }
+    }
+
+    pub(crate) fn replay(head: Bytes, inner: Pin<Box<B>>) -> Self {
+        ContinueBody {
+            kind: BodyKind::Replay {
+                head: (!head.is_empty()).then_some(head),
+                inner,
+            },
+        }
+    }
+
+    pub(crate) fn stream(splice: Splice<S, F, B>) -> Self {
+        ContinueBody {
+            kind: BodyKind::Stream {
+                splice: Box::new(splice),
+            },
+        }
+    }
+}
+
+impl<S, F, B: Body> std::fmt::Debug for ContinueBody<S, F, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.kind {
+            BodyKind::Pass { .. } => "pass",
+            BodyKind::Full { .. } => "full",
+            BodyKind::Replay { .. } => "replay",
+            BodyKind::Stream { .. } => "stream",
+        };
+        f.debug_struct("ContinueBody")
+            .field("kind", &kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, F, B> Body for ContinueBody<S, F, B>
+where
+    S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
+    F: Future<Output = Result<Response<B>, S::Error>>,
+    B: Body<Data = Bytes>,
+    B::Error: 'static,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Pass { inner } => inner.poll_frame(cx),
+            KindProj::Full { data, error } => Poll::Ready(match data.take() {
+                Some(d) => Some(Ok(Frame::data(d))),
+                None => error.take().map(Err),
+            }),
+            KindProj::Replay { head, inner } => match head.take() {
+                Some(h) => Poll::Ready(Some(Ok(Frame::data(h)))),
+                None => inner.as_mut().poll_frame(cx),
+            },
+            KindProj::Stream { splice } => splice.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            BodyKind::Pass { inner } => inner.is_end_stream(),
+            BodyKind::Full { data, error } => data.is_none() && error.is_none(),
+            BodyKind::Replay { head, inner } => head.is_none() && inner.is_end_stream(),
+            BodyKind::Stream { splice } => splice.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            BodyKind::Pass { inner } => inner.size_hint(),
+            BodyKind::Full { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            BodyKind::Replay { head, inner } => {
+                let h = head.as_ref().map_or(0, |d| d.len() as u64);
+                let i = inner.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(i.lower().saturating_add(h));
+                if let Some(u) = i.upper() {
+                    hint.set_upper(u.saturating_add(h));
+                }
+                hint
+            }
+            BodyKind::Stream { .. } => SizeHint::default(),
+        }
+    }
+}
+
+enum State<F, B> {
+    Body(Pin<Box<B>>),
+    Ready(Option<Request<Bytes>>),
+    Calling(Pin<Box<F>>),
+    Done,
+}
+
+/// Why a follow-up is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Length,
+    Resume,
+}
+
+/// A streamed answer, spliced across its attempts.
+pub(crate) struct Splice<S, F, B: Body> {
+    svc: S,
+    template: Template,
+    config: Arc<Config>,
+    context: Option<Arc<CallContext>>,
+    report: Arc<BodyReport>,
+    state: State<F, B>,
+    framer: Framer,
+    decoder: SseDecoder,
+    /// Frames for the caller, in order.
+    out: VecDeque<Bytes>,
+    /// The error to give after `out`, ending the body.
+    failed: Option<B::Error>,
+    /// The text delivered so far.
+    text: String,
+    /// The answer holds output a follow-up cannot carry (or too much text to keep).
+    unsupported: bool,
+    /// 0 for the first attempt.
+    attempt: u32,
+    continuations: u32,
+    resumed: u32,
+    trim: Trim,
+    head: OpenAiHead,
+    /// Anthropic: the index of the text block the answer flows into.
+    block: u64,
+    /// A length finish will be continued: the rest of this attempt is not passed on.
+    hold_rest: bool,
+    /// Anthropic's `content_block_stop`, until the next event says whether the answer ends.
+    pending_stop: Option<Bytes>,
+    /// Error events, until the body says whether the stream is resumed.
+    held_errors: Vec<Bytes>,
+    /// Usage of the finished attempts, and of this one so far (wire fields).
+    usage_sum: Option<Value>,
+    attempt_usage: Option<Value>,
+    /// Content deltas of this attempt.
+    attempt_deltas: u64,
+    /// The stream carried a usage chunk (OpenAI's `include_usage`).
+    usage_chunks: bool,
+    /// The last finish word and Anthropic stop sequence.
+    finish_word: Option<String>,
+    stop_sequence: Value,
+    model_known: bool,
+    /// The cut being resumed: given back if the follow-up fails before its first content.
+    error: Option<B::Error>,
+    /// The caller's time to first token, which a follow-up's own must not replace.
+    first_token: Option<std::time::Duration>,
+}
+
+impl<S, F, B: Body> Splice<S, F, B> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        svc: S,
+        template: Template,
+        config: Arc<Config>,
+        context: Option<Arc<CallContext>>,
+        report: Arc<BodyReport>,
+        body: B,
+    ) -> Self {
+        Splice {
+            svc,
+            template,
+            config,
+            context,
+            report,
+            state: State::Body(Box::pin(body)),
+            framer: Framer::default(),
+            decoder: SseDecoder::default(),
+            out: VecDeque::new(),
+            failed: None,
+            text: String::new(),
+            unsupported: false,
+            attempt: 0,
+            continuations: 0,
+            resumed: 0,
+            trim: Trim::None,
+            head: OpenAiHead::default(),
+            block: 0,
+            hold_rest: false,
+            pending_stop: None,
+            held_errors: Vec::new(),
+            usage_sum: None,
+            attempt_usage: None,
+            attempt_deltas: 0,
+            usage_chunks: false,
+            finish_word: None,
+            stop_sequence: Value::Null,
+            model_known: false,
+            error: None,
+            first_token: None,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, State::Done) && self.out.is_empty() && self.failed.is_none()
+    }
+
+    fn wire(&self) -> Wire {
+        self.template.wire
+    }
+
+    fn can_follow_up(&self, allowed: bool) -> bool {
+        allowed
+            && !self.unsupported
+            && !self.text.is_empty()
+            && self.continuations + self.resumed < self.config.max_continuations
+    }
+
+    /// The usage of every attempt so far, this one included.
+    fn total_usage(&self) -> Value {
+        let mut sum = self.usage_sum.clone().unwrap_or(Value::Null);
+        if let Some(u) = &self.attempt_usage {
+            usage::add(&mut sum, u);
+        }
+        sum
+    }
+
+    /// Reads one whole event's bytes.
+    fn piece(&mut self, raw: Bytes) {
+        let mut decoder = std::mem::take(&mut self.decoder);
+        let mut any = false;
+        let _ = decoder.feed(&raw, |item| {
+            if let SseItem::Event(e) = item {
+                any = true;
+                self.event(&raw, e.name, e.data);
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        self.decoder = decoder;
+        if !any && !self.hold_rest {
+            // A comment, a keep-alive, a lone line ending: passed on as it came.
+            self.out.push_back(raw);
+        }
+    }
+
+    fn event(&mut self, raw: &Bytes, name: &[u8], data: &[u8]) {
+        let seen = match self.wire() {
+            Wire::OpenAi => events::openai(data),
+            Wire::Anthropic => events::anthropic(name, data),
+        };
+        if self.hold_rest {
+            // After a length finish that will be continued: only the usage counts.
+            if let Some(u) = &seen.usage {
+                usage::overlay(&mut self.attempt_usage, u);
+                self.usage_chunks |= seen.kind == Kind::Usage;
+            }
+            return;
+        }
+        let first = self.attempt == 0;
+        if first && self.wire() == Wire::OpenAi {
+            self.head.learn(&seen);
+        }
+        if seen.kind != Kind::BlockStop && seen.kind != Kind::Finish {
+            if let Some(stop) = self.pending_stop.take() {
+                self.out.push_back(stop);
+            }
+        }
+        match seen.kind {
+            Kind::Head => self.opening(raw, &seen, first),
+            Kind::Content => {
+                if let Some(t) = &seen.text {
+                    self.content(raw, t, first);
+                }
+            }
+            Kind::Finish => self.finish(raw, &seen, first),
+            Kind::Usage => {
+                if let Some(u) = &seen.usage {
+                    usage::overlay(&mut self.attempt_usage, u);
+                }
+                self.usage_chunks = true;
+                if first {
+                    self.out.push_back(raw.clone());
+                } else {
+                    let total = self.total_usage();
+                    self.out.push_back(self.head.usage(&total));
+                }
+            }
+            Kind::BlockStop => {
+                self.pending_stop = Some(if first {
+                    raw.clone()
+                } else {
+                    events::anthropic_block_stop(self.block)
+                });
+            }
+            Kind::Error => self.held_errors.push(raw.clone()),
+            Kind::Unsupported => {
+                self.unsupported = true;
+                self.out.push_back(raw.clone());
+            }
+            Kind::Done | Kind::Other => self.out.push_back(raw.clone()),
+        }
+    }
+
+    fn opening(&mut self, raw: &Bytes, seen: &Seen<'_>, first: bool) {
+        if let Some(u) = &seen.usage {
+            usage::overlay(&mut self.attempt_usage, u);
+        }
+        if !self.model_known {
+            if let Some(m) = &seen.model {
+                self.report.set_model(m);
+                self.model_known = true;
+            }
+        }
+        if first {
+            if let Some(i) = seen.index {
+                self.block = i;
+            }
+            self.out.push_back(raw.clone());
+        } else if seen.index.is_some_and(|i| i > 0) {
+            // A second text block in a continuation: passed on, but not continued again.
+            self.unsupported = true;
+            self.out.push_back(raw.clone());
+        }
+    }
+
+    fn content(&mut self, raw: &Bytes, text: &str, first: bool) {
+        self.attempt_deltas += 1;
+        if first {
+            self.deliver_text(text);
+            self.out.push_back(raw.clone());
+            return;
+        }
+        self.healed();
+        let t = self.trim.feed(text);
+        self.send_text(&t);
+    }
+
+    /// The follow-up delivers content: the cut it resumed is healed, and the error events
+    /// before it will never reach the caller.
+    fn healed(&mut self) {
+        self.error = None;
+        self.held_errors.clear();
+    }
+
+    /// Sends continuation text in the first attempt's shape.
+    fn send_text(&mut self, t: &str) {
+        if t.is_empty() {
+            return;
+        }
+        let frame = match self.wire() {
+            Wire::OpenAi => self.head.content(t),
+            Wire::Anthropic => events::anthropic_delta(self.block, t),
+        };
+        self.out.push_back(frame);
+        self.deliver_text(t);
+    }
+
+    fn deliver_text(&mut self, t: &str) {
+        self.report.record_content();
+        if self.text.len() + t.len() > self.config.max_text_bytes {
+            self.unsupported = true;
+        } else {
+            self.text.push_str(t);
+        }
+    }
+
+    fn finish(&mut self, raw: &Bytes, seen: &Seen<'_>, first: bool) {
+        if let Some(u) = &seen.usage {
+            usage::overlay(&mut self.attempt_usage, u);
+        }
+        let mut text_in_finish = false;
+        if let Some(t) = &seen.text {
+            self.attempt_deltas += 1;
+            if first {
+                self.deliver_text(t);
+                text_in_finish = true;
+            } else {
+                self.healed();
+                let t = self.trim.feed(t);
+                self.send_text(&t);
+            }
+        }
+        if !first {
+            let t = self.trim.flush();
+            self.send_text(&t);
+        }
+        let Some(word) = seen.finish.as_deref() else {
+            // A `message_delta` without a stop reason: passed on.
+            if let Some(stop) = self.pending_stop.take() {
+                self.out.push_back(stop);
+            }
+            self.out.push_back(raw.clone());
+            return;
+        };
+        self.finish_word = Some(word.to_owned());
+        if let Some(s) = &seen.stop_sequence {
+            self.stop_sequence = s.clone();
+        }
+        let reason = FinishReason::from_provider(word);
+        if reason == FinishReason::Length && self.can_follow_up(self.config.on_length) {
+            self.hold_rest = true;
+            self.pending_stop = None;
+            if text_in_finish {
+                if let Some(t) = &seen.text {
+                    let frame = self.head.content(t);
+                    self.out.push_back(frame);
+                }
+            }
+            return;
+        }
+        if let Some(stop) = self.pending_stop.take() {
+            self.out.push_back(stop);
+        }
+        if first {
+            self.out.push_back(raw.clone());
+            return;
+        }
+        let total = self.total_usage();
+        let frame = match self.wire() {
+            Wire::OpenAi => self.head.finish(word, seen.usage.as_ref().map(|_| &total)),
+            Wire::Anthropic => events::anthropic_message_delta(word, &self.stop_sequence, &total),
+        };
+        self.out.push_back(frame);
+    }
+
+    /// This attempt's body ended (`None`).
+    fn ended(&mut self) {
+        if self.hold_rest {
+            self.follow_up(Why::Length);
+            return;
+        }
+        let t = self.trim.flush();
+        self.send_text(&t);
+        if let Some(stop) = self.pending_stop.take() {
+            self.out.push_back(stop);
+        }
+        self.out.extend(self.held_errors.drain(..));
+        // Bytes the stream never ended an event with (or a body that is not SSE at all).
+        if let Some(rest) = self.framer.rest() {
+            self.out.push_back(rest);
+        }
+        self.done(true);
+    }
+
+    /// This attempt's body failed.
+    fn failed(&mut self, err: B::Error)
+    where
+        B::Error: 'static,
+    {
+        if self.hold_rest {
+            // Cut after its length finish: continued as if it had ended.
+            self.follow_up(Why::Length);
+            return;
+        }
+        let class = as_llm_error(&err).map(seawall_core::LlmError::class);
+        if self.attempt > 0 && self.attempt_deltas == 0 {
+            // The follow-up failed before its first content: the cut (if any) is still open.
+            if self.error.is_some() && self.can_follow_up(self.config.resume) {
+                self.follow_up(Why::Resume);
+            } else {
+                self.give_up();
+            }
+            return;
+        }
+        if class == Some(FailureClass::StreamInterrupted) && self.can_follow_up(self.config.resume)
+        {
+            let t = self.trim.flush();
+            self.send_text(&t);
+            self.pending_stop = None;
+            self.error = Some(err);
+            self.follow_up(Why::Resume);
+            return;
+        }
+        if let Some(stop) = self.pending_stop.take() {
+            self.out.push_back(stop);
+        }
+        self.out.extend(self.held_errors.drain(..));
+        if let Some(rest) = self.framer.rest() {
+            self.out.push_back(rest);
+        }
+        self.failed = Some(err);
+        self.done(false);
+    }
+
+    fn follow_up(&mut self, why: Why) {
+        let attempt_usage = self.attempt_usage.take();
+        let used = match why {
+            Why::Length => attempt_usage,
+            Why::Resume => Some(usage::estimate(
+                self.wire(),
+                attempt_usage,
+                self.template.estimated_input,
+                self.attempt_deltas,
+            )),
+        };
+        if let Some(u) = used {
+            usage::add(self.usage_sum.get_or_insert(Value::Null), &u);
+        }
+        self.framer = Framer::default();
+        self.decoder = SseDecoder::default();
+        self.hold_rest = false;
+        self.pending_stop = None;
+        self.attempt_deltas = 0;
+        let Some((req, trim)) = self
+            .template
+            .follow_up(&self.text, &self.config.instruction)
+        else {
+            self.give_up();
+            return;
+        };
+        match why {
+            Why::Length => self.continuations += 1,
+            Why::Resume => self.resumed += 1,
+        }
+        if let Some(cx) = &self.context {
+            self.first_token = cx.update(|f| {
+                match why {
+                    Why::Length => f.continuations += 1,
+                    Why::Resume => f.resumed += 1,
+                }
+                f.time_to_first_token
+            });
+        }
+        tracing::debug!(
+            target: "seawall::continue",
+            attempt = self.attempt + 1,
+            why = ?why,
+            chars = self.text.len(),
+            "follow-up request"
+        );
+        self.trim = trim;
+        self.attempt += 1;
+        self.state = State::Ready(Some(req));
+    }
+
+    /// A follow-up could not be made or failed before any content: the caller gets what it
+    /// would have got without the layer.
+    fn give_up(&mut self) {
+        self.out.extend(self.held_errors.drain(..));
+        if let Some(err) = self.error.take() {
+            self.failed = Some(err);
+            self.done(false);
+            return;
+        }
+        // After a length finish: the finish, the usage and the finish marker.
+        let word = self
+            .finish_word
+            .clone()
+            .unwrap_or_else(|| match self.wire() {
+                Wire::OpenAi => "length".to_owned(),
+                Wire::Anthropic => "max_tokens".to_owned(),
+            });
+        let total = self.total_usage();
+        match self.wire() {
+            Wire::OpenAi => {
+                self.out.push_back(self.head.finish(&word, None));
+                if self.usage_chunks {
+                    self.out.push_back(self.head.usage(&total));
+                }
+                self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+            }
+            Wire::Anthropic => {
+                self.out.push_back(events::anthropic_block_stop(self.block));
+                self.out.push_back(events::anthropic_message_delta(
+                    &word,
+                    &self.stop_sequence,
+                    &total,
+                ));
+                self.out.push_back(Bytes::from_static(
+                    b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+                ));
+            }
+        }
+        self.done(true);
+    }
+
+    /// The stream is over: the report gets the whole answer's facts.
+    fn done(&mut self, complete: bool) {
+        self.state = State::Done;
+        let total = self.total_usage();
+        if let Some(u) = usage::to_core(&total) {
+            self.report.set_usage(u);
+        }
+        if let Some(w) = &self.finish_word {
+            self.report
+                .set_finish_reason(FinishReason::from_provider(w));
+        }
+        if complete {
+            self.report.set_finished();
+        }
+    }
+}
+
+impl<S, F, B> Splice<S, F, B>
+where
+    S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
+    F: Future<Output = Result<Response<B>, S::Error>>,
+    B: Body<Data = Bytes>,
+    B::Error: 'static,
+{
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        loop {
+            if let Some(frame) = self.out.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(frame))));
+            }
+            if let Some(err) = self.failed.take() {
+                return Poll::Ready(Some(Err(err)));
+            }
+            match &mut self.state {
+                State::Done => return Poll::Ready(None),
+                State::Body(body) => match ready!(body.as_mut().poll_frame(cx)) {
+                    Some(Ok(frame)) => {
+                        // Trailers are not part of an SSE answer: dropped.
+                        if let Ok(data) = frame.into_data() {
+                            let mut framer = std::mem::take(&mut self.framer);
+                            framer.push(&data, |piece| self.piece(piece));
+                            self.framer = framer;
+                        }
+                    }
+                    Some(Err(e)) => self.failed(e),
+                    None => self.ended(),
+                },
+                State::Ready(req) => match ready!(self.svc.poll_ready(cx)) {
+                    Ok(()) => {
+                        let Some(req) = req.take() else {
+                            seawall_core::polled_after_completion();
+                        };
+                        self.state = State::Calling(Box::pin(self.svc.call(req)));
+                    }
+                    Err(_) => self.give_up(),
+                },
+                State::Calling(fut) => match ready!(fut.as_mut().poll(cx)) {
+                    Ok(resp) if resp.status().is_success() => {
+                        // A stream layer inside wrote the follow-up's time to first token
+                        // over the caller's.
+                        if let (Some(cx), Some(t)) = (&self.context, self.first_token) {
+                            cx.update(|f| f.time_to_first_token = Some(t));
+                        }
+                        self.state = State::Body(Box::pin(resp.into_body()));
+                    }
+                    _ => {
+                        // The follow-up failed before any content (it was retried, gated and
+                        // budgeted inside): nothing more to do here.
+                        self.give_up();
+                    }
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The layer, its builder, and the one choice a deployment makes: how an OpenAI-compatible
+//! server is asked to go on.
+
+use std::sync::Arc;
+
+use seawall_core::ConfigError;
+use tower_layer::Layer;
+
+use crate::service::Continue;
+
+/// How a follow-up request asks the model to go on from the partial answer, which it always
+/// carries as the assistant's last turn.
+///
+/// The Anthropic Messages API always uses [`Prefill`](Self::Prefill); the OpenAI wire uses the
+/// layer's [`openai_style`](ContinueBuilder::openai_style), [`Instruction`](Self::Instruction)
+/// by default since plain OpenAI has no continuation support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContinuationStyle {
+    /// The assistant's turn is last and the answer continues it: Anthropic's prefill, and
+    /// servers that continue a final assistant message by themselves (llama.cpp). A prefill
+    /// sent to Anthropic never ends in whitespace (Anthropic refuses one): the trailing
+    /// whitespace is left out of the request, and dropped from the start of the continuation
+    /// if the model writes it again.
+    Prefill,
+    /// vLLM (and SGLang): `"continue_final_message": true` with
+    /// `"add_generation_prompt": false`.
+    ContinueFinalMessage,
+    /// DeepSeek (beta endpoint) and Mistral: `"prefix": true` on the last assistant message.
+    Prefix,
+    /// Any chat model, plain OpenAI included: an extra user turn asks the model to go on
+    /// exactly where it stopped without repeating anything ([`ContinueBuilder::instruction`]).
+    /// A model that is only asked may start by repeating the last words it gave: when the
+    /// continuation starts with a tail of the text delivered (from a word boundary, within
+    /// the last 256 bytes), that overlap is dropped.
+    Instruction,
+}
+
+/// The default instruction of [`ContinuationStyle::Instruction`].
+pub const DEFAULT_INSTRUCTION: &str = "Your previous answer was cut off. Continue it exactly where it stopped, even mid-sentence or mid-word. Do not repeat anything already written and do not add any preamble or commentary.";
+
+/// The default bound on follow-up requests per call.
+pub const DEFAULT_MAX_CONTINUATIONS: u32 = 3;
+
+/// The settings every service of one layer shares.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) max_continuations: u32,
+    pub(crate) on_length: bool,
+    pub(crate) resume: bool,
+    pub(crate) openai_style: ContinuationStyle,
+    pub(crate) instruction: Arc<str>,
+    pub(crate) max_text_bytes: usize,
+    pub(crate) max_body_bytes: usize,
+}
+
+/// Applies [`Continue`]: an answer cut by `max_tokens` is continued, and a stream cut after
+/// its first token is resumed, by follow-up requests that carry the partial answer as the
+/// assistant's last turn, so the caller gets one answer.
+///
+/// ```
+/// use seawall_continue::{ContinuationStyle, ContinueLayer};
+///
+/// let layer = ContinueLayer::builder()
+///     .max_continuations(2)
+///     .openai_style(ContinuationStyle::ContinueFinalMessage) // a vLLM upstream
+///     .build()?;
+/// # let _ = layer;
+/// # Ok::<(), seawall_core::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ContinueLayer {
+    config: Arc<Config>,
+}
+
+impl ContinueLayer {
+    /// A layer with the defaults: up to [`DEFAULT_MAX_CONTINUATIONS`] follow-ups per call,
+    /// continuation on `length` and resumption of cut streams both on, the
+    /// [`Instruction`](ContinuationStyle::Instruction) style on the OpenAI wire.
+    pub fn new() -> Self {
+        ContinueBuilder::default()
+            .build()
+            .expect("the defaults are valid")
+    }
+
+    /// A builder starting from the defaults of [`ContinueLayer::new`].
+    pub fn builder() -> ContinueBuilder {
+        ContinueBuilder::default()
+    }
+
+    pub(crate) fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+}
+
+impl Default for ContinueLayer {
+    fn default() -> Self {
+        ContinueLayer::new()
+    }
+}
+
+impl<S> Layer<S> for ContinueLayer {
+    type Service = Continue<S>;
+
+    fn layer(&self, inner: S) -> Continue<S> {
+        Continue::from_config(inner, self.config.clone())
+    }
+}
+
+/// Settings of a [`ContinueLayer`]; [`build`](Self::build) checks them.
+#[derive(Debug, Clone)]
+pub struct ContinueBuilder {
+    max_continuations: u32,
+    on_length: bool,
+    resume: bool,
+    openai_style: ContinuationStyle,
+    instruction: Arc<str>,
+    max_text_bytes: usize,
+    max_body_bytes: usize,
+}
+
+impl Default for ContinueBuilder {
+    fn default() -> Self {
+        ContinueBuilder {
+            max_continuations: DEFAULT_MAX_CONTINUATIONS,
+            on_length: true,
+            resume: true,
+            openai_style: ContinuationStyle::Instruction,
+            instruction: Arc::from(DEFAULT_INSTRUCTION),
+            max_text_bytes: 1 << 20,
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+impl ContinueBuilder {
+    /// The most follow-up requests one call makes, continuations and resumptions together
+    /// (default [`DEFAULT_MAX_CONTINUATIONS`]; 0 turns the layer off).
+    pub fn max_continuations(mut self, n: u32) -> Self {
+        self.max_continuations = n;
+        self
+    }
+
+    /// Whether an answer that finished with `length` (`max_tokens`) is continued (default
+    /// on).
+    pub fn on_length(mut self, yes: bool) -> Self {
+        self.on_length = yes;
+        self
+    }
+
+    /// Whether a stream cut after its first token (a `StreamInterrupted` body error) is
+    /// resumed (default on). Off, the caller gets the error, as without the layer.
+    pub fn resume(mut self, yes: bool) -> Self {
+        self.resume = yes;
+        self
+    }
+
+    /// How requests on the OpenAI wire ask to go on (default
+    /// [`Instruction`](ContinuationStyle::Instruction)). Requests to the Anthropic Messages
+    /// API always use [`Prefill`](ContinuationStyle::Prefill).
+    pub fn openai_style(mut self, style: ContinuationStyle) -> Self {
+        self.openai_style = style;
+        self
+    }
+
+    /// The user turn of the [`Instruction`](ContinuationStyle::Instruction) style (default
+    /// [`DEFAULT_INSTRUCTION`]).
+    pub fn instruction(mut self, text: impl Into<Arc<str>>) -> Self {
+        self.instruction = text.into();
+        self
+    }
+
+    /// The longest partial answer, in bytes of text, that is continued (default 1 MiB): the
+    /// layer keeps the text delivered so far to send it back, and a longer one is not kept.
+    pub fn max_text_bytes(mut self, n: usize) -> Self {
+        self.max_text_bytes = n;
+        self
+    }
+
+    /// The largest non-streamed answer read to look for a `length` finish (default 8 MiB);
+    /// a larger one is passed through as it is.
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = n;
+        self
+    }
+
+    /// Checks the settings and builds the layer.
+    pub fn build(self) -> Result<ContinueLayer, ConfigError> {
+        if self.instruction.trim().is_empty() {
+            return Err(ConfigError::new("instruction", "must not be empty"));
+        }
+        if self.max_text_bytes == 0 {
+            return Err(ConfigError::new("max_text_bytes", "must be at least 1"));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(ConfigError::new("max_body_bytes", "must be at least 1"));
+        }
+        Ok(ContinueLayer {
+            config: Arc::new(Config {
+                max_continuations: self.max_continuations,
+                on_length: self.on_length,
+                resume: self.resume,
+                openai_style: self.openai_style,
+                instruction: self.instruction,
+                max_text_bytes: self.max_text_bytes,
+                max_body_bytes: self.max_body_bytes,
+            }),
+        })
+    }
+}

@@ -1,0 +1,96 @@
+//! seawall's `ContinueLayer`: one answer, even when it was cut.
+//!
+//! An answer can be cut two ways. The upstream stops at `max_tokens` (`finish_reason:
+//! "length"`, `stop_reason: "max_tokens"`): the answer is well formed but incomplete. Or a
+//! stream breaks after its first token: the caller has part of the answer, and without this
+//! layer its stream ends with a `StreamInterrupted` error, which nothing may retry (the commit
+//! point is past). The cure is the same: ask the model to go on from exactly where it
+//! stopped, with a follow-up request that is the original request plus the partial answer as
+//! the assistant's last turn, and give the caller one answer.
+//!
+//! # How a follow-up asks ([`ContinuationStyle`])
+//!
+//! - Anthropic Messages: an assistant prefill (the last message is the assistant's; the
+//!   answer continues it). Anthropic refuses a prefill that ends in whitespace, so trailing
+//!   whitespace is left out of it and dropped from the continuation's start if repeated.
+//! - OpenAI-compatible servers, chosen per layer with [`ContinueBuilder::openai_style`]:
+//!   vLLM's `continue_final_message` ([`ContinueFinalMessage`](ContinuationStyle::ContinueFinalMessage)),
+//!   DeepSeek's and Mistral's `"prefix": true` ([`Prefix`](ContinuationStyle::Prefix)), or,
+//!   for plain OpenAI, which has no continuation support, an extra user turn asking to
+//!   continue exactly where it stopped ([`Instruction`](ContinuationStyle::Instruction), the
+//!   default), with the overlap a model may repeat trimmed.
+//!
+//! # What the caller gets
+//!
+//! - **Length, not streamed**: one answer whose text is the concatenation, whose usage is the
+//!   sum of the attempts' and whose finish reason is the last one. If a follow-up fails, the
+//!   answer as far as it got (still finishing with `length`).
+//! - **Length, streamed**: the continuation's content chunks follow in the same stream: no
+//!   second role delta or `message_start`, one `[DONE]` or `message_stop`, the final usage
+//!   summed.
+//! - **Resume**: a stream cut after its first token (the body yields a `StreamInterrupted`
+//!   error) does not end: the continuation's content follows what was delivered, without
+//!   duplicated text (every event is passed on whole, so a cut never leaves half an event
+//!   with the caller), and the final usage is the sum (the cut attempt's output counted by
+//!   its content deltas, its prompt estimated, when it was cut before it said). If
+//!   resumption is off or unsupported for the answer (a tool call, a thinking block), or the
+//!   follow-up fails before its first content, the caller gets the `StreamInterrupted` error
+//!   unchanged.
+//!
+//! Up to [`max_continuations`](ContinueBuilder::max_continuations) follow-ups per call
+//! (3 by default), continuations and resumptions together. The call record counts them:
+//! [`CallFacts::continuations`](seawall_core::CallFacts) and `resumed`.
+//!
+//! # Where it goes
+//!
+//! Outside retry, budget and gate; inside cache and observe:
+//!
+//! ```text
+//! observe → cache → continue → fallback → retry → budget → breaker → gate → stream → classify → transport
+//! ```
+//!
+//! Each follow-up goes through the inner stack like any call: it is retried, gated, admitted
+//! by the breaker and priced by the budget (which prices each attempt itself, so the cost
+//! needs no summing here). Inside observe, the call is recorded once, with its continuations;
+//! inside the cache, the cache stores the whole answer, never a part. Outside fallback, a
+//! follow-up may be served by a fallback target when the primary is down.
+//!
+//! ```
+//! use seawall_continue::ContinueLayer;
+//! use tower::ServiceBuilder;
+//!
+//! # fn stack<S>(upstream: S) -> impl Sized {
+//! ServiceBuilder::new()
+//!     // .layer(ObserveLayer::new()).layer(CacheLayer::new(..))
+//!     .layer(ContinueLayer::new())
+//!     // .layer(fallback).layer(retry).layer(budget) ...
+//!     .service(upstream)
+//! # }
+//! ```
+//!
+//! # Cost
+//!
+//! A request the layer may continue is copied (headers, extensions and a reference to the
+//! body) before it is sent, and the service is cloned. A non-streamed answer whose finish
+//! reason the classifier already read passes through untouched; without a classifier the
+//! answer is read whole to look for `length`. A stream is read event by event (one small
+//! JSON parse per event) to keep the text delivered.
+#![doc(html_root_url = "https://docs.rs/seawall-continue/0.1.0")]
+
+mod answer;
+mod body;
+mod events;
+mod future;
+mod layer;
+mod request;
+mod service;
+mod trim;
+mod usage;
+
+pub use body::ContinueBody;
+pub use future::ResponseFuture;
+pub use layer::{
+    ContinuationStyle, ContinueBuilder, ContinueLayer, DEFAULT_INSTRUCTION,
+    DEFAULT_MAX_CONTINUATIONS,
+};
+pub use service::Continue;

@@ -1,0 +1,334 @@
+//! ContinueLayer against the chaos upstream on paused time: answers cut by `max_tokens`
+//! continued to the whole text, streams cut mid-way resumed without duplicated text, in both
+//! wire formats, and every way it must not change what the caller gets.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::BodyExt;
+use seawall_continue::{ContinuationStyle, ContinueLayer};
+use seawall_core::{FailureClass, LlmError};
+use seawall_mock::{Count, ErrorRule, Profile};
+use seawall_test_support::drain;
+use serde_json::Value;
+use tower::ServiceExt;
+
+fn cutting(after: u32) -> Profile {
+    profile().cut_streams(1.0, Count::fixed(after), true)
+}
+
+async fn json_of<B>(resp: http::Response<B>) -> Value
+where
+    B: http_body::Body<Data = Bytes, Error = LlmError>,
+{
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_length_cut_answer_is_continued_to_the_whole_text_with_summed_usage() {
+    for anthropic_wire in [false, true] {
+        let whole = uncut(profile(), anthropic_wire).await;
+        let up = Up::single(profile());
+        let (svc, records) = stack(&up, ContinueLayer::new());
+        let resp = svc.oneshot(ask(anthropic_wire, false, 6)).await.unwrap();
+        let v = json_of(resp).await;
+        assert_eq!(answer_text(&v), whole, "{v}");
+        // Three attempts: 6 + 6 + 4 words, each billed; the instruction style's continuations
+        // repeat one word each, which the layer trimmed.
+        assert_eq!(up.calls(), 3);
+        let (finish, output, input) = if anthropic_wire {
+            (
+                &v["stop_reason"],
+                &v["usage"]["output_tokens"],
+                &v["usage"]["input_tokens"],
+            )
+        } else {
+            (
+                &v["choices"][0]["finish_reason"],
+                &v["usage"]["completion_tokens"],
+                &v["usage"]["prompt_tokens"],
+            )
+        };
+        assert!(matches!(finish.as_str(), Some("stop" | "end_turn")), "{v}");
+        assert_eq!(output, if anthropic_wire { 16 } else { 18 }, "{v}");
+        let first_prompt = if anthropic_wire { 10 } else { 10 };
+        assert!(input.as_u64().unwrap() > 3 * first_prompt, "{v}");
+        let records = records.lock().unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!((records[0].continuations, records[0].resumed), (2, 0));
+        assert_eq!(
+            records[0].usage.unwrap().output_tokens,
+            output.as_u64().unwrap()
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_style_asks_the_way_its_upstream_understands() {
+    for style in [
+        ContinuationStyle::Prefix,
+        ContinuationStyle::ContinueFinalMessage,
+        ContinuationStyle::Instruction,
+    ] {
+        let whole = uncut(profile(), false).await;
+        let up = Up::single(profile());
+        let layer = ContinueLayer::builder()
+            .openai_style(style)
+            .build()
+            .unwrap();
+        let (svc, _) = stack(&up, layer);
+        let v = json_of(svc.oneshot(openai(false, 6)).await.unwrap()).await;
+        assert_eq!(answer_text(&v), whole, "{style:?}");
+        let follow_up = up.request(1);
+        let messages = follow_up["messages"].as_array().unwrap();
+        let partial = whole.split(' ').take(6).collect::<Vec<_>>().join(" ");
+        match style {
+            ContinuationStyle::Instruction => {
+                assert_eq!(messages[messages.len() - 2]["content"], partial.as_str());
+                assert_eq!(messages[messages.len() - 1]["role"], "user");
+            }
+            ContinuationStyle::Prefix => {
+                assert_eq!(messages.last().unwrap()["prefix"], true);
+                assert_eq!(messages.last().unwrap()["content"], partial.as_str());
+            }
+            _ => {
+                assert_eq!(follow_up["continue_final_message"], true);
+                assert_eq!(follow_up["add_generation_prompt"], false);
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_length_cut_answer_continues_in_the_same_stream() {
+    for anthropic_wire in [false, true] {
+        let whole = uncut(profile(), anthropic_wire).await;
+        let up = Up::single(profile());
+        let (svc, records) = stack(&up, ContinueLayer::new());
+        let resp = svc.oneshot(ask(anthropic_wire, true, 6)).await.unwrap();
+        let (sse, err) = drain(resp.into_body()).await;
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(streamed_text(&sse), whole, "{sse}");
+        if anthropic_wire {
+            assert_eq!(count(&sse, "message_start"), 1, "{sse}");
+            assert_eq!(count(&sse, "content_block_start"), 1, "{sse}");
+            assert_eq!(count(&sse, "content_block_stop"), 1, "{sse}");
+            assert_eq!(count(&sse, "message_stop"), 1, "{sse}");
+            let deltas: Vec<_> = events(&sse)
+                .into_iter()
+                .filter(|(n, _)| n == "message_delta")
+                .collect();
+            assert_eq!(deltas.len(), 1, "{sse}");
+            let d: Value = serde_json::from_str(&deltas[0].1).unwrap();
+            assert_eq!(d["delta"]["stop_reason"], "end_turn");
+            assert_eq!(d["usage"]["output_tokens"], 16);
+        } else {
+            assert_eq!(count(&sse, "\"role\""), 1, "{sse}");
+            assert_eq!(count(&sse, "[DONE]"), 1, "{sse}");
+            assert_eq!(count(&sse, "\"finish_reason\":\"length\""), 0, "{sse}");
+            assert_eq!(count(&sse, "\"finish_reason\":\"stop\""), 1, "{sse}");
+            let usage: Vec<Value> = events(&sse)
+                .iter()
+                .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
+                .filter(|v| v["usage"].is_object())
+                .collect();
+            assert_eq!(usage.len(), 1, "{sse}");
+            assert_eq!(usage[0]["usage"]["completion_tokens"], 18);
+            // Every chunk carries the first attempt's id.
+            let ids: std::collections::HashSet<String> = events(&sse)
+                .iter()
+                .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
+                .filter_map(|v| v["id"].as_str().map(str::to_owned))
+                .collect();
+            assert_eq!(ids.len(), 1, "{ids:?}");
+        }
+        assert_eq!(records.lock().unwrap()[0].continuations, 2);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_mid_way_is_resumed_with_the_exact_text_in_both_formats() {
+    for anthropic_wire in [false, true] {
+        let whole = uncut(profile(), anthropic_wire).await;
+        let up = Up::new(cutting(5), profile());
+        let (svc, records) = stack(&up, ContinueLayer::new());
+        let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
+        let (sse, err) = drain(resp.into_body()).await;
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(streamed_text(&sse), whole, "{sse}");
+        assert_eq!(up.calls(), 2);
+        let done = if anthropic_wire {
+            "message_stop"
+        } else {
+            "[DONE]"
+        };
+        assert_eq!(count(&sse, done), 1, "{sse}");
+        let records = records.lock().unwrap();
+        assert_eq!((records[0].resumed, records[0].continuations), (1, 0));
+        let usage = records[0].usage.unwrap();
+        // 5 tokens of the cut attempt, 11 of the continuation (and the word the instruction
+        // style's continuation repeats, which the layer trimmed).
+        assert_eq!(usage.output_tokens, if anthropic_wire { 16 } else { 17 });
+        assert_eq!(records[0].outcome, seawall_observe::CallOutcome::Success);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_cuts_are_resumed_up_to_the_bound_then_the_cut_is_the_callers() {
+    // The first four streams are cut after 3 tokens.
+    let whole = uncut(profile(), false).await;
+    let up = Up::new(cutting(3), profile()).first_calls(4);
+    let layer = ContinueLayer::builder()
+        .max_continuations(10)
+        .build()
+        .unwrap();
+    let (svc, records) = stack(&up, layer);
+    let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(streamed_text(&sse), whole);
+    assert_eq!(records.lock().unwrap()[0].resumed, 4);
+    assert_eq!(up.calls(), 5);
+
+    // Every stream is cut: after two resumptions the third cut is the caller's.
+    let up = Up::single(cutting(3));
+    let layer = ContinueLayer::builder()
+        .max_continuations(2)
+        .openai_style(ContinuationStyle::Prefix)
+        .build()
+        .unwrap();
+    let (svc, records) = stack(&up, layer);
+    let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+    assert_eq!(up.calls(), 3);
+    assert_eq!(streamed_text(&sse).split(' ').count(), 9);
+    assert!(whole.starts_with(&streamed_text(&sse)));
+    assert_eq!(records.lock().unwrap()[0].resumed, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn length_continuations_stop_at_the_bound_with_a_length_finish() {
+    let up = Up::single(profile().output_tokens(Count::fixed(40)));
+    let layer = ContinueLayer::builder()
+        .max_continuations(3)
+        .build()
+        .unwrap();
+    let (svc, records) = stack(&up, layer);
+    let v = json_of(svc.oneshot(anthropic(false, 5)).await.unwrap()).await;
+    assert_eq!(up.calls(), 4);
+    assert_eq!(v["stop_reason"], "max_tokens");
+    assert_eq!(answer_text(&v).split(' ').count(), 20);
+    assert_eq!(records.lock().unwrap()[0].continuations, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_resumption_off_the_caller_gets_the_stream_interrupted_error() {
+    let up = Up::new(cutting(5), profile());
+    let layer = ContinueLayer::builder().resume(false).build().unwrap();
+    let (svc, records) = stack(&up, layer);
+    let (sse, err) = drain(svc.oneshot(anthropic(true, 100)).await.unwrap().into_body()).await;
+    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+    assert_eq!(streamed_text(&sse).split(' ').count(), 5);
+    assert_eq!(up.calls(), 1);
+    assert_eq!(records.lock().unwrap()[0].resumed, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_continuation_leaves_the_original_stream_interrupted_error() {
+    for anthropic_wire in [false, true] {
+        let failing = profile().error(ErrorRule::random(500, 1.0));
+        let up = Up::new(cutting(5), failing);
+        let (svc, _) = stack(&up, ContinueLayer::new());
+        let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
+        let (sse, err) = drain(resp.into_body()).await;
+        let err = err.expect("the cut reaches the caller");
+        assert_eq!(err.class(), FailureClass::StreamInterrupted);
+        assert!(err.to_string().contains("reset"), "{err}");
+        assert_eq!(streamed_text(&sse).split(' ').count(), 5);
+        assert_eq!(up.calls(), 2);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_length_continuation_leaves_the_answer_as_it_was() {
+    let failing = profile().error(ErrorRule::random(503, 1.0));
+    // Streamed: the finish, usage and [DONE] held back are sent after all.
+    let up = Up::new(profile(), failing.clone());
+    let (svc, _) = stack(&up, ContinueLayer::new());
+    let (sse, err) = drain(svc.oneshot(openai(true, 6)).await.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(streamed_text(&sse).split(' ').count(), 6);
+    assert_eq!(count(&sse, "\"finish_reason\":\"length\""), 1, "{sse}");
+    assert_eq!(count(&sse, "[DONE]"), 1, "{sse}");
+    // Not streamed: the first answer, unchanged.
+    let up = Up::new(profile(), failing);
+    let (svc, _) = stack(&up, ContinueLayer::new());
+    let v = json_of(svc.oneshot(anthropic(false, 6)).await.unwrap()).await;
+    assert_eq!(v["stop_reason"], "max_tokens");
+    assert_eq!(answer_text(&v).split(' ').count(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_needs_nothing_passes_through_byte_for_byte() {
+    for anthropic_wire in [false, true] {
+        for stream in [false, true] {
+            let direct = seawall_mock::MockUpstream::new(profile())
+                .oneshot(ask(anthropic_wire, stream, 100))
+                .await
+                .unwrap();
+            let want = direct.into_body().collect().await.unwrap().to_bytes();
+            let up = Up::single(profile());
+            let (svc, records) = stack(&up, ContinueLayer::new());
+            let resp = svc.oneshot(ask(anthropic_wire, stream, 100)).await.unwrap();
+            let (got, err) = drain(resp.into_body()).await;
+            assert!(err.is_none());
+            assert_eq!(got.as_bytes(), &want[..]);
+            assert_eq!(up.calls(), 1);
+            let r = &records.lock().unwrap()[0];
+            assert_eq!((r.continuations, r.resumed), (0, 0));
+            assert!(r.usage.is_some());
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_it_cannot_continue_are_left_alone() {
+    let up = Up::new(cutting(5), profile());
+    let (svc, _) = stack(&up, ContinueLayer::new());
+    // Two choices: the cut is the caller's.
+    let mut req = openai(true, 100);
+    let mut body: Value = serde_json::from_slice(req.body()).unwrap();
+    body["n"] = 2.into();
+    *req.body_mut() = Bytes::from(body.to_string());
+    let (_, err) = drain(svc.oneshot(req).await.unwrap().into_body()).await;
+    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+    assert_eq!(up.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_record_keeps_the_callers_time_to_first_token() {
+    use seawall_mock::Delay;
+    use std::time::Duration;
+    let first = cutting(5).first_token_latency(Delay::fixed(Duration::from_millis(400)));
+    let rest = profile().first_token_latency(Delay::fixed(Duration::from_millis(100)));
+    let up = Up::new(first, rest);
+    let records: Records = Default::default();
+    let sink = records.clone();
+    let observe = seawall_observe::ObserveLayer::builder()
+        .recorder(move |r: &seawall_observe::CallRecord| sink.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap();
+    use tower::Layer;
+    let svc = observe.layer(
+        ContinueLayer::new().layer(
+            seawall_stream::StreamTimeoutLayer::new()
+                .layer(seawall_classify::ClassifyLayer::new().layer(up.clone())),
+        ),
+    );
+    let (_, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    let r = &records.lock().unwrap()[0];
+    assert_eq!(r.resumed, 1);
+    assert_eq!(r.time_to_first_token, Some(Duration::from_millis(400)));
+}

@@ -1,0 +1,179 @@
+//! Whatever a follow-up answers (broken SSE, half events, lying usage, JSON that is not an
+//! answer, bytes that are not text), the layer never panics and the caller's body ends.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use proptest::prelude::*;
+use seawall_classify::ClassifyLayer;
+use seawall_continue::ContinueLayer;
+use seawall_core::{BoxError, LlmError};
+use seawall_mock::{Count, MockUpstream, Profile};
+use seawall_test_support::{drain, paused_runtime};
+use serde_json::json;
+use tower::{Layer, Service, ServiceExt};
+
+/// A body of given chunks.
+struct Chunks(VecDeque<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+}
+
+type AnyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The first call to the mock; every follow-up answered with `chunks`.
+#[derive(Clone)]
+struct Hostile {
+    mock: MockUpstream,
+    chunks: Vec<Vec<u8>>,
+    stream: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Service<Request<Bytes>> for Hostile {
+    type Response = Response<AnyBody>;
+    type Error = LlmError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<AnyBody>, LlmError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let this = self.clone();
+        Box::pin(async move {
+            if n == 0 {
+                let resp = match this.mock.oneshot(req).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                };
+                return Ok(resp.map(|b| b.map_err(BoxError::from).boxed_unsync()));
+            }
+            let ct = if this.stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            let body = Chunks(this.chunks.into_iter().map(Bytes::from).collect());
+            Ok(Response::builder()
+                .header("content-type", ct)
+                .body(body.boxed_unsync())
+                .unwrap())
+        })
+    }
+}
+
+const PIECES: &[&str] = &[
+    "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" storm passes\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"completion_tokens\":18446744073709551615}}\n\n",
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":\"many\"}}\n\n",
+    "data: {\"choices\":[{\"index\":3,\"delta\":{\"content\":\"x\"}}]}\n\n",
+    "data: {\"error\":{\"message\":\"boom\"}}\n\n",
+    "data: [DONE]\n\n",
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":7,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\u00e9 wave\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":null}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n",
+    ": keep-alive\n\n",
+    "\r\r\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":",
+    "{\"choices\":[{\"message\":{\"content\":\" more\"},\"finish_reason\":\"length\"}],\"usage\":{\"completion_tokens\":1}}",
+    "{\"content\":[{\"type\":\"text\",\"text\":7}],\"stop_reason\":\"max_tokens\"}",
+    "{\"content\":\"not blocks\",\"stop_reason\":\"end_turn\"}",
+];
+
+fn chunks() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let piece = prop_oneof![
+        3 => prop::sample::select(PIECES).prop_map(|p| p.as_bytes().to_vec()),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+    ];
+    prop::collection::vec(piece, 0..10)
+}
+
+fn request(anthropic: bool, stream: bool, max_tokens: u32) -> Request<Bytes> {
+    let (uri, body) = if anthropic {
+        (
+            "http://mock/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "stream": stream,
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        )
+    } else {
+        (
+            "http://mock/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "max_tokens": max_tokens, "stream": stream,
+                   "stream_options": {"include_usage": true},
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        )
+    };
+    Request::post(uri)
+        .body(Bytes::from(body.to_string()))
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// A stream cut (or cut by `length`) and followed by hostile follow-ups.
+    #[test]
+    fn hostile_follow_ups_of_a_stream_never_panic(
+        chunks in chunks(),
+        anthropic in any::<bool>(),
+        cut in any::<bool>(),
+    ) {
+        let profile = Profile::default().seed(5).output_tokens(Count::fixed(16));
+        let profile = if cut { profile.cut_streams(1.0, Count::fixed(4), true) } else { profile };
+        let up = Hostile { mock: MockUpstream::new(profile), chunks, stream: true, calls: Arc::default() };
+        let svc = ContinueLayer::new().layer(ClassifyLayer::new().layer(up.clone()));
+        let max = if cut { 100 } else { 6 };
+        let (text, _err) = paused_runtime().block_on(async move {
+            let resp = svc.oneshot(request(anthropic, true, max)).await.unwrap();
+            drain(resp.into_body()).await
+        });
+        prop_assert!(up.calls.load(Ordering::SeqCst) <= 4);
+        prop_assert!(!text.is_empty());
+    }
+
+    /// A non-streamed answer cut by `length` and followed by hostile follow-ups.
+    #[test]
+    fn hostile_follow_ups_of_an_answer_never_panic(
+        chunks in chunks(),
+        anthropic in any::<bool>(),
+    ) {
+        let profile = Profile::default().seed(5).output_tokens(Count::fixed(16));
+        let up = Hostile { mock: MockUpstream::new(profile), chunks, stream: false, calls: Arc::default() };
+        let svc = ContinueLayer::new().layer(ClassifyLayer::new().layer(up.clone()));
+        let result = paused_runtime().block_on(async move {
+            match svc.oneshot(request(anthropic, false, 6)).await {
+                Ok(resp) => resp.into_body().collect().await.map(|b| b.to_bytes()).ok(),
+                Err(_) => None,
+            }
+        });
+        // The first answer (at least) comes back, as JSON.
+        let bytes = result.expect("the first answer is never lost");
+        prop_assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok());
+    }
+}
