@@ -2,7 +2,10 @@
 //! or an SSE stream, and how it is replayed in either form.
 //!
 //! An answer is kept in a compact canonical form (the wire format, id, model, text, finish
-//! reason and usage) plus, when it came as one JSON body, that body's raw bytes. A
+//! reason and usage) plus, when it came as one JSON body, that body's raw bytes. An answer
+//! that came as one JSON body is recognised by a byte scan (`scan`) and kept as its raw bytes
+//! and usage alone: its other parts are parsed from them only when first needed (a streamed
+//! replay, [`Answer::text`]). A
 //! non-streamed request is served the raw body when there is one (byte for byte what the
 //! upstream said) and a rebuilt body otherwise; a streamed request is served a rebuilt SSE
 //! stream in the same wire format (the key contains the path, so an answer is only ever served
@@ -19,6 +22,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::Request;
 use seawall_core::{FinishReason, SseDecoder, SseItem, Usage};
 use serde::Deserialize;
+
+mod scan;
 
 /// The wire formats whose answers are cached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,52 +91,51 @@ impl Format {
 }
 
 /// A complete answer, as the cache stores it.
+///
+/// Its parts (id, model, text, finish reason) are kept in a compact canonical form, or, for
+/// an answer that came as one JSON body, parsed from that body only when first asked for: a
+/// hit in the form the answer came in replays the raw body and needs none of them, so a miss
+/// does not build them (see `scan`).
 #[derive(Debug)]
 pub struct Answer {
     wire: Wire,
+    usage: Usage,
+    raw: Option<Bytes>,
+    /// Set at once, or (an answer from a raw body) parsed from `raw` at the first use.
+    parts: OnceLock<Parts>,
+    /// Each format rendered once, at its first replay (the JSON one is `raw` when present).
+    rendered: [OnceLock<Bytes>; 3],
+}
+
+/// An answer's parts other than its usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Parts {
     id: Box<str>,
     model: Box<str>,
     created: u64,
     text: Box<str>,
     finish: Box<str>,
-    usage: Usage,
-    raw: Option<Bytes>,
-    /// Each format rendered once, at its first replay (the JSON one is `raw` when present).
-    rendered: [OnceLock<Bytes>; 3],
 }
 
 impl Clone for Answer {
     fn clone(&self) -> Self {
+        let parts = OnceLock::new();
+        if let Some(p) = self.parts.get() {
+            let _ = parts.set(p.clone());
+        }
         Answer {
-            rendered: Default::default(),
+            wire: self.wire,
+            usage: self.usage,
             raw: self.raw.clone(),
-            ..Answer::new(
-                self.wire,
-                &self.id,
-                &self.model,
-                self.created,
-                &self.text,
-                &self.finish,
-                self.usage,
-            )
+            parts,
+            rendered: Default::default(),
         }
     }
 }
 
 impl PartialEq for Answer {
     fn eq(&self, o: &Self) -> bool {
-        (
-            self.wire,
-            &self.id,
-            &self.model,
-            self.created,
-            &self.text,
-            &self.finish,
-            self.usage,
-            &self.raw,
-        ) == (
-            o.wire, &o.id, &o.model, o.created, &o.text, &o.finish, o.usage, &o.raw,
-        )
+        (self.wire, self.usage, &self.raw, self.parts()) == (o.wire, o.usage, &o.raw, o.parts())
     }
 }
 
@@ -147,17 +151,57 @@ impl Answer {
         finish: &str,
         usage: Usage,
     ) -> Self {
+        Answer::of_parts(
+            wire,
+            Parts {
+                id: id.into(),
+                model: model.into(),
+                created,
+                text: text.into(),
+                finish: finish.into(),
+            },
+            usage,
+        )
+    }
+
+    fn of_parts(wire: Wire, parts: Parts, usage: Usage) -> Self {
         Answer {
             wire,
-            id: id.into(),
-            model: model.into(),
-            created,
-            text: text.into(),
-            finish: finish.into(),
             usage,
             raw: None,
+            parts: OnceLock::from(parts),
             rendered: Default::default(),
         }
+    }
+
+    /// An answer kept as its raw JSON body alone, its parts parsed at the first use: `raw`
+    /// must be a body the scan found cacheable (so the serde path accepts it too).
+    fn of_raw(wire: Wire, raw: Bytes, usage: Usage) -> Self {
+        Answer {
+            wire,
+            usage,
+            raw: Some(raw),
+            parts: OnceLock::new(),
+            rendered: Default::default(),
+        }
+    }
+
+    fn parts(&self) -> &Parts {
+        self.parts.get_or_init(|| {
+            let raw = self.raw.as_deref().unwrap_or_default();
+            match json_parts(self.wire, raw) {
+                Ok((parts, _)) => parts,
+                // Only bodies the serde path accepts are kept without their parts (the scan
+                // and serde agree; a test holds them to it): never reached.
+                Err(_) => Parts {
+                    id: "".into(),
+                    model: "".into(),
+                    created: 0,
+                    text: "".into(),
+                    finish: "".into(),
+                },
+            }
+        })
     }
 
     /// Keeps `raw`, the JSON body as the upstream sent it, to serve non-streamed requests.
@@ -173,22 +217,22 @@ impl Answer {
 
     /// The model that answered.
     pub fn model(&self) -> &str {
-        &self.model
+        &self.parts().model
     }
 
     /// The answer's text.
     pub fn text(&self) -> &str {
-        &self.text
+        &self.parts().text
     }
 
     /// The finish reason, as the provider said it.
     pub fn finish_word(&self) -> &str {
-        &self.finish
+        &self.parts().finish
     }
 
     /// The finish reason.
     pub fn finish_reason(&self) -> FinishReason {
-        FinishReason::from_provider(&self.finish)
+        FinishReason::from_provider(self.finish_word())
     }
 
     /// The usage the answer cost when it was made.
@@ -203,11 +247,13 @@ impl Answer {
 
     /// About how many bytes the answer holds (for a store's byte bound).
     pub fn size(&self) -> usize {
-        96 + self.id.len()
-            + self.model.len()
-            + self.text.len()
-            + self.finish.len()
-            + self.raw.as_ref().map_or(0, Bytes::len)
+        let raw = self.raw.as_ref().map_or(0, Bytes::len);
+        match self.parts.get() {
+            Some(p) => 96 + p.id.len() + p.model.len() + p.text.len() + p.finish.len() + raw,
+            // Parts not parsed yet: counted as if they were (they are never longer than the
+            // body they come from), so the bound holds whatever replays come.
+            None => 96 + 2 * raw,
+        }
     }
 
     /// The answer as a body of `format`, rendered once and then shared.
@@ -232,31 +278,32 @@ impl Answer {
     }
 
     fn json(&self) -> Bytes {
-        let mut b = Writer::with_capacity(256 + self.text.len());
+        let p = self.parts();
+        let mut b = Writer::with_capacity(256 + p.text.len());
         let u = self.usage;
         match self.wire {
             Wire::OpenAiChat => {
-                b.raw("{\"id\":").s(&self.id);
+                b.raw("{\"id\":").s(&p.id);
                 b.raw(",\"object\":\"chat.completion\",\"created\":")
-                    .n(self.created);
-                b.raw(",\"model\":").s(&self.model);
+                    .n(p.created);
+                b.raw(",\"model\":").s(&p.model);
                 b.raw(
                     ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
                 )
-                .s(&self.text);
+                .s(&p.text);
                 b.raw(",\"refusal\":null},\"logprobs\":null,\"finish_reason\":")
-                    .s(&self.finish);
+                    .s(&p.finish);
                 b.raw("}],\"usage\":");
                 b.openai_usage(u);
                 b.raw("}");
             }
             Wire::AnthropicMessages => {
-                b.raw("{\"id\":").s(&self.id);
+                b.raw("{\"id\":").s(&p.id);
                 b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":")
-                    .s(&self.model);
+                    .s(&p.model);
                 b.raw(",\"content\":[{\"type\":\"text\",\"text\":")
-                    .s(&self.text);
-                b.raw("}],\"stop_reason\":").s(&self.finish);
+                    .s(&p.text);
+                b.raw("}],\"stop_reason\":").s(&p.finish);
                 b.raw(",\"stop_sequence\":null,\"usage\":");
                 b.anthropic_usage(u, u.output_tokens);
                 b.raw("}");
@@ -266,25 +313,26 @@ impl Answer {
     }
 
     fn sse(&self, include_usage: bool) -> Bytes {
-        let mut b = Writer::with_capacity(768 + self.text.len());
+        let p = self.parts();
+        let mut b = Writer::with_capacity(768 + p.text.len());
         let u = self.usage;
         match self.wire {
             Wire::OpenAiChat => {
                 let chunk = |b: &mut Writer| {
-                    b.raw("data: {\"id\":").s(&self.id);
+                    b.raw("data: {\"id\":").s(&p.id);
                     b.raw(",\"object\":\"chat.completion.chunk\",\"created\":")
-                        .n(self.created);
-                    b.raw(",\"model\":").s(&self.model);
+                        .n(p.created);
+                    b.raw(",\"model\":").s(&p.model);
                 };
                 chunk(&mut b);
                 b.raw(",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":")
-                    .s(&self.text);
+                    .s(&p.text);
                 b.raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
                 chunk(&mut b);
                 b.raw(
                     ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":",
                 )
-                .s(&self.finish);
+                .s(&p.finish);
                 b.raw("}]}\n\n");
                 if include_usage {
                     chunk(&mut b);
@@ -298,19 +346,19 @@ impl Answer {
                 b.raw(
                     "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":",
                 )
-                .s(&self.id);
+                .s(&p.id);
                 b.raw(",\"type\":\"message\",\"role\":\"assistant\",\"model\":")
-                    .s(&self.model);
+                    .s(&p.model);
                 b.raw(",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
                 b.anthropic_usage(u, 1);
                 b.raw("}}\n\n");
                 b.raw("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
                 b.raw("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":")
-                    .s(&self.text);
+                    .s(&p.text);
                 b.raw("}}\n\n");
                 b.raw("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
                 b.raw("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":")
-                    .s(&self.finish);
+                    .s(&p.finish);
                 b.raw(",\"stop_sequence\":null},\"usage\":{\"output_tokens\":")
                     .n(u.output_tokens);
                 b.raw("}}\n\n");
@@ -508,7 +556,14 @@ impl Assembler {
             return Err(why);
         }
         let answer = match self.state {
-            Assembly::Json(buf) => json_answer(self.wire, Bytes::from(buf))?,
+            Assembly::Json(buf) => {
+                let raw = Bytes::from(buf);
+                // The common case, a complete text answer, recognised without building it.
+                if let Some(facts) = scan::answer(self.wire, &raw) {
+                    return Ok(Answer::of_raw(self.wire, raw, facts.usage));
+                }
+                json_answer(self.wire, raw)?
+            }
             Assembly::Sse(mut s) => {
                 let wire = self.wire;
                 let max = self.max_bytes;
@@ -525,10 +580,15 @@ impl Assembler {
                 Answer::new(wire, &s.id, &s.model, s.created, &s.text, &finish, s.usage)
             }
         };
-        match answer.finish_reason() {
-            FinishReason::Stop | FinishReason::Length => Ok(answer),
-            _ => Err(NotCacheable::Reason),
-        }
+        natural_end(answer)
+    }
+}
+
+/// `answer` if it stopped naturally or at the token limit (the answers stored).
+fn natural_end(answer: Answer) -> Result<Answer, NotCacheable> {
+    match answer.finish_reason() {
+        FinishReason::Stop | FinishReason::Length => Ok(answer),
+        _ => Err(NotCacheable::Reason),
     }
 }
 
@@ -660,11 +720,19 @@ fn set_once(slot: &mut String, value: &str) {
     }
 }
 
+/// The answer of a JSON body, by the serde path.
 fn json_answer(wire: Wire, raw: Bytes) -> Result<Answer, NotCacheable> {
-    let answer = match wire {
+    let (parts, usage) = json_parts(wire, &raw)?;
+    Ok(Answer::of_parts(wire, parts, usage).with_raw(raw))
+}
+
+/// The parts and usage of a JSON body, read with serde: the reference the scan is held to,
+/// and what decides (and says why not) whenever the scan is unsure.
+fn json_parts(wire: Wire, raw: &[u8]) -> Result<(Parts, Usage), NotCacheable> {
+    let parts = match wire {
         Wire::OpenAiChat => {
             let body: OpenAiBody<'_> =
-                serde_json::from_slice(&raw).map_err(|_| NotCacheable::Malformed)?;
+                serde_json::from_slice(raw).map_err(|_| NotCacheable::Malformed)?;
             let [choice] = &body.choices[..] else {
                 return Err(if body.choices.is_empty() {
                     NotCacheable::Malformed
@@ -694,19 +762,20 @@ fn json_answer(wire: Wire, raw: Bytes) -> Result<Answer, NotCacheable> {
                 .finish_reason
                 .as_deref()
                 .ok_or(NotCacheable::Incomplete)?;
-            Answer::new(
-                wire,
-                body.id.as_deref().unwrap_or(""),
-                body.model.as_deref().unwrap_or(""),
-                body.created.unwrap_or(0),
-                text,
-                finish,
+            (
+                Parts {
+                    id: body.id.as_deref().unwrap_or("").into(),
+                    model: body.model.as_deref().unwrap_or("").into(),
+                    created: body.created.unwrap_or(0),
+                    text: text.into(),
+                    finish: finish.into(),
+                },
                 body.usage.map(|u| u.openai()).unwrap_or_default(),
             )
         }
         Wire::AnthropicMessages => {
             let body: AnthropicBody<'_> =
-                serde_json::from_slice(&raw).map_err(|_| NotCacheable::Malformed)?;
+                serde_json::from_slice(raw).map_err(|_| NotCacheable::Malformed)?;
             if body.kind.as_deref() != Some("message") {
                 return Err(NotCacheable::Malformed);
             }
@@ -722,18 +791,19 @@ fn json_answer(wire: Wire, raw: Bytes) -> Result<Answer, NotCacheable> {
                 .stop_reason
                 .as_deref()
                 .ok_or(NotCacheable::Incomplete)?;
-            Answer::new(
-                wire,
-                body.id.as_deref().unwrap_or(""),
-                body.model.as_deref().unwrap_or(""),
-                0,
-                &text,
-                finish,
+            (
+                Parts {
+                    id: body.id.as_deref().unwrap_or("").into(),
+                    model: body.model.as_deref().unwrap_or("").into(),
+                    created: 0,
+                    text: text.into(),
+                    finish: finish.into(),
+                },
                 body.usage.map(|u| u.anthropic()).unwrap_or_default(),
             )
         }
     };
-    Ok(answer.with_raw(raw))
+    Ok(parts)
 }
 
 type Text<'a> = Option<std::borrow::Cow<'a, str>>;
@@ -936,11 +1006,12 @@ impl Answer {
         let mut out = Vec::with_capacity(self.size());
         out.push(ENCODING);
         out.push(self.wire.byte());
-        for s in [&self.id, &self.model, &self.text, &self.finish] {
+        let p = self.parts();
+        for s in [&p.id, &p.model, &p.text, &p.finish] {
             put_bytes(&mut out, s.as_bytes());
         }
         for n in [
-            self.created,
+            p.created,
             self.usage.input_tokens,
             self.usage.output_tokens,
             self.usage.cached_input_tokens,

@@ -174,7 +174,11 @@ impl Filler {
             }
         };
         let landing = lead.map(|l| l.done(answer.clone()));
-        store(shared.store.put(&key, answer, shared.ttl), landing);
+        // At once when the store can (the in-memory one), else through its future.
+        match shared.store.put_now(&key, answer, shared.ttl) {
+            None => drop(landing),
+            Some(answer) => store(shared.store.put(&key, answer, shared.ttl), landing),
+        }
         if let Some(ticket) = ticket {
             ticket.index(&shared, &key);
         }

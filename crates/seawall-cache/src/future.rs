@@ -2,13 +2,14 @@
 //! one, and wrap the upstream's answer so a complete one is stored as it passes by.
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use seawall_core::{BodyReport, CacheStatus, CallContext, ServedBy};
+use seawall_core::{BodyReport, CacheStatus, CallContext, ServedBy, Usage};
 use tower_service::Service;
 
 use crate::answer::{Answer, Assembler, Format, Wire};
@@ -16,7 +17,7 @@ use crate::body::{CacheBody, Filler};
 use crate::flight::{self, FlightState, Join, Lead};
 use crate::key::CacheKey;
 use crate::service::Shared;
-use crate::store::StoreFuture;
+use crate::store::{StoreError, StoreFuture};
 
 /// The header every response of the cache carries: `hit`, `miss`, `bypass` or
 /// `semantic(0.973)` (a semantic hit, with its score).
@@ -33,10 +34,24 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// What a lookup found: an answer, nothing, or a store failure (a miss too).
+type Found = Result<Option<Arc<Answer>>, StoreError>;
+
+/// A hit's response, before its body type is known (built when polled).
+struct Served {
+    body: Bytes,
+    usage: Usage,
+    format: Format,
+}
+
 pin_project_lite::pin_project! {
     #[project = StateProj]
     enum State<F> {
         Lookup { fut: StoreFuture<Option<Arc<Answer>>> },
+        // A lookup the store answered at once (`CacheStore::get_now`).
+        Looked { found: Option<Found> },
+        // A hit decided in `call`.
+        Hit { served: Option<Served> },
         Wait { fut: WaitFuture },
         Semantic { fut: crate::semantic::SearchFuture },
         Call { #[pin] fut: F },
@@ -88,21 +103,40 @@ impl<S, F> ResponseFuture<S, F> {
         }
     }
 
-    pub(crate) fn cached(
-        svc: S,
-        req: Request<Bytes>,
-        shared: Arc<Shared>,
-        key: CacheKey,
-        wire: Wire,
-        format: Format,
-        refresh: bool,
-    ) -> Self {
+    /// A hit the store answered at once, in `call`: ready when first polled.
+    pub(crate) fn hit(answer: &Answer, format: Format, context: Option<Arc<CallContext>>) -> Self {
+        if let Some(cx) = &context {
+            served(cx, CacheStatus::Hit);
+        }
+        ResponseFuture {
+            state: State::Hit {
+                served: Some(Served {
+                    body: answer.render(format),
+                    usage: answer.usage(),
+                    format,
+                }),
+            },
+            call: None,
+        }
+    }
+
+    /// A cacheable call; `found` is the store's answer when it gave one at once (`None`: look
+    /// it up through its future).
+    pub(crate) fn cached(svc: S, req: Request<Bytes>, call: Call, found: Option<Found>) -> Self {
+        let Call {
+            shared,
+            key,
+            wire,
+            format,
+            refresh,
+            landed,
+        } = call;
         let context = context_of(&req);
-        // Read before the lookup: see `Pending::miss`.
-        let landed = shared.flights.landed();
         let (state, status) = if refresh {
             // `no-cache`: straight upstream, then the fresh answer is stored.
             (State::Done, CacheStatus::Bypass)
+        } else if let Some(found) = found {
+            (State::Looked { found: Some(found) }, CacheStatus::Miss)
         } else {
             (
                 State::Lookup {
@@ -135,6 +169,39 @@ impl<S, F> ResponseFuture<S, F> {
     }
 }
 
+/// What `call` decided for a cacheable request that was not answered at once.
+pub(crate) struct Call {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) key: CacheKey,
+    pub(crate) wire: Wire,
+    pub(crate) format: Format,
+    pub(crate) refresh: bool,
+    /// How many flights had landed before the first lookup (see `Pending::miss`).
+    pub(crate) landed: u64,
+}
+
+/// Records a hit (exact or semantic) in the call's context: no upstream call, nothing spent.
+fn served(cx: &CallContext, status: CacheStatus) {
+    cx.update(|f| {
+        f.cache = Some(status);
+        f.cost_usd.get_or_insert(0.0);
+    });
+}
+
+/// A hit's response: the replayed body, its content type, the stored usage, the cache status.
+fn hit_response<B>(served: Served, status: CacheStatus) -> Response<CacheBody<B>> {
+    let mut resp = Response::new(CacheBody::cached(served.body));
+    // Room for its two headers at once (an empty map grows in steps).
+    *resp.headers_mut() = http::HeaderMap::with_capacity(2);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(served.format.content_type()),
+    );
+    resp.extensions_mut().insert(served.usage);
+    mark(&mut resp, status);
+    resp
+}
+
 impl<S, B> Future for ResponseFuture<S, S::Future>
 where
     S: Service<Request<Bytes>, Response = Response<B>>,
@@ -156,31 +223,38 @@ where
         }
         loop {
             match this.state.as_mut().project() {
+                StateProj::Hit { served } => {
+                    let Some(served) = served.take() else {
+                        seawall_core::polled_after_completion();
+                    };
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(hit_response(served, CacheStatus::Hit)));
+                }
                 StateProj::Lookup { fut } => {
                     let found = ready!(fut.as_mut().poll(cx));
                     let Some(p) = this.call.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    match found {
-                        Ok(Some(answer)) => {
-                            if let Some(lead) = p.lead.take() {
-                                // Found on the leader's second look: serve its waiters too.
-                                drop(lead.done(answer.clone()));
-                            }
+                    match p.looked(found) {
+                        ControlFlow::Break(resp) => {
                             this.state.set(State::Done);
-                            return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Hit)));
+                            return Poll::Ready(Ok(resp));
                         }
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::debug!(error = %e, "cache lookup failed; calling upstream")
-                        }
+                        ControlFlow::Continue(next) => this.state.set(next),
                     }
-                    let next = if p.lead.is_some() {
-                        p.upstream()
-                    } else {
-                        p.miss()
+                }
+                StateProj::Looked { found } => {
+                    let found = found.take().unwrap_or(Ok(None));
+                    let Some(p) = this.call.as_mut() else {
+                        seawall_core::polled_after_completion();
                     };
-                    this.state.set(next);
+                    match p.looked(found) {
+                        ControlFlow::Break(resp) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(resp));
+                        }
+                        ControlFlow::Continue(next) => this.state.set(next),
+                    }
                 }
                 StateProj::Wait { fut } => {
                     let state = ready!(fut.as_mut().poll(cx));
@@ -248,6 +322,27 @@ where
     S: Service<Request<Bytes>, Response = Response<B>>,
     B: http_body::Body<Data = Bytes>,
 {
+    /// After a lookup: serve what it found as a hit, or go on (upstream when this call
+    /// already leads its flight, else to the flight).
+    fn looked(&mut self, found: Found) -> ControlFlow<Response<CacheBody<B>>, State<S::Future>> {
+        match found {
+            Ok(Some(answer)) => {
+                if let Some(lead) = self.lead.take() {
+                    // Found on the leader's second look: serve its waiters too.
+                    drop(lead.done(answer.clone()));
+                }
+                return ControlFlow::Break(self.hit(&answer, CacheStatus::Hit));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "cache lookup failed; calling upstream"),
+        }
+        ControlFlow::Continue(if self.lead.is_some() {
+            self.upstream()
+        } else {
+            self.miss()
+        })
+    }
+
     /// After a miss: lead or join the key's flight, or call on our own.
     ///
     /// A new leader looks the store up once more before it calls when, between its first
@@ -261,8 +356,11 @@ where
                     let look_again = lead.landed_since(self.landed);
                     self.lead = Some(lead);
                     if look_again {
-                        return State::Lookup {
-                            fut: self.shared.store.get(&self.key),
+                        return match self.shared.store.get_now(&self.key) {
+                            Some(found) => State::Looked { found: Some(found) },
+                            None => State::Lookup {
+                                fut: self.shared.store.get(&self.key),
+                            },
                         };
                     }
                     // The first look still holds: on upstream (by the semantic cache, if on).
@@ -304,21 +402,15 @@ where
     /// Serves `answer` as a hit (`status`: exact or semantic).
     fn hit(&mut self, answer: &Answer, status: CacheStatus) -> Response<CacheBody<B>> {
         self.status = status;
-        let mut resp = Response::new(CacheBody::cached(answer.render(self.format)));
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static(self.format.content_type()),
-        );
-        resp.extensions_mut().insert(answer.usage());
-        mark(&mut resp, status);
         if let Some(cx) = &self.context {
-            cx.update(|f| {
-                f.cache = Some(status);
-                // No upstream call was made: nothing was spent.
-                f.cost_usd.get_or_insert(0.0);
-            });
+            served(cx, status);
         }
-        resp
+        let served = Served {
+            body: answer.render(self.format),
+            usage: answer.usage(),
+            format: self.format,
+        };
+        hit_response(served, status)
     }
 
     /// The upstream answered: pass its response on, storing the answer if it is complete.

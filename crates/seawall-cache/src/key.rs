@@ -38,7 +38,7 @@ use http::Request;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use sha2::{Digest, Sha256};
 
-mod fast;
+pub(crate) mod fast;
 
 /// The deepest nesting of arrays and objects read; deeper bodies are not cached (`serde_json`
 /// stops at 128 too).

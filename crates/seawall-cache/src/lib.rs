@@ -55,7 +55,8 @@
 //! `length` (`end_turn`, `stop_sequence`, `max_tokens`), one choice of plain text, not served
 //! by a fallback target (unless [allowed](CacheBuilder::allow_fallback_answers)) and never a
 //! degraded one. An answer is kept in a compact canonical form ([`Answer`]) plus the raw body
-//! of a non-streamed answer, so a streamed request is served a valid SSE stream (in its own
+//! of a non-streamed answer (whose parts are parsed from it only when a replay in the other
+//! form first needs them), so a streamed request is served a valid SSE stream (in its own
 //! wire format, ending with `[DONE]` or `message_stop`) from a non-streamed answer, and a
 //! non-streamed request a JSON body from a streamed one.
 //!

@@ -195,11 +195,32 @@ where
                 format,
                 refresh,
             } => {
+                // Read before the lookup: see `Pending::miss`.
+                let landed = self.shared.flights.landed();
+                // A store that answers at once (the in-memory one) serves a hit right here:
+                // no service clone, no pending call, a future that is ready.
+                let found = if refresh {
+                    None
+                } else {
+                    self.shared.store.get_now(&key)
+                };
+                if let Some(Ok(Some(answer))) = &found {
+                    let context = crate::future::context_of(&req);
+                    return ResponseFuture::hit(answer, format, context);
+                }
                 // The ready service goes with the future, which may call it later (after a
                 // store lookup or a wait); a clone takes its place, as tower's retry does.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::cached(ready, req, self.shared.clone(), key, wire, format, refresh)
+                let call = crate::future::Call {
+                    shared: self.shared.clone(),
+                    key,
+                    wire,
+                    format,
+                    refresh,
+                    landed,
+                };
+                ResponseFuture::cached(ready, req, call, found)
             }
         }
     }

@@ -67,6 +67,23 @@ pub trait CacheStore: Send + Sync + 'static {
 
     /// Stores `answer` under `key` for `ttl`, replacing what was there.
     fn put(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> StoreFuture<()>;
+
+    /// Looks `key` up at once, without a future, when this store can (an in-memory one):
+    /// `None` when it cannot, and the layer awaits [`get`](Self::get) instead (the default).
+    ///
+    /// A hit answered here is served without a boxed future or any wait.
+    fn get_now(&self, key: &CacheKey) -> Option<Result<Option<Arc<Answer>>, StoreError>> {
+        let _ = key;
+        None
+    }
+
+    /// Stores at once, without a future, when this store can: `None` once done (stored, or
+    /// refused as [`put`](Self::put) would), or `answer` given back when it cannot, and the
+    /// layer drives [`put`](Self::put) instead (the default).
+    fn put_now(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> Option<Arc<Answer>> {
+        let _ = (key, ttl);
+        Some(answer)
+    }
 }
 
 impl<T: CacheStore + ?Sized> CacheStore for Arc<T> {
@@ -76,6 +93,14 @@ impl<T: CacheStore + ?Sized> CacheStore for Arc<T> {
 
     fn put(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> StoreFuture<()> {
         (**self).put(key, answer, ttl)
+    }
+
+    fn get_now(&self, key: &CacheKey) -> Option<Result<Option<Arc<Answer>>, StoreError>> {
+        (**self).get_now(key)
+    }
+
+    fn put_now(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> Option<Arc<Answer>> {
+        (**self).put_now(key, answer, ttl)
     }
 }
 
@@ -242,6 +267,15 @@ impl CacheStore for MemoryStore {
     fn put(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> StoreFuture<()> {
         self.insert(key, answer, ttl);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn get_now(&self, key: &CacheKey) -> Option<Result<Option<Arc<Answer>>, StoreError>> {
+        Some(Ok(self.lookup(key)))
+    }
+
+    fn put_now(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> Option<Arc<Answer>> {
+        self.insert(key, answer, ttl);
+        None
     }
 }
 

@@ -48,7 +48,7 @@ pub(super) fn canonical(body: &[u8], canon: &mut Canon) -> Option<()> {
 /// The length of the run of bytes at the start of `b` that a string takes as they are (up to
 /// the first quote, backslash or control character), and whether they are all ASCII. Eight
 /// bytes at a time, a word's bytes tested at once as `memchr` does.
-fn plain_prefix(b: &[u8]) -> (usize, bool) {
+pub(crate) fn plain_prefix(b: &[u8]) -> (usize, bool) {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     // The top bit of each zero byte of `v` (and maybe of bytes above one: the lowest set bit

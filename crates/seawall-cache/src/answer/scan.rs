@@ -1,0 +1,1019 @@
+//! A complete JSON answer recognised by a plain byte scan, without building it.
+//!
+//! A miss stores its answer when the body ends. Building the answer's parts with serde's
+//! derive (a call per token through `Deserializer` and `Visitor` layers, every string copied)
+//! was the largest part of a miss after the key, and a hit served in the form the answer came
+//! in (the usual case) needs none of it: it replays the raw body. So the body is only scanned
+//! here for what deciding to store it needs (one choice of plain text, a natural finish, the
+//! usage), and its parts are parsed later, once, if a hit in the other form (a stream) or a
+//! caller asks for them.
+//!
+//! Like the key's scanner, it never decides anything alone: it says yes only to bodies it is
+//! sure `serde_json` reads as a cacheable answer with the same usage (well-formed JSON, no
+//! duplicate known fields, no escaped keys, no lone surrogates, plain integers for counts,
+//! nesting below 64 levels), and gives up with `None` on everything else: errors, tool calls,
+//! several choices, unusual spellings. The serde path then decides, and says why not. A test
+//! holds the two to the same verdict and usage on generated and damaged bodies.
+
+use seawall_core::{FinishReason, Usage};
+
+use super::Wire;
+use crate::key::fast::plain_prefix;
+
+/// Deeper bodies are left to serde (which stops at 128 levels).
+const MAX_DEPTH: u32 = 64;
+
+/// What the scan found in a body it is sure is a cacheable answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// The usage, as the serde path reads it.
+    pub(crate) usage: Usage,
+}
+
+/// The facts of `body`, a complete JSON answer of `wire` that serde would accept and store;
+/// `None` when the scan is not sure (serde then decides).
+pub(crate) fn answer(wire: Wire, body: &[u8]) -> Option<Facts> {
+    // Valid UTF-8 throughout (stricter than serde, which skips unknown strings unchecked:
+    // the doubtful bodies go to serde). Outside strings, non-ASCII is a syntax error anyway.
+    std::str::from_utf8(body).ok()?;
+    let mut s = Scan { b: body, i: 0 };
+    s.ws();
+    let usage = match wire {
+        Wire::OpenAiChat => s.openai()?,
+        Wire::AnthropicMessages => s.anthropic()?,
+    };
+    s.ws();
+    (s.i == body.len()).then_some(Facts { usage })
+}
+
+/// A finish word that is stored: a natural stop or the token limit (a static copy of it).
+fn storable_finish(word: &[u8]) -> bool {
+    let Ok(word) = std::str::from_utf8(word) else {
+        return false;
+    };
+    matches!(
+        FinishReason::from_provider(word),
+        FinishReason::Stop | FinishReason::Length
+    )
+}
+
+/// A JSON string's span: its content (between the quotes) and whether it has escapes.
+#[derive(Clone, Copy)]
+struct Str {
+    start: usize,
+    end: usize,
+    escaped: bool,
+}
+
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+/// Known members seen so far in one object, to refuse duplicates (serde's derive rejects a
+/// repeated field; an unknown one may repeat).
+#[derive(Default)]
+struct Seen(u32);
+
+impl Seen {
+    fn first(&mut self, bit: u32) -> Option<()> {
+        let mask = 1 << bit;
+        if self.0 & mask != 0 {
+            return None;
+        }
+        self.0 |= mask;
+        Some(())
+    }
+
+    fn has(&self, bit: u32) -> bool {
+        self.0 & (1 << bit) != 0
+    }
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// Skips whitespace and takes `c`, or gives up.
+    fn eat(&mut self, c: u8) -> Option<()> {
+        self.ws();
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i + word.len();
+        (self.b.get(self.i..end)? == word).then(|| self.i = end)
+    }
+
+    /// `null` next (after whitespace)?
+    fn null(&mut self) -> Option<bool> {
+        self.ws();
+        if self.peek()? == b'n' {
+            self.literal(b"null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    fn bytes(&self, s: Str) -> &'a [u8] {
+        &self.b[s.start..s.end]
+    }
+
+    /// A string whose `"` is next (after whitespace).
+    fn string(&mut self) -> Option<Str> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.i += 1;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            let (n, _) = plain_prefix(&self.b[self.i..]);
+            self.i += n;
+            match self.peek()? {
+                b'"' => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Some(Str {
+                        start,
+                        end,
+                        escaped,
+                    });
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.i += 1;
+                    match self.peek()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+                        b'u' => {
+                            let hex = self.b.get(self.i + 1..self.i + 5)?;
+                            let hex = std::str::from_utf8(hex).ok()?;
+                            let code = u16::from_str_radix(hex, 16).ok()?;
+                            // `from_str_radix` takes a sign: four hex digits only.
+                            if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                                return None;
+                            }
+                            // Surrogates (paired or not) are left to serde.
+                            if (0xD800..=0xDFFF).contains(&code) {
+                                return None;
+                            }
+                            self.i += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+                // A control character: serde refuses it.
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string or `null`; `Some(None)` for `null`.
+    fn text(&mut self) -> Option<Option<Str>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.string().map(Some)
+    }
+
+    /// A member's name whose `"` is next, unescaped (an escaped name is left to serde), and
+    /// its `:`.
+    fn key(&mut self) -> Option<&'a [u8]> {
+        let s = self.string()?;
+        if s.escaped {
+            return None;
+        }
+        self.eat(b':')?;
+        Some(self.bytes(s))
+    }
+
+    /// The members of an object whose `{` is next, each handed to `member` with its name;
+    /// `member` reads the value.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            let name = self.key()?;
+            member(self, name)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An unsigned integer as serde reads a `u64`: digits only, no leading zero, no fraction
+    /// or exponent, no overflow.
+    fn count(&mut self) -> Option<u64> {
+        self.ws();
+        let start = self.i;
+        let mut n: u64 = 0;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.i += 1;
+        }
+        let len = self.i - start;
+        if len == 0 || (len > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        // `1.0` or `1e3` is a float to serde: refused for a `u64`.
+        if let Some(b'.' | b'e' | b'E') = self.peek() {
+            return None;
+        }
+        Some(n)
+    }
+
+    /// A count or `null` (`None`).
+    fn maybe_count(&mut self) -> Option<Option<u64>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.count().map(Some)
+    }
+
+    /// Any JSON value, checked as serde checks it and skipped.
+    fn skip(&mut self, depth: u32) -> Option<()> {
+        self.ws();
+        match self.peek()? {
+            b'{' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.object(|s, _| s.skip(depth + 1))
+            }
+            b'[' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.array(|s| s.skip(depth + 1)).map(|_| ())
+            }
+            b'"' => self.string().map(|_| ()),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    /// The elements of an array whose `[` is next; gives back how many.
+    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<usize> {
+        self.eat(b'[')?;
+        self.ws();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(0);
+        }
+        let mut n = 0;
+        loop {
+            element(self)?;
+            n += 1;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(n);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A number of JSON's grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    fn number(&mut self) -> Option<()> {
+        if self.peek()? == b'-' {
+            self.i += 1;
+        }
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.i;
+        self.digits();
+        (self.i > start).then_some(())
+    }
+
+    /// A Chat Completions body.
+    fn openai(&mut self) -> Option<Usage> {
+        const ID: u32 = 0;
+        const CREATED: u32 = 1;
+        const MODEL: u32 = 2;
+        const CHOICES: u32 = 3;
+        const USAGE: u32 = 4;
+        let mut seen = Seen::default();
+        let mut usage = Usage::default();
+        self.object(|s, name| match name {
+            b"id" => {
+                seen.first(ID)?;
+                s.text().map(|_| ())
+            }
+            b"model" => {
+                seen.first(MODEL)?;
+                s.text().map(|_| ())
+            }
+            b"created" => {
+                seen.first(CREATED)?;
+                s.maybe_count().map(|_| ())
+            }
+            b"choices" => {
+                seen.first(CHOICES)?;
+                // Exactly one choice.
+                (s.array(Self::openai_choice)? == 1).then_some(())
+            }
+            b"usage" => {
+                seen.first(USAGE)?;
+                if !s.null()? {
+                    usage = s.openai_usage()?;
+                }
+                Some(())
+            }
+            _ => s.skip(1),
+        })?;
+        seen.has(CHOICES).then_some(usage)
+    }
+
+    fn openai_choice(&mut self) -> Option<()> {
+        const MESSAGE: u32 = 0;
+        const LOGPROBS: u32 = 1;
+        const FINISH: u32 = 2;
+        let mut seen = Seen::default();
+        self.object(|s, name| match name {
+            b"message" => {
+                seen.first(MESSAGE)?;
+                s.openai_message()
+            }
+            b"logprobs" => {
+                seen.first(LOGPROBS)?;
+                // Log probabilities are not replayed: only `null` is stored.
+                s.null()?.then_some(())
+            }
+            b"finish_reason" => {
+                seen.first(FINISH)?;
+                let word = s.string()?;
+                (!word.escaped && storable_finish(s.bytes(word))).then_some(())
+            }
+            _ => s.skip(2),
+        })?;
+        (seen.has(MESSAGE) && seen.has(FINISH)).then_some(())
+    }
+
+    fn openai_message(&mut self) -> Option<()> {
+        const CONTENT: u32 = 0;
+        const TOOL_CALLS: u32 = 1;
+        const FUNCTION_CALL: u32 = 2;
+        const REFUSAL: u32 = 3;
+        const AUDIO: u32 = 4;
+        let mut seen = Seen::default();
+        self.object(|s, name| {
+            let bit = match name {
+                b"content" => {
+                    seen.first(CONTENT)?;
+                    return s.string().map(|_| ());
+                }
+                b"tool_calls" => TOOL_CALLS,
+                b"function_call" => FUNCTION_CALL,
+                b"refusal" => REFUSAL,
+                b"audio" => AUDIO,
+                _ => return s.skip(3),
+            };
+            // Anything but plain text: only `null` (or absent) is stored.
+            seen.first(bit)?;
+            s.null()?.then_some(())
+        })?;
+        seen.has(CONTENT).then_some(())
+    }
+
+    fn openai_usage(&mut self) -> Option<Usage> {
+        const PROMPT: u32 = 0;
+        const COMPLETION: u32 = 1;
+        const DETAILS: u32 = 2;
+        let mut seen = Seen::default();
+        let mut usage = Usage::default();
+        self.object(|s, name| match name {
+            b"prompt_tokens" => {
+                seen.first(PROMPT)?;
+                usage.input_tokens = s.count()?;
+                Some(())
+            }
+            b"completion_tokens" => {
+                seen.first(COMPLETION)?;
+                usage.output_tokens = s.count()?;
+                Some(())
+            }
+            b"prompt_tokens_details" => {
+                seen.first(DETAILS)?;
+                if s.null()? {
+                    return Some(());
+                }
+                let mut cached_seen = Seen::default();
+                s.object(|s, name| match name {
+                    b"cached_tokens" => {
+                        cached_seen.first(0)?;
+                        usage.cached_input_tokens = s.maybe_count()?.unwrap_or(0);
+                        Some(())
+                    }
+                    _ => s.skip(3),
+                })
+            }
+            _ => s.skip(2),
+        })?;
+        Some(usage)
+    }
+
+    /// A Messages body.
+    fn anthropic(&mut self) -> Option<Usage> {
+        const ID: u32 = 0;
+        const TYPE: u32 = 1;
+        const MODEL: u32 = 2;
+        const CONTENT: u32 = 3;
+        const STOP: u32 = 4;
+        const USAGE: u32 = 5;
+        let mut seen = Seen::default();
+        let mut usage = Usage::default();
+        self.object(|s, name| match name {
+            b"id" => {
+                seen.first(ID)?;
+                s.text().map(|_| ())
+            }
+            b"model" => {
+                seen.first(MODEL)?;
+                s.text().map(|_| ())
+            }
+            b"type" => {
+                seen.first(TYPE)?;
+                let kind = s.string()?;
+                (!kind.escaped && s.bytes(kind) == b"message").then_some(())
+            }
+            b"content" => {
+                seen.first(CONTENT)?;
+                // No block, or one text block.
+                (s.array(Self::anthropic_block)? <= 1).then_some(())
+            }
+            b"stop_reason" => {
+                seen.first(STOP)?;
+                let word = s.string()?;
+                (!word.escaped && storable_finish(s.bytes(word))).then_some(())
+            }
+            b"usage" => {
+                seen.first(USAGE)?;
+                if !s.null()? {
+                    usage = s.anthropic_usage()?;
+                }
+                Some(())
+            }
+            _ => s.skip(1),
+        })?;
+        (seen.has(TYPE) && seen.has(STOP)).then_some(usage)
+    }
+
+    fn anthropic_block(&mut self) -> Option<()> {
+        let mut seen = Seen::default();
+        self.object(|s, name| match name {
+            b"type" => {
+                seen.first(0)?;
+                let kind = s.string()?;
+                (!kind.escaped && s.bytes(kind) == b"text").then_some(())
+            }
+            b"text" => {
+                seen.first(1)?;
+                s.text().map(|_| ())
+            }
+            _ => s.skip(3),
+        })?;
+        seen.has(0).then_some(())
+    }
+
+    fn anthropic_usage(&mut self) -> Option<Usage> {
+        let mut seen = Seen::default();
+        let (mut input, mut output, mut cached) = (None, None, None);
+        self.object(|s, name| {
+            let (bit, slot) = match name {
+                b"input_tokens" => (0, &mut input),
+                b"output_tokens" => (1, &mut output),
+                b"cache_read_input_tokens" => (2, &mut cached),
+                _ => return s.skip(2),
+            };
+            seen.first(bit)?;
+            *slot = s.maybe_count()?;
+            Some(())
+        })?;
+        let cached = cached.unwrap_or(0);
+        Some(Usage {
+            // As the serde path counts: the input includes the cache reads.
+            input_tokens: input.unwrap_or(0).saturating_add(cached),
+            output_tokens: output.unwrap_or(0),
+            cached_input_tokens: cached,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Answer, NotCacheable, json_answer, natural_end};
+    use super::*;
+    use bytes::Bytes;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    /// Both paths' verdicts on `body`: the scan's facts (if sure) and serde's answer, if it
+    /// is stored.
+    fn both(wire: Wire, body: &[u8]) -> (Option<Facts>, Result<Answer, NotCacheable>) {
+        let raw = Bytes::copy_from_slice(body);
+        (
+            answer(wire, body),
+            json_answer(wire, raw).and_then(natural_end),
+        )
+    }
+
+    /// The scan says yes only where serde stores the answer, with the same usage, and the
+    /// answer it keeps (parsed later from the raw body) is serde's.
+    fn agree(wire: Wire, body: &[u8]) -> Result<(), TestCaseError> {
+        let (fast, serde) = both(wire, body);
+        let text = String::from_utf8_lossy(body);
+        if let Some(facts) = fast {
+            let Ok(serde) = serde else {
+                return Err(TestCaseError::fail(format!("serde refuses: {text}")));
+            };
+            prop_assert!(
+                matches!(
+                    serde.finish_reason(),
+                    FinishReason::Stop | FinishReason::Length
+                ),
+                "{}",
+                text
+            );
+            prop_assert_eq!(facts.usage, serde.usage(), "{}", text);
+            let lazy = Answer::of_raw(wire, Bytes::copy_from_slice(body), facts.usage);
+            prop_assert_eq!(&lazy, &serde, "{}", text);
+            prop_assert_eq!(
+                lazy.render(crate::Format::Sse {
+                    include_usage: true
+                }),
+                serde.render(crate::Format::Sse {
+                    include_usage: true
+                })
+            );
+        }
+        Ok(())
+    }
+
+    /// A tiny deterministic generator for the writer's choices.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Writes `v` as JSON with the spelling `rng` picks: whitespace, member order, escapes.
+    fn write(v: &Value, rng: &mut Rng, out: &mut String) {
+        let ws = |rng: &mut Rng, out: &mut String| {
+            for _ in 0..rng.next(3) {
+                out.push([' ', '\n', '\t', '\r'][rng.next(4) as usize]);
+            }
+        };
+        ws(rng, out);
+        match v {
+            Value::Object(map) => {
+                let mut members: Vec<_> = map.iter().collect();
+                for i in (1..members.len()).rev() {
+                    members.swap(i, rng.next(i as u64 + 1) as usize);
+                }
+                out.push('{');
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    ws(rng, out);
+                    string(k, rng, out);
+                    ws(rng, out);
+                    out.push(':');
+                    write(v, rng, out);
+                }
+                ws(rng, out);
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(v, rng, out);
+                }
+                ws(rng, out);
+                out.push(']');
+            }
+            Value::String(s) => string(s, rng, out),
+            other => out.push_str(&other.to_string()),
+        }
+        ws(rng, out);
+    }
+
+    /// A JSON string of `s`, each character escaped or not as `rng` picks (keys too: an
+    /// escaped key is one the scan leaves to serde).
+    fn string(s: &str, rng: &mut Rng, out: &mut String) {
+        use std::fmt::Write;
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' if rng.next(2) == 0 => out.push_str("\\n"),
+                '/' if rng.next(2) == 0 => out.push_str("\\/"),
+                c if (c as u32) < 0x20 || rng.next(8) == 0 => {
+                    let mut units = [0; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        let _ = write!(out, "\\u{:04X}", u);
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        "[ a-z\"\\\\/\n\u{0}-\u{1f}\u{7f}é€😀]{0,16}"
+    }
+
+    /// Any JSON value, for unknown members and wrong types.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z_]{0,6}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A member that is mostly `good`, sometimes absent (`None`), `null` or anything.
+    fn member(good: impl Strategy<Value = Value> + 'static) -> BoxedStrategy<Option<Value>> {
+        prop_oneof![
+            8 => good.prop_map(Some),
+            1 => Just(None),
+            1 => Just(Some(Value::Null)),
+            1 => value().prop_map(Some),
+        ]
+        .boxed()
+    }
+
+    fn count() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            8 => (0u64..100_000).prop_map(Value::from),
+            1 => any::<u64>().prop_map(Value::from),
+            1 => Just(json!(-1)),
+            1 => Just(json!(1.5)),
+        ]
+    }
+
+    fn finish() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            4 => Just(json!("stop")),
+            2 => Just(json!("length")),
+            1 => Just(json!("end_turn")),
+            1 => Just(json!("max_tokens")),
+            1 => Just(json!("stop_sequence")),
+            1 => Just(json!("tool_calls")),
+            1 => Just(json!("tool_use")),
+            1 => Just(json!("content_filter")),
+            1 => text().prop_map(Value::String),
+        ]
+    }
+
+    /// An object of the `known` members (each present or not) and a few unknown ones.
+    fn object(known: Vec<(&'static str, BoxedStrategy<Option<Value>>)>) -> BoxedStrategy<Value> {
+        let (names, values): (Vec<_>, Vec<_>) = known.into_iter().unzip();
+        (
+            values,
+            prop::collection::btree_map("[a-z_]{1,8}", value(), 0..3),
+        )
+            .prop_map(move |(values, extra)| {
+                let mut map: serde_json::Map<String, Value> = extra.into_iter().collect();
+                for (name, v) in names.iter().zip(values) {
+                    match v {
+                        Some(v) => map.insert((*name).to_owned(), v),
+                        None => map.remove(*name),
+                    };
+                }
+                Value::Object(map)
+            })
+            .boxed()
+    }
+
+    fn none_or(v: impl Strategy<Value = Value> + 'static) -> BoxedStrategy<Option<Value>> {
+        prop_oneof![
+            6 => Just(None),
+            3 => Just(Some(Value::Null)),
+            1 => v.prop_map(Some),
+        ]
+        .boxed()
+    }
+
+    fn openai() -> BoxedStrategy<Value> {
+        let message = object(vec![
+            ("role", member(Just(json!("assistant")))),
+            ("content", member(text().prop_map(Value::String))),
+            ("tool_calls", none_or(value())),
+            ("function_call", none_or(value())),
+            ("refusal", none_or(text().prop_map(Value::String))),
+            ("audio", none_or(value())),
+        ]);
+        let choice = object(vec![
+            ("index", member(Just(json!(0)))),
+            ("message", member(message)),
+            ("logprobs", none_or(value())),
+            ("finish_reason", member(finish())),
+        ]);
+        let details = object(vec![
+            ("cached_tokens", member(count())),
+            ("audio_tokens", member(count())),
+        ]);
+        let usage = object(vec![
+            ("prompt_tokens", member(count())),
+            ("completion_tokens", member(count())),
+            ("total_tokens", member(count())),
+            ("prompt_tokens_details", member(details)),
+        ]);
+        object(vec![
+            ("id", member(text().prop_map(Value::String))),
+            ("object", member(Just(json!("chat.completion")))),
+            ("created", member(count())),
+            ("model", member(text().prop_map(Value::String))),
+            (
+                "choices",
+                member(prop_oneof![
+                    6 => choice.clone().prop_map(|c| json!([c])),
+                    1 => Just(json!([])),
+                    1 => prop::collection::vec(choice, 2..3).prop_map(Value::Array),
+                ]),
+            ),
+            ("usage", member(usage)),
+            ("error", none_or(value())),
+        ])
+    }
+
+    fn anthropic() -> BoxedStrategy<Value> {
+        let block = object(vec![
+            (
+                "type",
+                member(prop_oneof![
+                    4 => Just(json!("text")),
+                    1 => Just(json!("tool_use")),
+                    1 => Just(json!("thinking")),
+                ]),
+            ),
+            ("text", member(text().prop_map(Value::String))),
+        ]);
+        let usage = object(vec![
+            ("input_tokens", member(count())),
+            ("output_tokens", member(count())),
+            ("cache_read_input_tokens", member(count())),
+            ("cache_creation_input_tokens", member(count())),
+        ]);
+        object(vec![
+            ("id", member(text().prop_map(Value::String))),
+            (
+                "type",
+                member(prop_oneof![
+                    6 => Just(json!("message")),
+                    1 => Just(json!("error")),
+                ]),
+            ),
+            ("role", member(Just(json!("assistant")))),
+            ("model", member(text().prop_map(Value::String))),
+            (
+                "content",
+                member(prop_oneof![
+                    6 => block.clone().prop_map(|b| json!([b])),
+                    1 => Just(json!([])),
+                    1 => prop::collection::vec(block, 2..3).prop_map(Value::Array),
+                ]),
+            ),
+            ("stop_reason", member(finish())),
+            ("stop_sequence", none_or(text().prop_map(Value::String))),
+            ("usage", member(usage)),
+        ])
+    }
+
+    fn wire_and_body() -> impl Strategy<Value = (Wire, Value)> {
+        prop_oneof![
+            openai().prop_map(|b| (Wire::OpenAiChat, b)),
+            anthropic().prop_map(|b| (Wire::AnthropicMessages, b)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+        #[test]
+        fn the_scan_takes_exactly_what_serde_stores_when_plainly_written(
+            (wire, body) in wire_and_body(),
+        ) {
+            // serde_json's own writing: no escaped keys, no surrogates, so the scan is sure
+            // of every body serde stores, but those with an array where a struct goes (which
+            // serde's derive reads as the struct's fields in order).
+            let text = serde_json::to_string(&body).unwrap();
+            let (fast, serde) = both(wire, text.as_bytes());
+            let struct_as_array = [
+                "/choices/0",
+                "/choices/0/message",
+                "/usage",
+                "/usage/prompt_tokens_details",
+                "/content/0",
+            ]
+            .iter()
+            .any(|at| body.pointer(at).is_some_and(Value::is_array));
+            prop_assert_eq!(fast.is_some(), serde.is_ok() && !struct_as_array, "{}", text);
+            agree(wire, text.as_bytes())?;
+        }
+
+        #[test]
+        fn the_scan_never_takes_what_serde_would_not_store(
+            (wire, body) in wire_and_body(),
+            seed in 1u64..,
+        ) {
+            let mut out = String::new();
+            write(&body, &mut Rng(seed), &mut out);
+            agree(wire, out.as_bytes())?;
+        }
+
+        #[test]
+        fn a_damaged_body_is_never_stored_by_the_scan_alone(
+            (wire, body) in wire_and_body(),
+            seed in 1u64..,
+            cuts in prop::collection::vec((any::<prop::sample::Index>(), 0usize..14), 1..4),
+        ) {
+            let mut out = String::new();
+            write(&body, &mut Rng(seed), &mut out);
+            let mut bytes = out.into_bytes();
+            for (at, what) in cuts {
+                let i = at.index(bytes.len() + 1);
+                let junk: &[u8] = [
+                    &b"\""[..], b"\\", b",", b":", b"{", b"}", b"[", b"]", b"-", b"e",
+                    b"\\u", b"\xff", br#","id":"x""#, br#","choices":[]"#,
+                ][what];
+                if what % 2 == 0 && i < bytes.len() {
+                    bytes.remove(i);
+                } else {
+                    bytes.splice(i..i, junk.iter().copied());
+                }
+            }
+            agree(wire, &bytes)?;
+        }
+    }
+
+    const OPENAI: &str = r#"{"id":"c1","object":"chat.completion","created":17,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi \"there\"\n","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":12,"total_tokens":32,"prompt_tokens_details":{"cached_tokens":4}}}"#;
+
+    const ANTHROPIC: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"hey"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"cache_read_input_tokens":5,"output_tokens":2}}"#;
+
+    #[test]
+    fn the_scan_reads_the_usage_of_both_formats() {
+        let facts = answer(Wire::OpenAiChat, OPENAI.as_bytes()).expect("sure");
+        assert_eq!(
+            facts.usage,
+            Usage {
+                input_tokens: 20,
+                output_tokens: 12,
+                cached_input_tokens: 4
+            }
+        );
+        agree(Wire::OpenAiChat, OPENAI.as_bytes()).unwrap();
+        let facts = answer(Wire::AnthropicMessages, ANTHROPIC.as_bytes()).expect("sure");
+        assert_eq!(
+            facts.usage,
+            Usage {
+                input_tokens: 8,
+                output_tokens: 2,
+                cached_input_tokens: 5
+            }
+        );
+        agree(Wire::AnthropicMessages, ANTHROPIC.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn what_the_scan_leaves_to_serde() {
+        let openai = [
+            // Duplicate known fields (serde refuses them), an escaped key, a surrogate.
+            OPENAI.replace(r#""model":"m""#, r#""model":"m","model":"n""#),
+            OPENAI.replace(r#""id""#, r#""\u0069d""#),
+            OPENAI.replace("hi ", r"\ud83d\ude00 "),
+            // Counts serde does not read as a `u64`, a float `created`.
+            OPENAI.replace(r#""prompt_tokens":20"#, r#""prompt_tokens":20.0"#),
+            OPENAI.replace(r#""prompt_tokens":20"#, r#""prompt_tokens":020"#),
+            OPENAI.replace(r#""created":17"#, r#""created":1e1"#),
+            // Not stored: a tool call, log probabilities, a filter, an error, no choice.
+            OPENAI.replace(r#""refusal":null"#, r#""tool_calls":[]"#),
+            OPENAI.replace(r#""logprobs":null"#, r#""logprobs":{}"#),
+            OPENAI.replace(
+                r#""finish_reason":"stop""#,
+                r#""finish_reason":"content_filter""#,
+            ),
+            OPENAI.replace(r#""finish_reason":"stop""#, r#""finish_reason":null"#),
+            OPENAI.replace(r#""content":"hi \"there\"\n""#, r#""content":null"#),
+            r#"{"error":{"message":"overloaded"}}"#.to_owned(),
+            OPENAI.replace(r#""choices":[{"#, r#""choices":[{"index":1},{"#),
+            // Trailing bytes, a cut body, deep nesting.
+            format!("{OPENAI}x"),
+            OPENAI[..OPENAI.len() - 1].to_owned(),
+            OPENAI.replace(
+                r#""object""#,
+                &format!(r#""x":{}1{},"object""#, "[".repeat(80), "]".repeat(80)),
+            ),
+        ];
+        for body in &openai {
+            assert!(
+                answer(Wire::OpenAiChat, body.as_bytes()).is_none(),
+                "{body}"
+            );
+            agree(Wire::OpenAiChat, body.as_bytes()).unwrap();
+        }
+        let anthropic = [
+            ANTHROPIC.replace(r#""type":"message""#, r#""type":"error""#),
+            ANTHROPIC.replace(r#""end_turn""#, r#""tool_use""#),
+            ANTHROPIC.replace(r#""type":"text""#, r#""type":"thinking""#),
+            ANTHROPIC.replace(r#""usage":{"#, r#""usage":{"input_tokens":1,"#),
+        ];
+        for body in &anthropic {
+            assert!(
+                answer(Wire::AnthropicMessages, body.as_bytes()).is_none(),
+                "{body}"
+            );
+            agree(Wire::AnthropicMessages, body.as_bytes()).unwrap();
+        }
+        // Well-formed but odd spellings the scan still takes: escapes in values, unknown
+        // members repeated, whitespace everywhere.
+        let odd = OPENAI
+            .replace(r#""object""#, r#""x":1,"x":[true,{"y":-0.5e-3}], "object""#)
+            .replace(',', " ,\n\t");
+        assert!(answer(Wire::OpenAiChat, odd.as_bytes()).is_some(), "{odd}");
+        agree(Wire::OpenAiChat, odd.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_scanned_answer_is_parsed_only_when_its_parts_are_asked_for() {
+        let raw = Bytes::from_static(OPENAI.as_bytes());
+        let facts = answer(Wire::OpenAiChat, &raw).expect("sure");
+        let lazy = Answer::of_raw(Wire::OpenAiChat, raw.clone(), facts.usage);
+        // Served as it came: the raw body, nothing parsed.
+        assert_eq!(lazy.render(crate::Format::Json), raw);
+        assert!(lazy.parts.get().is_none());
+        assert_eq!(lazy.text(), "hi \"there\"\n");
+        assert_eq!(lazy.finish_reason(), FinishReason::Stop);
+        assert!(lazy.parts.get().is_some());
+    }
+}
