@@ -61,8 +61,9 @@ impl Pending {
         {
             0
         } else {
-            // Without a retry layer to count them, each repair turn is one more call.
-            1 + facts.repairs
+            // Without a retry layer to count them, each repair turn and each follow-up of a
+            // continuation layer is one more call.
+            1 + facts.repairs + facts.continuations + facts.resumed
         };
         let record = CallRecord {
             request_id: head.request_id,
