@@ -120,6 +120,19 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // For scale: a parse of the answer into a JSON value (what the layer's typed read of the
+    // few fields it needs avoids; a validator that calls `Answer::json` pays it), and one
+    // clone of the request (kept to build a repair turn from).
+    group.bench_function("part_parse_answer_as_value", |b| {
+        b.iter(|| {
+            serde_json::from_slice::<serde_json::Value>(std::hint::black_box(ANSWER.as_bytes()))
+                .unwrap()
+        })
+    });
+    let prepared = request(QUESTION);
+    group.bench_function("part_clone_request", |b| {
+        b.iter(|| std::hint::black_box(&prepared).clone())
+    });
     group.finish();
 }
 

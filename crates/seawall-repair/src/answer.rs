@@ -4,9 +4,11 @@
 //! A validator should not have to know whether the answer came from OpenAI's Chat Completions
 //! or Anthropic's Messages: it wants the text the model wrote and, now and then, why it
 //! stopped. So the response is parsed once into this view (the text, the finish reason read
-//! by core's [`FinishReason::from_provider`], and the whole JSON value for anything else).
+//! by core's [`FinishReason::from_provider`], and the whole JSON value for anything else,
+//! built only when asked for).
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use http::Request;
@@ -45,11 +47,13 @@ impl Wire {
 ///     "id": "chatcmpl-1", "object": "chat.completion",
 ///     "choices": [{"index": 0, "finish_reason": "stop",
 ///                  "message": {"role": "assistant", "content": "{\"city\": \"Oslo\"}"}}]
-/// });
-/// let answer = Answer::new(Wire::OpenAiChat, &body).expect("a chat completion");
+/// })
+/// .to_string();
+/// let answer = Answer::from_slice(Wire::OpenAiChat, body.as_bytes()).expect("a chat completion");
 /// assert_eq!(answer.text(), r#"{"city": "Oslo"}"#);
 /// assert_eq!(answer.finish_reason(), Some(&FinishReason::Stop));
 /// assert_eq!(answer.text_as_json().unwrap()["city"], "Oslo");
+/// assert_eq!(answer.json()["object"], "chat.completion");
 /// ```
 #[derive(Debug, Clone)]
 pub struct Answer<'a> {
@@ -57,53 +61,57 @@ pub struct Answer<'a> {
     text: Cow<'a, str>,
     finish: Option<FinishReason>,
     tool_calls: bool,
-    json: &'a Value,
+    body: &'a [u8],
+    /// The whole body as a JSON value, parsed only if a validator asks: building a value
+    /// costs several times the typed read of the few fields above.
+    json: OnceCell<Value>,
 }
 
 impl<'a> Answer<'a> {
-    /// Reads an answer of `wire` from the response's JSON; `None` when the value is not an
-    /// answer of that format (no `choices[0].message`, no Anthropic `content` array).
+    /// Reads an answer of `wire` from a response body; `None` when the body is not an answer
+    /// of that format (not JSON, no `choices[0].message`, no Anthropic `content` array).
     ///
     /// The text is OpenAI's `choices[0].message.content` (a string, or the `text` of its
     /// parts), or the `text` of Anthropic's text blocks, joined.
-    pub fn new(wire: Wire, json: &'a Value) -> Option<Answer<'a>> {
+    pub fn from_slice(wire: Wire, body: &'a [u8]) -> Option<Answer<'a>> {
         let (text, finish, tool_calls) = match wire {
             Wire::OpenAiChat => {
-                let choice = json.get("choices")?.get(0)?;
-                let message = choice.get("message")?.as_object()?;
-                let text = match message.get("content") {
-                    Some(Value::String(s)) => Cow::Borrowed(s.as_str()),
-                    Some(Value::Array(parts)) => Cow::Owned(join_text(parts, "text")),
-                    _ => Cow::Borrowed(""),
-                };
-                let tool_calls = message
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .is_some_and(|c| !c.is_empty())
-                    || message.get("function_call").is_some_and(Value::is_object);
-                (text, choice.get("finish_reason"), tool_calls)
+                let chat: shape::Chat<'a> = serde_json::from_slice(body).ok()?;
+                let choice = chat.choices.into_iter().next()?;
+                let m = choice.message;
+                let tool_calls =
+                    m.tool_calls.is_some_and(|c| !c.is_empty()) || m.function_call.is_some();
+                (m.content.0, choice.finish_reason, tool_calls)
             }
             Wire::AnthropicMessages => {
-                let blocks = json.get("content")?.as_array()?;
-                let text = match blocks.as_slice() {
-                    // The usual answer: one text block, borrowed.
-                    [one] if one["type"] == "text" => {
-                        Cow::Borrowed(one["text"].as_str().unwrap_or(""))
+                let message: shape::Message<'a> = serde_json::from_slice(body).ok()?;
+                let tool_calls = message.content.iter().any(|b| b.kind == "tool_use");
+                let mut texts = message
+                    .content
+                    .into_iter()
+                    .filter(|b| b.kind == "text")
+                    .filter_map(|b| b.text);
+                // The usual answer is one text block: borrowed, not copied.
+                let text = match (texts.next(), texts.next()) {
+                    (None, _) => Cow::Borrowed(""),
+                    (Some(one), None) => one,
+                    (Some(a), Some(b)) => {
+                        let mut joined = a.into_owned();
+                        joined.push_str(&b);
+                        texts.for_each(|t| joined.push_str(&t));
+                        Cow::Owned(joined)
                     }
-                    _ => Cow::Owned(join_text(blocks, "text")),
                 };
-                let tool_calls = blocks.iter().any(|b| b["type"] == "tool_use");
-                (text, json.get("stop_reason"), tool_calls)
+                (text, message.stop_reason, tool_calls)
             }
         };
         Some(Answer {
             wire,
             text,
-            finish: finish
-                .and_then(Value::as_str)
-                .map(FinishReason::from_provider),
+            finish: finish.map(|f| FinishReason::from_provider(&f)),
             tool_calls,
-            json,
+            body,
+            json: OnceCell::new(),
         })
     }
 
@@ -129,9 +137,16 @@ impl<'a> Answer<'a> {
         self.tool_calls || self.finish == Some(FinishReason::ToolCalls)
     }
 
-    /// The whole response, as JSON, for anything the view does not name.
+    /// The whole response, as JSON, for anything the view does not name (parsed at the first
+    /// call).
     pub fn json(&self) -> &Value {
         self.json
+            .get_or_init(|| serde_json::from_slice(self.body).unwrap_or_default())
+    }
+
+    /// The response body, as the upstream sent it.
+    pub fn body(&self) -> &[u8] {
+        self.body
     }
 
     /// The text parsed as JSON, or the parser's complaint, worded for the model to read.
@@ -140,16 +155,128 @@ impl<'a> Answer<'a> {
     }
 }
 
-fn join_text(parts: &[Value], kind: &str) -> String {
-    let mut out = String::new();
-    for part in parts {
-        if part["type"] == kind {
-            if let Some(t) = part["text"].as_str() {
-                out.push_str(t);
-            }
+/// The few fields of each format the view reads, borrowed from the body where the JSON
+/// string has no escapes; everything else is skipped without being built.
+mod shape {
+    use std::borrow::Cow;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::Deserialize;
+    use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    #[derive(Deserialize)]
+    pub(super) struct Chat<'a> {
+        #[serde(borrow)]
+        pub(super) choices: Vec<Choice<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Choice<'a> {
+        #[serde(borrow)]
+        pub(super) message: ChatMessage<'a>,
+        #[serde(default, borrow)]
+        pub(super) finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct ChatMessage<'a> {
+        #[serde(default, borrow)]
+        pub(super) content: Content<'a>,
+        #[serde(default)]
+        pub(super) tool_calls: Option<Vec<IgnoredAny>>,
+        #[serde(default)]
+        pub(super) function_call: Option<IgnoredAny>,
+    }
+
+    /// OpenAI's `content`: a string, or an array of parts whose `text` is joined; anything
+    /// else (`null`, a number, an object) is no text.
+    #[derive(Default)]
+    pub(super) struct Content<'a>(pub(super) Cow<'a, str>);
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+        fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(ContentVisitor(PhantomData))
         }
     }
-    out
+
+    struct ContentVisitor<'a>(PhantomData<&'a ()>);
+
+    impl<'de: 'a, 'a> Visitor<'de> for ContentVisitor<'a> {
+        type Value = Content<'a>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("message content")
+        }
+
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Content<'a>, E> {
+            Ok(Content(Cow::Borrowed(v)))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Content<'a>, E> {
+            Ok(Content(Cow::Owned(v.to_owned())))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<Content<'a>, E> {
+            Ok(Content(Cow::Owned(v)))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content<'a>, A::Error> {
+            let mut out = String::new();
+            while let Some(part) = seq.next_element::<Block<'de>>()? {
+                if part.kind == "text" {
+                    out.push_str(part.text.as_deref().unwrap_or(""));
+                }
+            }
+            Ok(Content(Cow::Owned(out)))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Content<'a>, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Content::default())
+        }
+
+        fn visit_unit<E>(self) -> Result<Content<'a>, E> {
+            Ok(Content::default())
+        }
+
+        fn visit_none<E>(self) -> Result<Content<'a>, E> {
+            Ok(Content::default())
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Content<'a>, E> {
+            Ok(Content::default())
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Content<'a>, E> {
+            Ok(Content::default())
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Content<'a>, E> {
+            Ok(Content::default())
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Content<'a>, E> {
+            Ok(Content::default())
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Message<'a> {
+        #[serde(borrow)]
+        pub(super) content: Vec<Block<'a>>,
+        #[serde(default, borrow)]
+        pub(super) stop_reason: Option<Cow<'a, str>>,
+    }
+
+    /// An Anthropic content block, or an OpenAI content part: its type, and its text.
+    #[derive(Deserialize)]
+    pub(super) struct Block<'a> {
+        #[serde(rename = "type", borrow)]
+        pub(super) kind: Cow<'a, str>,
+        #[serde(default, borrow)]
+        pub(super) text: Option<Cow<'a, str>>,
+    }
 }
 
 /// What a validator is: it reads an [`Answer`] and says what is wrong with it, in words the
@@ -163,9 +290,9 @@ pub(crate) type Validator = Arc<dyn Fn(&Answer<'_>) -> Result<(), String> + Send
 /// use seawall_repair::{Answer, Wire, validate_json};
 ///
 /// let check = validate_json();
-/// let body = serde_json::json!({"content": [{"type": "text", "text": "Sure! {\"a\": 1}"}],
-///                               "stop_reason": "end_turn"});
-/// let answer = Answer::new(Wire::AnthropicMessages, &body).unwrap();
+/// let body = r#"{"content": [{"type": "text", "text": "Sure! {\"a\": 1}"}],
+///                "stop_reason": "end_turn"}"#;
+/// let answer = Answer::from_slice(Wire::AnthropicMessages, body.as_bytes()).unwrap();
 /// assert!(check(&answer).unwrap_err().starts_with("the answer is not valid JSON"));
 /// ```
 pub fn validate_json() -> impl Fn(&Answer<'_>) -> Result<(), String> + Clone + Send + Sync + 'static
@@ -180,9 +307,9 @@ pub fn validate_json() -> impl Fn(&Answer<'_>) -> Result<(), String> + Clone + S
 /// use seawall_repair::{Answer, Wire, require_fields};
 ///
 /// let check = require_fields(&["city", "country"]);
-/// let body = serde_json::json!({"choices": [{"finish_reason": "stop",
-///     "message": {"role": "assistant", "content": "{\"city\": \"Oslo\"}"}}]});
-/// let answer = Answer::new(Wire::OpenAiChat, &body).unwrap();
+/// let body = r#"{"choices": [{"finish_reason": "stop",
+///     "message": {"role": "assistant", "content": "{\"city\": \"Oslo\"}"}}]}"#;
+/// let answer = Answer::from_slice(Wire::OpenAiChat, body.as_bytes()).unwrap();
 /// assert_eq!(
 ///     check(&answer).unwrap_err(),
 ///     "the JSON object is missing the field `country`"
@@ -228,10 +355,33 @@ mod tests {
             {"type": "text", "text": "{\"a\""},
             {"type": "text", "text": ": 1}"}
         ], "stop_reason": "end_turn"});
-        let a = Answer::new(Wire::AnthropicMessages, &body).unwrap();
+        let bytes = body.to_string();
+        let a = Answer::from_slice(Wire::AnthropicMessages, bytes.as_bytes()).unwrap();
         assert_eq!(a.text(), r#"{"a": 1}"#);
         assert_eq!(a.finish_reason(), Some(&FinishReason::Stop));
         assert!(!a.has_tool_calls());
+    }
+
+    #[test]
+    fn openai_content_may_be_parts_escaped_or_not_text() {
+        let parts = json!({"choices": [{"message": {"content": [
+            {"type": "text", "text": "{\"a\":"}, {"type": "image_url", "image_url": {}},
+            {"type": "text", "text": " 1}"}]}}]});
+        let bytes = parts.to_string();
+        let a = Answer::from_slice(Wire::OpenAiChat, bytes.as_bytes()).unwrap();
+        assert_eq!(a.text(), r#"{"a": 1}"#);
+        assert_eq!(
+            a.json()["choices"][0]["message"]["content"][1]["type"],
+            "image_url"
+        );
+        let escaped = br#"{"choices": [{"message": {"content": "line\nnext \u00e9"}}]}"#;
+        let a = Answer::from_slice(Wire::OpenAiChat, escaped).unwrap();
+        assert_eq!(a.text(), "line\nnext \u{e9}");
+        for content in ["42", "null", "{}", "true", "1.5"] {
+            let body = format!(r#"{{"choices": [{{"message": {{"content": {content}}}}}]}}"#);
+            let a = Answer::from_slice(Wire::OpenAiChat, body.as_bytes()).unwrap();
+            assert_eq!(a.text(), "", "{content}");
+        }
     }
 
     #[test]
@@ -239,14 +389,14 @@ mod tests {
         let openai = json!({"choices": [{"finish_reason": "tool_calls", "message":
             {"role": "assistant", "content": null, "tool_calls": [{"id": "c1"}]}}]});
         assert!(
-            Answer::new(Wire::OpenAiChat, &openai)
+            Answer::from_slice(Wire::OpenAiChat, openai.to_string().as_bytes())
                 .unwrap()
                 .has_tool_calls()
         );
         let anthropic = json!({"content": [{"type": "tool_use", "id": "t", "name": "f",
             "input": {}}], "stop_reason": "tool_use"});
         assert!(
-            Answer::new(Wire::AnthropicMessages, &anthropic)
+            Answer::from_slice(Wire::AnthropicMessages, anthropic.to_string().as_bytes())
                 .unwrap()
                 .has_tool_calls()
         );
@@ -261,21 +411,26 @@ mod tests {
             (Wire::AnthropicMessages, json!({"type": "error"})),
             (Wire::AnthropicMessages, json!("text")),
         ] {
-            assert!(Answer::new(wire, &body).is_none(), "{body}");
+            assert!(
+                Answer::from_slice(wire, body.to_string().as_bytes()).is_none(),
+                "{body}"
+            );
         }
     }
 
     #[test]
     fn require_fields_names_every_missing_field() {
         let body = json!({"choices": [{"message": {"content": "{\"a\": null}"}}]});
-        let a = Answer::new(Wire::OpenAiChat, &body).unwrap();
+        let bytes = body.to_string();
+        let a = Answer::from_slice(Wire::OpenAiChat, bytes.as_bytes()).unwrap();
         assert_eq!(
             require_fields(&["a", "b", "c"])(&a).unwrap_err(),
             "the JSON object is missing the fields `b`, `c`"
         );
         assert!(require_fields(&["a"])(&a).is_ok());
         let list = json!({"choices": [{"message": {"content": "[1]"}}]});
-        let a = Answer::new(Wire::OpenAiChat, &list).unwrap();
+        let bytes = list.to_string();
+        let a = Answer::from_slice(Wire::OpenAiChat, bytes.as_bytes()).unwrap();
         assert_eq!(
             require_fields(&["a"])(&a).unwrap_err(),
             "the answer must be a JSON object"

@@ -22,7 +22,6 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use seawall_core::{BoxError, FailureClass, LlmError, LlmRequest};
-use serde_json::Value;
 use tower_service::Service;
 
 use crate::answer::{Answer, Wire};
@@ -338,8 +337,7 @@ impl<S, B> Turn<S, B> {
 fn verdict(shared: &Shared, wire: Wire, bytes: &[u8]) -> Option<(String, String)> {
     // Not JSON, or not the wire format's answer: the envelope is the classifier's business
     // (it reports an empty or broken answer as an error); there is no text to show the model.
-    let json: Value = serde_json::from_slice(bytes).ok()?;
-    let answer = Answer::new(wire, &json)?;
+    let answer = Answer::from_slice(wire, bytes)?;
     if answer.has_tool_calls() {
         return None;
     }
