@@ -226,8 +226,15 @@ async fn trimming_sends_the_newest_turns_that_fit_and_the_upstream_accepts_them(
             turns: dropped as u32
         })
     );
-    // As few turns as fit: one more would have fit too, one fewer would not.
-    assert!(dropped >= 1 && dropped < 10);
+    // As few turns as fit: with one turn fewer dropped, it would not have fit.
+    assert!((1..10).contains(&dropped), "{dropped}");
+    let mut one_fewer = body.clone();
+    one_fewer["messages"] = Value::Array(messages[4 * (dropped - 1)..].to_vec());
+    let mut one_fewer = Request::post("http://mock/v1/messages")
+        .body(Bytes::from(one_fewer.to_string()))
+        .unwrap();
+    one_fewer.prepare();
+    assert!(one_fewer.estimated_input_tokens() + 100 > SMALL);
     let stats = up.stats();
     assert_eq!((stats.requests, stats.ok, stats.context_length), (1, 1, 0));
 }
