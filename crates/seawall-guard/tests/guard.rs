@@ -390,3 +390,45 @@ fn a_zero_floor_is_refused_at_build() {
         .unwrap_err();
     assert_eq!(err.field(), "policy");
 }
+
+/// Gemini bounds the prompt apart from the window: a prompt over that bound is refused even
+/// where prompt plus output would fit the window, and lowering the output cannot help it.
+#[tokio::test(start_paused = true)]
+async fn a_separate_input_bound_is_checked_too() {
+    let windows = ContextWindows::new().with(
+        "gemini-x",
+        ModelLimits::new(2_000)
+            .with_max_input(500)
+            .with_max_output(1_000),
+    );
+    let inner = tower::service_fn(|_req: Request<Bytes>| async {
+        Ok::<_, LlmError>(http::Response::new(()))
+    });
+    // 600 words: 759 tokens, over the 500 the prompt may have.
+    let ask = |words_n: usize| {
+        chat(json!({"model": "gemini-x", "max_tokens": 10,
+                    "messages": [{"role": "user", "content": words(words_n)}]}))
+    };
+    for policy in [ContextPolicy::Refuse, ContextPolicy::lower_max_tokens(1)] {
+        let client = ServiceBuilder::new()
+            .layer(
+                ContextGuardLayer::builder(windows.clone())
+                    .policy(policy)
+                    .build()
+                    .unwrap(),
+            )
+            .service(inner.clone());
+        let err = client.clone().oneshot(ask(600)).await.unwrap_err();
+        assert_eq!(
+            err.class(),
+            FailureClass::ContextLengthExceeded,
+            "{policy:?}"
+        );
+        assert!(
+            err.message().contains("at most 500 of them prompt"),
+            "{err}"
+        );
+        // 300 words: 384 tokens, within both bounds.
+        client.oneshot(ask(300)).await.unwrap();
+    }
+}
