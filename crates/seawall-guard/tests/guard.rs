@@ -417,7 +417,7 @@ async fn a_separate_input_bound_is_checked_too() {
                     .build()
                     .unwrap(),
             )
-            .service(inner.clone());
+            .service(inner);
         let err = client.clone().oneshot(ask(600)).await.unwrap_err();
         assert_eq!(
             err.class(),
