@@ -16,7 +16,7 @@
 //! | `stream` | [`stream`] | attempt, time-to-first-token and idle timeouts; the commit point |
 //! | `observe` | [`observe`] | one record per logical call |
 //! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
-//! | `guard` | [`guard`] | `ContextGuardLayer`: a request checked against its model's context window before it is sent |
+//! | `guard` | [`guard`] | `ContextGuardLayer`: a request checked against its model's context window before it is sent (`tiktoken`, opt-in: exact counts for OpenAI models) |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |
