@@ -17,8 +17,8 @@
 //! | `observe` | [`observe`] | one record per logical call |
 //! | `cache` | [`cache`] | `CacheLayer`: complete answers served without a call, single flight, an opt-in semantic cache |
 //! | `repair` | [`repair`] | `RepairLayer`: a new turn, showing the model its answer and what was wrong, when an answer fails validation |
-//! | `guard` | [`guard`] | `ContextGuardLayer`: a request checked against its model's context window before it is sent |
 //! | `continue` | [`continuation`] | `ContinueLayer`: answers cut by `max_tokens` continued, cut streams resumed (the module is named `continuation`: `continue` is a keyword) |
+//! | `guard` | [`guard`] | `ContextGuardLayer`: a request checked against its model's context window before it is sent (`tiktoken`, opt-in: exact counts for OpenAI models) |
 //! | `http` | `http` (opt-in) | a hyper/rustls transport with no retries of its own |
 //! | `mock` | `mock` (opt-in) | the chaos upstream, over HTTP or in process |
 //! | `redis` | `redis` (opt-in) | budgets, rate limits, permits and breaker state shared by a fleet |

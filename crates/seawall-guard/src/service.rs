@@ -62,7 +62,7 @@ impl Guard {
         let reserve = out.map_or(1, u64::from);
         if prompt <= limits.input_room(reserve) {
             return match (asked, out) {
-                (Some(from), Some(to)) if to < from => self.lower(req, from, to, prompt, &limits),
+                (Some(from), Some(to)) if to < from => lower(req, from, to, prompt, &limits),
                 _ => Ok(ContextAction::Fits),
             };
         }
@@ -88,24 +88,25 @@ impl Guard {
                 if !prompt_fits || to == 0 || to < floor.min(o) {
                     return Err(too_long(req, prompt, out, &limits));
                 }
-                self.lower(req, from, to, prompt, &limits)
+                lower(req, from, to, prompt, &limits)
             }
         }
     }
+}
 
-    fn lower(
-        &self,
-        req: &mut Request<Bytes>,
-        from: u32,
-        to: u32,
-        prompt: u64,
-        limits: &ModelLimits,
-    ) -> Result<ContextAction, LlmError> {
-        if trim::lower_max_tokens(req, to) {
-            Ok(ContextAction::MaxTokensLowered { from, to })
-        } else {
-            Err(too_long(req, prompt, Some(from), limits))
-        }
+/// Lowers the request's output bound from `from` to `to`, or refuses it if its body cannot be
+/// rewritten.
+fn lower(
+    req: &mut Request<Bytes>,
+    from: u32,
+    to: u32,
+    prompt: u64,
+    limits: &ModelLimits,
+) -> Result<ContextAction, LlmError> {
+    if trim::lower_max_tokens(req, to) {
+        Ok(ContextAction::MaxTokensLowered { from, to })
+    } else {
+        Err(too_long(req, prompt, Some(from), limits))
     }
 }
 

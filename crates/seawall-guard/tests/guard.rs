@@ -226,8 +226,15 @@ async fn trimming_sends_the_newest_turns_that_fit_and_the_upstream_accepts_them(
             turns: dropped as u32
         })
     );
-    // As few turns as fit: one more would have fit too, one fewer would not.
-    assert!(dropped >= 1 && dropped < 10);
+    // As few turns as fit: with one turn fewer dropped, it would not have fit.
+    assert!((1..10).contains(&dropped), "{dropped}");
+    let mut one_fewer = body.clone();
+    one_fewer["messages"] = Value::Array(messages[4 * (dropped - 1)..].to_vec());
+    let mut one_fewer = Request::post("http://mock/v1/messages")
+        .body(Bytes::from(one_fewer.to_string()))
+        .unwrap();
+    one_fewer.prepare();
+    assert!(one_fewer.estimated_input_tokens() + 100 > SMALL);
     let stats = up.stats();
     assert_eq!((stats.requests, stats.ok, stats.context_length), (1, 1, 0));
 }
@@ -382,4 +389,46 @@ fn a_zero_floor_is_refused_at_build() {
         .build()
         .unwrap_err();
     assert_eq!(err.field(), "policy");
+}
+
+/// Gemini bounds the prompt apart from the window: a prompt over that bound is refused even
+/// where prompt plus output would fit the window, and lowering the output cannot help it.
+#[tokio::test(start_paused = true)]
+async fn a_separate_input_bound_is_checked_too() {
+    let windows = ContextWindows::new().with(
+        "gemini-x",
+        ModelLimits::new(2_000)
+            .with_max_input(500)
+            .with_max_output(1_000),
+    );
+    let inner = tower::service_fn(|_req: Request<Bytes>| async {
+        Ok::<_, LlmError>(http::Response::new(()))
+    });
+    // 600 words: 759 tokens, over the 500 the prompt may have.
+    let ask = |words_n: usize| {
+        chat(json!({"model": "gemini-x", "max_tokens": 10,
+                    "messages": [{"role": "user", "content": words(words_n)}]}))
+    };
+    for policy in [ContextPolicy::Refuse, ContextPolicy::lower_max_tokens(1)] {
+        let client = ServiceBuilder::new()
+            .layer(
+                ContextGuardLayer::builder(windows.clone())
+                    .policy(policy)
+                    .build()
+                    .unwrap(),
+            )
+            .service(inner);
+        let err = client.clone().oneshot(ask(600)).await.unwrap_err();
+        assert_eq!(
+            err.class(),
+            FailureClass::ContextLengthExceeded,
+            "{policy:?}"
+        );
+        assert!(
+            err.message().contains("at most 500 of them prompt"),
+            "{err}"
+        );
+        // 300 words: 384 tokens, within both bounds.
+        client.oneshot(ask(300)).await.unwrap();
+    }
 }

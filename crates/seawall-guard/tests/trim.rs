@@ -160,7 +160,7 @@ proptest! {
             .build()
             .unwrap();
         // The inner service records in `call`: no need to run the future.
-        let _ = layer.layer(inner).call(request(path, &body));
+        drop(layer.layer(inner).call(request(path, &body)));
         let sent = sent.lock().unwrap().take();
 
         let Some(sent) = sent else {
