@@ -30,7 +30,9 @@ use crate::error::LlmError;
 use crate::time::instant_after;
 
 /// When the caller stops waiting for a call. Insert it into a request's extensions, or let a
-/// header set it (see the [module docs](self)).
+/// header set it: `grpc-timeout` (gRPC's format), [`TIMEOUT_HEADER`] or the SDKs'
+/// `x-stainless-timeout` (seconds), read once, the earliest winning, when the request is first
+/// [prepared](crate::LlmRequest::prepare).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline(Instant);
 
