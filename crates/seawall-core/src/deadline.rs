@@ -30,13 +30,9 @@ use crate::error::LlmError;
 use crate::time::instant_after;
 
 /// When the caller stops waiting for a call. Insert it into a request's extensions, or let a
-/// header set it: `grpc-timeout` (gRPC's format), or [`TIMEOUT_HEADER`] /
-/// `x-stainless-timeout` in seconds, counted from the first [`prepare`]; the earliest wins.
-///
-/// Each layer cuts its own bound to what remains ([`bound`](Deadline::bound)) and fails a
-/// call already past it with `DeadlineExceeded` before it spends ([`check`](Deadline::check)).
-///
-/// [`prepare`]: crate::LlmRequest::prepare
+/// header set it: `grpc-timeout` (gRPC's format), [`TIMEOUT_HEADER`] or the SDKs'
+/// `x-stainless-timeout` (seconds), read once, the earliest winning, when the request is first
+/// [prepared](crate::LlmRequest::prepare).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline(Instant);
 
