@@ -75,6 +75,8 @@ usage: cargo run --release --example storm -- [options]
                     rate limits shared in Redis; in process, on real time (a scaled workload)
   --repeat SHARE    a share of calls (0 to 1, e.g. 0.3) asks one of 40 frequent questions again,
                     word for word, and seawall runs once more with a CacheLayer in its stack
+  --resume          seawall runs once more with a ContinueLayer in its stack: a stream cut after
+                    its first token is resumed where it stopped instead of failing
   --redis URL       the Redis of --replicas (default: start redis-server from the PATH on a
                     free loopback port, without persistence, and stop it at the end)
   -h, --help        this text";
@@ -88,6 +90,7 @@ struct Args {
     replicas: Option<usize>,
     redis: Option<String>,
     repeat: f64,
+    resume: bool,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -100,6 +103,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         replicas: None,
         redis: None,
         repeat: 0.0,
+        resume: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -123,6 +127,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 args.replicas = Some(number("--replicas", value("--replicas")?)? as usize)
             }
             "--redis" => args.redis = Some(value("--redis")?),
+            "--resume" => args.resume = true,
             "--repeat" => {
                 let v = value("--repeat")?;
                 args.repeat = v
@@ -142,6 +147,11 @@ fn parse_args() -> Result<Option<Args>, String> {
     if args.repeat > 0.0 && args.replicas.is_some() {
         return Err(
             "--repeat is for the single-process run; it does not combine with --replicas".into(),
+        );
+    }
+    if args.resume && args.replicas.is_some() {
+        return Err(
+            "--resume is for the single-process run; it does not combine with --replicas".into(),
         );
     }
     if args.redis.is_some() && args.replicas.is_none() {
@@ -243,6 +253,25 @@ fn run(args: &Args) -> Result<(), String> {
     } else {
         None
     };
+    // The resumption's run: seawall's stack again, with a ContinueLayer outside fallback.
+    let resumed = if args.resume {
+        progress.set_message("7 seawall + resume");
+        let with_resume = SeawallSetup {
+            resume: true,
+            ..setup.clone()
+        };
+        let mut run = run_once(
+            &scenario,
+            Some(Policy::Seawall),
+            &with_resume,
+            &progress,
+            args.http,
+        )?;
+        run.label = "7 seawall + resume".to_owned();
+        Some(run)
+    } else {
+        None
+    };
     progress.finish_and_clear();
 
     println!(
@@ -263,12 +292,21 @@ fn run(args: &Args) -> Result<(), String> {
             "6 seawall + cache"
         );
     }
+    if resumed.is_some() {
+        println!(
+            "  {:<20} the same stack with a ContinueLayer outside fallback: a stream cut after its \
+             first token is resumed",
+            "7 seawall + resume"
+        );
+    }
     println!();
 
     let mut rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
     let cached_row = cached.as_ref().map(|r| Row::new(r, limit));
+    let resumed_row = resumed.as_ref().map(|r| Row::new(r, limit));
     let mut shown = rows.clone();
     shown.extend(cached_row.clone());
+    shown.extend(resumed_row.clone());
     println!("{}", report::table(&shown));
     const LEGEND: &[&str] = &[
         "success        share of calls that got a complete answer (the stream ended with its finish marker)",
@@ -284,7 +322,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     println!();
     println!("why calls failed (final error class)");
-    print!("{}", report::failures(&rows));
+    print!("{}", report::failures(&shown));
     println!("\nwhat the providers saw");
     for r in &runs {
         for note in &r.notes {
@@ -323,6 +361,7 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     runs.extend(cached);
+    runs.extend(resumed);
     report::chart(&args.svg, &runs)?;
     println!("latency chart (CDF per policy): {}", args.svg.display());
     println!("wall-clock time: {:.1} s", started.elapsed().as_secs_f64());

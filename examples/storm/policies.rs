@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use seawall::budget::{Budget, CostBudgetLayer, Price, PriceTable, Usd};
 use seawall::cache::{CacheLayer, MemoryStore};
 use seawall::classify::{Classify, ClassifyLayer};
+use seawall::continuation::ContinueLayer;
 use seawall::core::{
     BoxError, FailureClass, LlmError, LlmRequest, Random, RetryPolicy, SeededRandom,
 };
@@ -324,6 +325,8 @@ pub(crate) struct SeawallSetup {
     pub(crate) breaker_state: Option<RedisBreakerState>,
     /// Whether a `CacheLayer` (in memory) sits between observe and fallback (`--repeat`).
     pub(crate) cache: bool,
+    /// Whether a `ContinueLayer` sits just outside fallback (`--resume`): cut streams resumed.
+    pub(crate) resume: bool,
 }
 
 impl SeawallSetup {
@@ -338,6 +341,7 @@ impl SeawallSetup {
             breaker_state: None,
             gate_rates: true,
             cache: false,
+            resume: false,
         }
     }
 }
@@ -439,6 +443,13 @@ where
             .layer(CacheLayer::new(MemoryStore::new()))
             .into_inner()
     });
+    // With resumption, the same: the continuation's body and the stack's boxed to one.
+    let resume = setup.resume.then(|| {
+        ServiceBuilder::new()
+            .map_response(box_response)
+            .layer(ContinueLayer::new())
+            .into_inner()
+    });
     let svc = ServiceBuilder::new()
         .layer(
             ObserveLayer::builder()
@@ -447,6 +458,8 @@ where
                 .map_err(|e| e.to_string())?,
         )
         .option_layer(cache)
+        .map_response(box_response)
+        .option_layer(resume)
         .map_response(box_response)
         .layer(fallback)
         .layer(retry)

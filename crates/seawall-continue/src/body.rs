@@ -176,7 +176,7 @@ where
 
 enum State<F, B> {
     Body(Pin<Box<B>>),
-    Ready(Option<Request<Bytes>>),
+    Ready(Option<Box<Request<Bytes>>>),
     Calling(Pin<Box<F>>),
     Done,
 }
@@ -610,7 +610,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
         );
         self.trim = trim;
         self.attempt += 1;
-        self.state = State::Ready(Some(req));
+        self.state = State::Ready(Some(Box::new(req)));
     }
 
     /// A follow-up could not be made or failed before any content: the caller gets what it
@@ -705,7 +705,7 @@ where
                         let Some(req) = req.take() else {
                             seawall_core::polled_after_completion();
                         };
-                        self.state = State::Calling(Box::pin(self.svc.call(req)));
+                        self.state = State::Calling(Box::pin(self.svc.call(*req)));
                     }
                     Err(_) => self.give_up(),
                 },

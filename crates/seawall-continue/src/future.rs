@@ -163,7 +163,7 @@ fn spliced<S, F, B: Body>(job: Job<S>, resp: Response<B>) -> Response<ContinueBo
 
 enum Step<F, B> {
     Read(Pin<Box<B>>),
-    Ready(Option<Request<Bytes>>),
+    Ready(Option<Box<Request<Bytes>>>),
     Call(Pin<Box<F>>),
 }
 
@@ -242,7 +242,7 @@ where
                         let Some(req) = req.take() else {
                             seawall_core::polled_after_completion();
                         };
-                        self.step = Step::Call(Box::pin(self.job.svc.call(req)));
+                        self.step = Step::Call(Box::pin(self.job.svc.call(*req)));
                     }
                     Err(_) => return Poll::Ready(self.joined()),
                 },
@@ -319,7 +319,7 @@ where
             chars = self.text.len(),
             "follow-up request after length"
         );
-        self.step = Step::Ready(Some(req));
+        self.step = Step::Ready(Some(Box::new(req)));
         None
     }
 

@@ -53,8 +53,8 @@ async fn a_length_cut_answer_is_continued_to_the_whole_text_with_summed_usage() 
         };
         assert!(matches!(finish.as_str(), Some("stop" | "end_turn")), "{v}");
         assert_eq!(output, if anthropic_wire { 16 } else { 18 }, "{v}");
-        let first_prompt = if anthropic_wire { 10 } else { 10 };
-        assert!(input.as_u64().unwrap() > 3 * first_prompt, "{v}");
+        // Three prompts, each longer than the last (it carries the partial answer).
+        assert!(input.as_u64().unwrap() > 30, "{v}");
         let records = records.lock().unwrap();
         assert_eq!(records.len(), 1);
         assert_eq!((records[0].continuations, records[0].resumed), (2, 0));
