@@ -191,8 +191,6 @@ fn served(cx: &CallContext, status: CacheStatus) {
 /// A hit's response: the replayed body, its content type, the stored usage, the cache status.
 fn hit_response<B>(served: Served, status: CacheStatus) -> Response<CacheBody<B>> {
     let mut resp = Response::new(CacheBody::cached(served.body));
-    // Room for its two headers at once (an empty map grows in steps).
-    *resp.headers_mut() = http::HeaderMap::with_capacity(2);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(served.format.content_type()),

@@ -176,12 +176,12 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// A string or `null`; `Some(None)` for `null`.
-    fn text(&mut self) -> Option<Option<Str>> {
+    /// A string or `null`.
+    fn text(&mut self) -> Option<()> {
         if self.null()? {
-            return Some(None);
+            return Some(());
         }
-        self.string().map(Some)
+        self.string().map(|_| ())
     }
 
     /// A member's name whose `"` is next, unescaped (an escaped name is left to serde), and
@@ -241,12 +241,12 @@ impl<'a> Scan<'a> {
         Some(n)
     }
 
-    /// A count or `null` (`None`).
-    fn maybe_count(&mut self) -> Option<Option<u64>> {
+    /// A count or `null`, which counts as 0 (as an absent `Option<u64>` does).
+    fn count_or_null(&mut self) -> Option<u64> {
         if self.null()? {
-            return Some(None);
+            return Some(0);
         }
-        self.count().map(Some)
+        self.count()
     }
 
     /// Any JSON value, checked as serde checks it and skipped.
@@ -346,15 +346,15 @@ impl<'a> Scan<'a> {
         self.object(|s, name| match name {
             b"id" => {
                 seen.first(ID)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"model" => {
                 seen.first(MODEL)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"created" => {
                 seen.first(CREATED)?;
-                s.maybe_count().map(|_| ())
+                s.count_or_null().map(|_| ())
             }
             b"choices" => {
                 seen.first(CHOICES)?;
@@ -450,7 +450,7 @@ impl<'a> Scan<'a> {
                 s.object(|s, name| match name {
                     b"cached_tokens" => {
                         cached_seen.first(0)?;
-                        usage.cached_input_tokens = s.maybe_count()?.unwrap_or(0);
+                        usage.cached_input_tokens = s.count_or_null()?;
                         Some(())
                     }
                     _ => s.skip(3),
@@ -474,11 +474,11 @@ impl<'a> Scan<'a> {
         self.object(|s, name| match name {
             b"id" => {
                 seen.first(ID)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"model" => {
                 seen.first(MODEL)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"type" => {
                 seen.first(TYPE)?;
@@ -517,7 +517,7 @@ impl<'a> Scan<'a> {
             }
             b"text" => {
                 seen.first(1)?;
-                s.text().map(|_| ())
+                s.text()
             }
             _ => s.skip(3),
         })?;
@@ -526,7 +526,7 @@ impl<'a> Scan<'a> {
 
     fn anthropic_usage(&mut self) -> Option<Usage> {
         let mut seen = Seen::default();
-        let (mut input, mut output, mut cached) = (None, None, None);
+        let (mut input, mut output, mut cached) = (0, 0, 0);
         self.object(|s, name| {
             let (bit, slot) = match name {
                 b"input_tokens" => (0, &mut input),
@@ -535,14 +535,13 @@ impl<'a> Scan<'a> {
                 _ => return s.skip(2),
             };
             seen.first(bit)?;
-            *slot = s.maybe_count()?;
+            *slot = s.count_or_null()?;
             Some(())
         })?;
-        let cached = cached.unwrap_or(0);
         Some(Usage {
             // As the serde path counts: the input includes the cache reads.
-            input_tokens: input.unwrap_or(0).saturating_add(cached),
-            output_tokens: output.unwrap_or(0),
+            input_tokens: input.saturating_add(cached),
+            output_tokens: output,
             cached_input_tokens: cached,
         })
     }
