@@ -551,6 +551,7 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::super::{Answer, NotCacheable, json_answer, natural_end};
     use super::*;
+    use crate::key::fast::spelling::{Rng, write};
     use bytes::Bytes;
     use proptest::prelude::*;
     use serde_json::{Value, json};
@@ -595,86 +596,6 @@ mod tests {
             );
         }
         Ok(())
-    }
-
-    /// A tiny deterministic generator for the writer's choices.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
-    /// Writes `v` as JSON with the spelling `rng` picks: whitespace, member order, escapes.
-    fn write(v: &Value, rng: &mut Rng, out: &mut String) {
-        let ws = |rng: &mut Rng, out: &mut String| {
-            for _ in 0..rng.next(3) {
-                out.push([' ', '\n', '\t', '\r'][rng.next(4) as usize]);
-            }
-        };
-        ws(rng, out);
-        match v {
-            Value::Object(map) => {
-                let mut members: Vec<_> = map.iter().collect();
-                for i in (1..members.len()).rev() {
-                    members.swap(i, rng.next(i as u64 + 1) as usize);
-                }
-                out.push('{');
-                for (i, (k, v)) in members.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    ws(rng, out);
-                    string(k, rng, out);
-                    ws(rng, out);
-                    out.push(':');
-                    write(v, rng, out);
-                }
-                ws(rng, out);
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(v, rng, out);
-                }
-                ws(rng, out);
-                out.push(']');
-            }
-            Value::String(s) => string(s, rng, out),
-            other => out.push_str(&other.to_string()),
-        }
-        ws(rng, out);
-    }
-
-    /// A JSON string of `s`, each character escaped or not as `rng` picks (keys too: an
-    /// escaped key is one the scan leaves to serde).
-    fn string(s: &str, rng: &mut Rng, out: &mut String) {
-        use std::fmt::Write;
-        out.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' if rng.next(2) == 0 => out.push_str("\\n"),
-                '/' if rng.next(2) == 0 => out.push_str("\\/"),
-                c if (c as u32) < 0x20 || rng.next(8) == 0 => {
-                    let mut units = [0; 2];
-                    for u in c.encode_utf16(&mut units) {
-                        let _ = write!(out, "\\u{:04X}", u);
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -887,7 +808,7 @@ mod tests {
             seed in 1u64..,
         ) {
             let mut out = String::new();
-            write(&body, &mut Rng(seed), &mut out);
+            write(&body, &mut Rng(seed), false, &mut out);
             agree(wire, out.as_bytes())?;
         }
 
@@ -898,7 +819,7 @@ mod tests {
             cuts in prop::collection::vec((any::<prop::sample::Index>(), 0usize..14), 1..4),
         ) {
             let mut out = String::new();
-            write(&body, &mut Rng(seed), &mut out);
+            write(&body, &mut Rng(seed), true, &mut out);
             let mut bytes = out.into_bytes();
             for (at, what) in cuts {
                 let i = at.index(bytes.len() + 1);
