@@ -191,8 +191,6 @@ fn served(cx: &CallContext, status: CacheStatus) {
 /// A hit's response: the replayed body, its content type, the stored usage, the cache status.
 fn hit_response<B>(served: Served, status: CacheStatus) -> Response<CacheBody<B>> {
     let mut resp = Response::new(CacheBody::cached(served.body));
-    // Room for its two headers at once (an empty map grows in steps).
-    *resp.headers_mut() = http::HeaderMap::with_capacity(2);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(served.format.content_type()),
@@ -232,28 +230,14 @@ where
                 }
                 StateProj::Lookup { fut } => {
                     let found = ready!(fut.as_mut().poll(cx));
-                    let Some(p) = this.call.as_mut() else {
-                        seawall_core::polled_after_completion();
-                    };
-                    match p.looked(found) {
-                        ControlFlow::Break(resp) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Ok(resp));
-                        }
-                        ControlFlow::Continue(next) => this.state.set(next),
+                    if let Some(resp) = looked(this.call, this.state.as_mut(), found) {
+                        return Poll::Ready(Ok(resp));
                     }
                 }
                 StateProj::Looked { found } => {
                     let found = found.take().unwrap_or(Ok(None));
-                    let Some(p) = this.call.as_mut() else {
-                        seawall_core::polled_after_completion();
-                    };
-                    match p.looked(found) {
-                        ControlFlow::Break(resp) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Ok(resp));
-                        }
-                        ControlFlow::Continue(next) => this.state.set(next),
+                    if let Some(resp) = looked(this.call, this.state.as_mut(), found) {
+                        return Poll::Ready(Ok(resp));
                     }
                 }
                 StateProj::Wait { fut } => {
@@ -313,6 +297,32 @@ where
                 }
                 StateProj::Done => seawall_core::polled_after_completion(),
             }
+        }
+    }
+}
+
+/// After a lookup (through the store's future or at once): the hit's response, or the next
+/// state set.
+fn looked<S, B>(
+    call: &mut Option<Box<Pending<S>>>,
+    mut state: Pin<&mut State<S::Future>>,
+    found: Found,
+) -> Option<Response<CacheBody<B>>>
+where
+    S: Service<Request<Bytes>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes>,
+{
+    let Some(p) = call.as_mut() else {
+        seawall_core::polled_after_completion();
+    };
+    match p.looked(found) {
+        ControlFlow::Break(resp) => {
+            state.set(State::Done);
+            Some(resp)
+        }
+        ControlFlow::Continue(next) => {
+            state.set(next);
+            None
         }
     }
 }

@@ -198,7 +198,8 @@ where
                 // Read before the lookup: see `Pending::miss`.
                 let landed = self.shared.flights.landed();
                 // A store that answers at once (the in-memory one) serves a hit right here:
-                // no service clone, no pending call, a future that is ready.
+                // no service clone, no pending call, a future that is ready. The inner
+                // service, not called, stays ready for the next call.
                 let found = if refresh {
                     None
                 } else {

@@ -505,3 +505,120 @@ async fn a_hit_is_recorded_as_cached_with_no_attempt_and_zero_cost_but_its_usage
     assert!(usage.output_tokens > 0);
     assert!(hit.to_json().contains(r#""cache":"hit""#));
 }
+
+// ---- stores that answer at once, and stores that do not -------------------------------------
+
+/// The upstream, counting how often the cache clones it.
+struct Cloned {
+    up: Up,
+    clones: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Clone for Cloned {
+    fn clone(&self) -> Self {
+        self.clones
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Cloned {
+            up: self.up.clone(),
+            clones: self.clones.clone(),
+        }
+    }
+}
+
+impl tower::Service<http::Request<Bytes>> for Cloned {
+    type Response = <Up as tower::Service<http::Request<Bytes>>>::Response;
+    type Error = <Up as tower::Service<http::Request<Bytes>>>::Error;
+    type Future = <Up as tower::Service<http::Request<Bytes>>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.up.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Bytes>) -> Self::Future {
+        self.up.call(req)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hit_from_the_memory_store_is_ready_at_once_and_never_clones_the_upstream() {
+    use tower::{Layer, Service, ServiceExt};
+    let up = Up::plain();
+    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut svc = layer().layer(Cloned {
+        up: up.clone(),
+        clones: clones.clone(),
+    });
+    let resp = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(openai(&openai_body(false)))
+        .await;
+    http_body_util::BodyExt::collect(resp.unwrap().into_body())
+        .await
+        .unwrap();
+    let after_miss = clones.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(after_miss, 1, "a miss takes the ready upstream along");
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..3 {
+        svc.ready().await.unwrap();
+        let mut fut = std::pin::pin!(svc.call(openai(&openai_body(false))));
+        let std::task::Poll::Ready(resp) = fut.as_mut().poll(&mut cx) else {
+            panic!("a hit from the memory store is ready at the first poll");
+        };
+        assert_eq!(resp.unwrap().headers()[seawall_cache::CACHE_HEADER], "hit");
+    }
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), after_miss);
+    assert_eq!(up.calls(), 1);
+}
+
+/// A store that only answers through its futures, each waiting a tick first (a remote one).
+struct Remote(MemoryStore);
+
+impl seawall_cache::CacheStore for Remote {
+    fn get(
+        &self,
+        key: &seawall_cache::CacheKey,
+    ) -> seawall_cache::StoreFuture<Option<Arc<seawall_cache::Answer>>> {
+        let (store, key) = (self.0.clone(), *key);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            Ok(store.lookup(&key))
+        })
+    }
+
+    fn put(
+        &self,
+        key: &seawall_cache::CacheKey,
+        answer: Arc<seawall_cache::Answer>,
+        ttl: Duration,
+    ) -> seawall_cache::StoreFuture<()> {
+        let (store, key) = (self.0.clone(), *key);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            store.insert(&key, answer, ttl);
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_only_through_futures_is_awaited() {
+    let memory = MemoryStore::new();
+    let up = Up::plain();
+    let svc = stack(CacheLayer::new(Remote(memory.clone())), &up);
+    let (status, _, original) = fetch(&svc, openai(&openai_body(false))).await;
+    assert_eq!(status, "miss");
+    // The answer is written by the store's future, on a task.
+    settle().await;
+    assert_eq!(memory.usage().0, 1);
+    for streamed in [false, true] {
+        let (status, _, replay) = fetch(&svc, openai(&openai_body(streamed))).await;
+        assert_eq!(status, "hit");
+        assert_eq!(answer_text(&replay), answer_text(&original));
+    }
+    assert_eq!(up.calls(), 1);
+}

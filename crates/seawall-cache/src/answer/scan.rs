@@ -176,12 +176,12 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// A string or `null`; `Some(None)` for `null`.
-    fn text(&mut self) -> Option<Option<Str>> {
+    /// A string or `null`.
+    fn text(&mut self) -> Option<()> {
         if self.null()? {
-            return Some(None);
+            return Some(());
         }
-        self.string().map(Some)
+        self.string().map(|_| ())
     }
 
     /// A member's name whose `"` is next, unescaped (an escaped name is left to serde), and
@@ -241,12 +241,12 @@ impl<'a> Scan<'a> {
         Some(n)
     }
 
-    /// A count or `null` (`None`).
-    fn maybe_count(&mut self) -> Option<Option<u64>> {
+    /// A count or `null`, which counts as 0 (as an absent `Option<u64>` does).
+    fn count_or_null(&mut self) -> Option<u64> {
         if self.null()? {
-            return Some(None);
+            return Some(0);
         }
-        self.count().map(Some)
+        self.count()
     }
 
     /// Any JSON value, checked as serde checks it and skipped.
@@ -346,15 +346,15 @@ impl<'a> Scan<'a> {
         self.object(|s, name| match name {
             b"id" => {
                 seen.first(ID)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"model" => {
                 seen.first(MODEL)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"created" => {
                 seen.first(CREATED)?;
-                s.maybe_count().map(|_| ())
+                s.count_or_null().map(|_| ())
             }
             b"choices" => {
                 seen.first(CHOICES)?;
@@ -450,7 +450,7 @@ impl<'a> Scan<'a> {
                 s.object(|s, name| match name {
                     b"cached_tokens" => {
                         cached_seen.first(0)?;
-                        usage.cached_input_tokens = s.maybe_count()?.unwrap_or(0);
+                        usage.cached_input_tokens = s.count_or_null()?;
                         Some(())
                     }
                     _ => s.skip(3),
@@ -474,11 +474,11 @@ impl<'a> Scan<'a> {
         self.object(|s, name| match name {
             b"id" => {
                 seen.first(ID)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"model" => {
                 seen.first(MODEL)?;
-                s.text().map(|_| ())
+                s.text()
             }
             b"type" => {
                 seen.first(TYPE)?;
@@ -517,7 +517,7 @@ impl<'a> Scan<'a> {
             }
             b"text" => {
                 seen.first(1)?;
-                s.text().map(|_| ())
+                s.text()
             }
             _ => s.skip(3),
         })?;
@@ -526,7 +526,7 @@ impl<'a> Scan<'a> {
 
     fn anthropic_usage(&mut self) -> Option<Usage> {
         let mut seen = Seen::default();
-        let (mut input, mut output, mut cached) = (None, None, None);
+        let (mut input, mut output, mut cached) = (0, 0, 0);
         self.object(|s, name| {
             let (bit, slot) = match name {
                 b"input_tokens" => (0, &mut input),
@@ -535,14 +535,13 @@ impl<'a> Scan<'a> {
                 _ => return s.skip(2),
             };
             seen.first(bit)?;
-            *slot = s.maybe_count()?;
+            *slot = s.count_or_null()?;
             Some(())
         })?;
-        let cached = cached.unwrap_or(0);
         Some(Usage {
             // As the serde path counts: the input includes the cache reads.
-            input_tokens: input.unwrap_or(0).saturating_add(cached),
-            output_tokens: output.unwrap_or(0),
+            input_tokens: input.saturating_add(cached),
+            output_tokens: output,
             cached_input_tokens: cached,
         })
     }
@@ -552,6 +551,7 @@ impl<'a> Scan<'a> {
 mod tests {
     use super::super::{Answer, NotCacheable, json_answer, natural_end};
     use super::*;
+    use crate::key::fast::spelling::{Rng, write};
     use bytes::Bytes;
     use proptest::prelude::*;
     use serde_json::{Value, json};
@@ -596,86 +596,6 @@ mod tests {
             );
         }
         Ok(())
-    }
-
-    /// A tiny deterministic generator for the writer's choices.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
-    /// Writes `v` as JSON with the spelling `rng` picks: whitespace, member order, escapes.
-    fn write(v: &Value, rng: &mut Rng, out: &mut String) {
-        let ws = |rng: &mut Rng, out: &mut String| {
-            for _ in 0..rng.next(3) {
-                out.push([' ', '\n', '\t', '\r'][rng.next(4) as usize]);
-            }
-        };
-        ws(rng, out);
-        match v {
-            Value::Object(map) => {
-                let mut members: Vec<_> = map.iter().collect();
-                for i in (1..members.len()).rev() {
-                    members.swap(i, rng.next(i as u64 + 1) as usize);
-                }
-                out.push('{');
-                for (i, (k, v)) in members.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    ws(rng, out);
-                    string(k, rng, out);
-                    ws(rng, out);
-                    out.push(':');
-                    write(v, rng, out);
-                }
-                ws(rng, out);
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(v, rng, out);
-                }
-                ws(rng, out);
-                out.push(']');
-            }
-            Value::String(s) => string(s, rng, out),
-            other => out.push_str(&other.to_string()),
-        }
-        ws(rng, out);
-    }
-
-    /// A JSON string of `s`, each character escaped or not as `rng` picks (keys too: an
-    /// escaped key is one the scan leaves to serde).
-    fn string(s: &str, rng: &mut Rng, out: &mut String) {
-        use std::fmt::Write;
-        out.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' if rng.next(2) == 0 => out.push_str("\\n"),
-                '/' if rng.next(2) == 0 => out.push_str("\\/"),
-                c if (c as u32) < 0x20 || rng.next(8) == 0 => {
-                    let mut units = [0; 2];
-                    for u in c.encode_utf16(&mut units) {
-                        let _ = write!(out, "\\u{:04X}", u);
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -888,7 +808,7 @@ mod tests {
             seed in 1u64..,
         ) {
             let mut out = String::new();
-            write(&body, &mut Rng(seed), &mut out);
+            write(&body, &mut Rng(seed), false, &mut out);
             agree(wire, out.as_bytes())?;
         }
 
@@ -899,7 +819,7 @@ mod tests {
             cuts in prop::collection::vec((any::<prop::sample::Index>(), 0usize..14), 1..4),
         ) {
             let mut out = String::new();
-            write(&body, &mut Rng(seed), &mut out);
+            write(&body, &mut Rng(seed), true, &mut out);
             let mut bytes = out.into_bytes();
             for (at, what) in cuts {
                 let i = at.index(bytes.len() + 1);

@@ -462,6 +462,7 @@ impl Scan<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::super::{BodyFacts, Canon, general};
+    use super::spelling::{Rng, write};
     use proptest::prelude::*;
     use serde_json::Value;
 
@@ -489,112 +490,6 @@ mod tests {
             prop_assert_eq!(Some(fast), general, "{}", String::from_utf8_lossy(body));
         }
         Ok(())
-    }
-
-    /// A tiny deterministic generator for the writer's choices.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
-    /// Writes `v` as JSON with the spelling `rng` picks: whitespace, member order, escapes,
-    /// and (with `spell_numbers`) other spellings of the same number.
-    fn write(v: &Value, rng: &mut Rng, spell_numbers: bool, out: &mut String) {
-        let ws = |rng: &mut Rng, out: &mut String| {
-            for _ in 0..rng.next(3) {
-                out.push([' ', '\n', '\t', '\r'][rng.next(4) as usize]);
-            }
-        };
-        ws(rng, out);
-        match v {
-            Value::Object(map) => {
-                let mut members: Vec<_> = map.iter().collect();
-                for i in (1..members.len()).rev() {
-                    members.swap(i, rng.next(i as u64 + 1) as usize);
-                }
-                out.push('{');
-                for (i, (k, v)) in members.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    ws(rng, out);
-                    string(k, rng, out);
-                    ws(rng, out);
-                    out.push(':');
-                    write(v, rng, spell_numbers, out);
-                }
-                ws(rng, out);
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(v, rng, spell_numbers, out);
-                }
-                ws(rng, out);
-                out.push(']');
-            }
-            Value::String(s) => string(s, rng, out),
-            Value::Number(n) => {
-                let plain = n.to_string();
-                let spelled = match (spell_numbers, n.as_i64()) {
-                    (true, Some(i)) if i.unsigned_abs() < 1 << 40 => match rng.next(4) {
-                        0 => format!("{i}.0"),
-                        1 => format!("{i}e0"),
-                        2 => format!("{i}0E-1"),
-                        _ => plain,
-                    },
-                    // Up to 15 significant digits only: beyond that, serde_json (without its
-                    // `float_roundtrip` feature) may round `4.120938383184362e15` and
-                    // `4120938383184362.0` to neighbouring doubles, so they are two numbers to
-                    // either path, and two keys (a miss, never a wrong answer).
-                    (true, None)
-                        if n.is_f64()
-                            && plain.chars().filter(char::is_ascii_digit).count() <= 15
-                            && rng.next(2) == 0 =>
-                    {
-                        // `12.5` as `1.25e1` or `125e-1`: the same decimal, the same value.
-                        let f = n.as_f64().unwrap_or(0.0);
-                        format!("{f:e}")
-                    }
-                    _ => plain,
-                };
-                out.push_str(&spelled);
-            }
-            other => out.push_str(&other.to_string()),
-        }
-        ws(rng, out);
-    }
-
-    /// A JSON string of `s`, each character escaped or not as `rng` picks.
-    fn string(s: &str, rng: &mut Rng, out: &mut String) {
-        use std::fmt::Write;
-        out.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' if rng.next(2) == 0 => out.push_str("\\n"),
-                '/' if rng.next(2) == 0 => out.push_str("\\/"),
-                c if (c as u32) < 0x20 || rng.next(4) == 0 => {
-                    let mut units = [0; 2];
-                    for u in c.encode_utf16(&mut units) {
-                        let _ = write!(out, "\\u{:04X}", u);
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
     }
 
     fn key() -> impl Strategy<Value = String> {
@@ -763,5 +658,118 @@ mod tests {
         assert_eq!(Some(facts), general.map(|g| g.1));
         assert!(facts.stream && facts.include_usage);
         assert_eq!((facts.temperature, facts.choices), (Some(0.7), 3));
+    }
+}
+
+/// JSON written with random but equivalent spellings (whitespace, member order, escapes,
+/// number forms), for the property tests of the scanners here and of the answer's.
+#[cfg(test)]
+pub(crate) mod spelling {
+    use serde_json::Value;
+
+    /// A tiny deterministic generator for the writer's choices.
+    pub(crate) struct Rng(pub(crate) u64);
+
+    impl Rng {
+        pub(crate) fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Writes `v` as JSON with the spelling `rng` picks: whitespace, member order, escapes,
+    /// and (with `spell_numbers`) other spellings of the same number.
+    pub(crate) fn write(v: &Value, rng: &mut Rng, spell_numbers: bool, out: &mut String) {
+        let ws = |rng: &mut Rng, out: &mut String| {
+            for _ in 0..rng.next(3) {
+                out.push([' ', '\n', '\t', '\r'][rng.next(4) as usize]);
+            }
+        };
+        ws(rng, out);
+        match v {
+            Value::Object(map) => {
+                let mut members: Vec<_> = map.iter().collect();
+                for i in (1..members.len()).rev() {
+                    members.swap(i, rng.next(i as u64 + 1) as usize);
+                }
+                out.push('{');
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    ws(rng, out);
+                    string(k, rng, out);
+                    ws(rng, out);
+                    out.push(':');
+                    write(v, rng, spell_numbers, out);
+                }
+                ws(rng, out);
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(v, rng, spell_numbers, out);
+                }
+                ws(rng, out);
+                out.push(']');
+            }
+            Value::String(s) => string(s, rng, out),
+            Value::Number(n) => {
+                let plain = n.to_string();
+                let spelled = match (spell_numbers, n.as_i64()) {
+                    (true, Some(i)) if i.unsigned_abs() < 1 << 40 => match rng.next(4) {
+                        0 => format!("{i}.0"),
+                        1 => format!("{i}e0"),
+                        2 => format!("{i}0E-1"),
+                        _ => plain,
+                    },
+                    // Up to 15 significant digits only: beyond that, serde_json (without its
+                    // `float_roundtrip` feature) may round `4.120938383184362e15` and
+                    // `4120938383184362.0` to neighbouring doubles, so they are two numbers to
+                    // either path, and two keys (a miss, never a wrong answer).
+                    (true, None)
+                        if n.is_f64()
+                            && plain.chars().filter(char::is_ascii_digit).count() <= 15
+                            && rng.next(2) == 0 =>
+                    {
+                        // `12.5` as `1.25e1` or `125e-1`: the same decimal, the same value.
+                        let f = n.as_f64().unwrap_or(0.0);
+                        format!("{f:e}")
+                    }
+                    _ => plain,
+                };
+                out.push_str(&spelled);
+            }
+            other => out.push_str(&other.to_string()),
+        }
+        ws(rng, out);
+    }
+
+    /// A JSON string of `s`, each character escaped or not as `rng` picks.
+    pub(crate) fn string(s: &str, rng: &mut Rng, out: &mut String) {
+        use std::fmt::Write;
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' if rng.next(2) == 0 => out.push_str("\\n"),
+                '/' if rng.next(2) == 0 => out.push_str("\\/"),
+                c if (c as u32) < 0x20 || rng.next(4) == 0 => {
+                    let mut units = [0; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        let _ = write!(out, "\\u{:04X}", u);
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
     }
 }
