@@ -39,10 +39,11 @@ impl Body for Frames {
     }
 }
 
-/// An upstream that answers at once with prepared frames.
+/// An upstream that answers at once with prepared frames; as cheap to clone as a real
+/// transport (the layer clones the service it wraps once per call).
 #[derive(Clone)]
 struct Inner {
-    frames: Vec<Bytes>,
+    frames: std::sync::Arc<[Bytes]>,
     content_type: &'static str,
 }
 
@@ -69,7 +70,8 @@ fn json_answer() -> Inner {
     Inner {
         frames: vec![Bytes::from_static(
             br#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Waves carry salt. Waves carry salt. Waves carry salt."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":12,"total_tokens":32}}"#,
-        )],
+        )]
+        .into(),
         content_type: "application/json",
     }
 }
@@ -88,7 +90,7 @@ fn stream_answer() -> Inner {
         "{prefix}{{}},\"logprobs\":null,\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
     )));
     Inner {
-        frames,
+        frames: frames.into(),
         content_type: "text/event-stream",
     }
 }
