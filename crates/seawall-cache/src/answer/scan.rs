@@ -10,7 +10,7 @@
 //!
 //! Like the key's scanner, it never decides anything alone: it says yes only to bodies it is
 //! sure `serde_json` reads as a cacheable answer with the same usage (well-formed JSON, no
-//! duplicate known fields, no escaped keys, no lone surrogates, plain integers for counts,
+//! duplicate known fields, no escaped keys, no surrogate escapes, plain integers for counts,
 //! nesting below 64 levels), and gives up with `None` on everything else: errors, tool calls,
 //! several choices, unusual spellings. The serde path then decides, and says why not. A test
 //! holds the two to the same verdict and usage on generated and damaged bodies.
@@ -46,7 +46,7 @@ pub(crate) fn answer(wire: Wire, body: &[u8]) -> Option<Facts> {
     (s.i == body.len()).then_some(Facts { usage })
 }
 
-/// A finish word that is stored: a natural stop or the token limit (a static copy of it).
+/// Whether a finish word is one whose answer is stored: a natural stop or the token limit.
 fn storable_finish(word: &[u8]) -> bool {
     let Ok(word) = std::str::from_utf8(word) else {
         return false;
