@@ -85,7 +85,7 @@ use bytes::Bytes;
 use seawall::breaker::CircuitBreakerLayer;
 use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Price, Usd};
 use seawall::classify::ClassifyLayer;
-use seawall::core::{BoxError, ConfigError};
+use seawall::core::{BoxError, ConfigError, Deadline};
 use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::gate::ConcurrencyGateLayer;
 use seawall::http::{AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, Upstream};
@@ -351,22 +351,27 @@ pub(crate) fn app(providers: Providers, keys: ClientKeys) -> Router {
 
 async fn chat_completions(
     State(providers): State<Providers>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    forward(&providers, Dialect::OpenAi, body).await
+    forward(&providers, Dialect::OpenAi, &headers, body).await
 }
 
 async fn messages(
     State(providers): State<Providers>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    forward(&providers, Dialect::Anthropic, body).await
+    forward(&providers, Dialect::Anthropic, &headers, body).await
 }
 
-/// Sends a request through the stack of `dialect`'s upstream.
+/// Sends a request through the stack of `dialect`'s upstream. Of the caller's headers only the
+/// timeout goes on (as a [`Deadline`]: `grpc-timeout`, `x-seawall-timeout`, or the SDKs'
+/// `x-stainless-timeout`), so no layer works for a caller that has stopped waiting.
 async fn forward(
     providers: &Providers,
     dialect: Dialect,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(provider) = providers.get(dialect) else {
@@ -400,13 +405,16 @@ async fn forward(
     let req = http::Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body);
-    let req = match req {
+    let mut req = match req {
         Ok(req) => req,
         Err(e) => {
             let e = LlmError::new(FailureClass::InvalidRequest, e.to_string());
             return errors::error_response(&e, dialect);
         }
     };
+    if let Some(deadline) = Deadline::from_headers(headers) {
+        req.extensions_mut().insert(deadline);
+    }
     match provider.client.clone().oneshot(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),
         Err(e) => errors::error_response(&e, dialect),

@@ -318,6 +318,30 @@ async fn upstream_errors_reach_the_client_as_a_class_level_message() {
 }
 
 #[tokio::test]
+async fn the_callers_timeout_header_bounds_the_gateways_wait() {
+    global_log();
+    // The upstream would answer after 10 s; the caller's SDK says it waits 0.4 s.
+    let profile = Profile::default().head_latency(Delay::fixed(Duration::from_secs(10)));
+    let run = start(profile, settings("", false)).await;
+    let started = std::time::Instant::now();
+    let a = post(
+        run.gateway,
+        &[("x-stainless-timeout", "0.4")],
+        chat("gpt-4o"),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT, "{}", a.body);
+    assert_eq!(a.json()["error"]["type"], "deadline_exceeded", "{}", a.body);
+    assert!(
+        took < Duration::from_secs(5),
+        "the gateway kept working for {took:?} after its caller stopped waiting"
+    );
+    // No second attempt and no fallback were started past the deadline.
+    assert_eq!(run.upstream.stats().requests, 1);
+}
+
+#[tokio::test]
 async fn request_bodies_over_the_cap_are_refused_with_413() {
     global_log();
     let run = start(Profile::default(), settings("", false)).await;
