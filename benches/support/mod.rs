@@ -308,6 +308,45 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
             .expect("the bench observe settings are valid")
             .layer(NOOP),
     );
+    // The opt-in layers of the recommended stack, and the gate with priority lanes.
+    v.ok(
+        "seawall_guard",
+        seawall::guard::ContextGuardLayer::new(seawall::guard::ContextWindows::new().with(
+            "gpt-4o",
+            seawall::guard::ModelLimits::new(128_000).with_max_output(16_384),
+        ))
+        .layer(NOOP),
+    );
+    v.ok(
+        "seawall_continue",
+        seawall::continuation::ContinueLayer::new().layer(NOOP),
+    );
+    v.ok(
+        "seawall_repair",
+        seawall::repair::RepairLayer::new(|a: &seawall::repair::Answer<'_>| {
+            if a.text().is_empty() {
+                Err("empty".to_owned())
+            } else {
+                Ok(())
+            }
+        })
+        .layer(NOOP),
+    );
+    v.ok(
+        "seawall_gate_lanes",
+        ConcurrencyGateLayer::builder()
+            .limit(64)
+            .lane(
+                seawall::gate::Priority::Batch,
+                seawall::gate::LaneShare {
+                    permits: 0.5,
+                    rate: 0.5,
+                },
+            )
+            .build()
+            .expect("the bench gate's settings are valid")
+            .layer(NOOP),
+    );
     v.ok("seawall_stack", seawall_stack(NOOP));
 
     // tower's own layers.
