@@ -19,39 +19,19 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::Request;
 use seawall_core::{FinishReason, SseDecoder, SseItem, Usage};
 use serde::Deserialize;
 
 mod scan;
 
-/// The wire formats whose answers are cached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Wire {
-    /// OpenAI Chat Completions (`.../chat/completions`, Azure and compatible servers too).
-    OpenAiChat,
-    /// Anthropic Messages (`.../messages`).
-    AnthropicMessages,
-}
+/// The wire formats whose answers are cached: core's [`ChatWire`](seawall_core::ChatWire).
+pub use seawall_core::ChatWire as Wire;
 
-impl Wire {
-    /// The wire format of a request, from its path; `None` for any other API.
-    pub fn of<B>(req: &Request<B>) -> Option<Wire> {
-        let path = req.uri().path().trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            Some(Wire::OpenAiChat)
-        } else if path.ends_with("/messages") || path == "messages" {
-            Some(Wire::AnthropicMessages)
-        } else {
-            None
-        }
-    }
-
-    fn byte(self) -> u8 {
-        match self {
-            Wire::OpenAiChat => 1,
-            Wire::AnthropicMessages => 2,
-        }
+/// The wire's tag in a stored entry.
+fn wire_byte(wire: Wire) -> u8 {
+    match wire {
+        Wire::OpenAiChat => 1,
+        Wire::AnthropicMessages => 2,
     }
 }
 
@@ -1005,7 +985,7 @@ impl Answer {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size());
         out.push(ENCODING);
-        out.push(self.wire.byte());
+        out.push(wire_byte(self.wire));
         let p = self.parts();
         for s in [&p.id, &p.model, &p.text, &p.finish] {
             put_bytes(&mut out, s.as_bytes());

@@ -47,6 +47,7 @@ mod response;
 mod sse;
 mod time;
 pub mod upstream;
+mod wire;
 
 pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
@@ -67,3 +68,4 @@ pub use response::{
 };
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use time::instant_after;
+pub use wire::ChatWire;

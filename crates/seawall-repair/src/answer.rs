@@ -11,31 +11,12 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::sync::Arc;
 
-use http::Request;
-use seawall_core::{FinishReason, Provider};
+use seawall_core::FinishReason;
 use serde_json::Value;
 
-/// The wire formats whose answers are validated and repaired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Wire {
-    /// OpenAI Chat Completions (`.../chat/completions`; Azure and compatible servers too).
-    OpenAiChat,
-    /// Anthropic Messages (`.../messages`).
-    AnthropicMessages,
-}
-
-impl Wire {
-    /// The wire format of a request, from its path and headers (core's
-    /// [`Provider::detect`]); `None` for any other API (Responses, embeddings, ...).
-    pub fn of<B>(req: &Request<B>) -> Option<Wire> {
-        let path = req.uri().path().trim_end_matches('/');
-        match Provider::detect(req.uri(), req.headers()) {
-            Provider::OpenAi if path.ends_with("/chat/completions") => Some(Wire::OpenAiChat),
-            Provider::Anthropic if path.ends_with("/messages") => Some(Wire::AnthropicMessages),
-            _ => None,
-        }
-    }
-}
+/// The wire formats whose answers are validated and repaired: core's
+/// [`ChatWire`](seawall_core::ChatWire).
+pub use seawall_core::ChatWire as Wire;
 
 /// A complete, non-streamed answer, as a validator sees it.
 ///
