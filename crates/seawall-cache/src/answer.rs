@@ -81,10 +81,29 @@ pub struct Answer {
     wire: Wire,
     usage: Usage,
     raw: Option<Bytes>,
-    /// Set at once, or (an answer from a raw body) parsed from `raw` at the first use.
-    parts: OnceLock<Parts>,
+    /// The parts and renderings: set at once, or (an answer from a raw body) parsed from `raw`
+    /// at the first use. Boxed: an answer replayed in the form it came in (the usual case)
+    /// never needs them, and a store holds thousands of answers, each evicted one touched
+    /// once more when it is dropped; without them inline an answer is two cache lines, not
+    /// five.
+    lazy: OnceLock<Box<Lazy>>,
+}
+
+/// What an answer makes only when a replay (or a caller) first needs it.
+#[derive(Debug)]
+struct Lazy {
+    parts: Parts,
     /// Each format rendered once, at its first replay (the JSON one is `raw` when present).
     rendered: [OnceLock<Bytes>; 3],
+}
+
+impl Lazy {
+    fn new(parts: Parts) -> Box<Self> {
+        Box::new(Lazy {
+            parts,
+            rendered: Default::default(),
+        })
+    }
 }
 
 /// An answer's parts other than its usage.
@@ -99,16 +118,15 @@ struct Parts {
 
 impl Clone for Answer {
     fn clone(&self) -> Self {
-        let parts = OnceLock::new();
-        if let Some(p) = self.parts.get() {
-            let _ = parts.set(p.clone());
+        let lazy = OnceLock::new();
+        if let Some(l) = self.lazy.get() {
+            let _ = lazy.set(Lazy::new(l.parts.clone()));
         }
         Answer {
             wire: self.wire,
             usage: self.usage,
             raw: self.raw.clone(),
-            parts,
-            rendered: Default::default(),
+            lazy,
         }
     }
 }
@@ -149,8 +167,7 @@ impl Answer {
             wire,
             usage,
             raw: None,
-            parts: OnceLock::from(parts),
-            rendered: Default::default(),
+            lazy: OnceLock::from(Lazy::new(parts)),
         }
     }
 
@@ -161,15 +178,18 @@ impl Answer {
             wire,
             usage,
             raw: Some(raw),
-            parts: OnceLock::new(),
-            rendered: Default::default(),
+            lazy: OnceLock::new(),
         }
     }
 
     fn parts(&self) -> &Parts {
-        self.parts.get_or_init(|| {
+        &self.lazy().parts
+    }
+
+    fn lazy(&self) -> &Lazy {
+        self.lazy.get_or_init(|| {
             let raw = self.raw.as_deref().unwrap_or_default();
-            match json_parts(self.wire, raw) {
+            Lazy::new(match json_parts(self.wire, raw) {
                 Ok((parts, _)) => parts,
                 // Only bodies the serde path accepts are kept without their parts (the scan
                 // and serde agree; a test holds them to it): never reached.
@@ -180,7 +200,7 @@ impl Answer {
                     text: "".into(),
                     finish: "".into(),
                 },
-            }
+            })
         })
     }
 
@@ -228,7 +248,7 @@ impl Answer {
     /// About how many bytes the answer holds (for a store's byte bound).
     pub fn size(&self) -> usize {
         let raw = self.raw.as_ref().map_or(0, Bytes::len);
-        match self.parts.get() {
+        match self.lazy.get().map(|l| &l.parts) {
             Some(p) => 96 + p.id.len() + p.model.len() + p.text.len() + p.finish.len() + raw,
             // Parts not parsed yet: counted as if they were (they are never longer than the
             // body they come from), so the bound holds whatever replays come.
@@ -249,7 +269,7 @@ impl Answer {
             },
             (_, f) => f,
         };
-        self.rendered[format.slot()]
+        self.lazy().rendered[format.slot()]
             .get_or_init(|| match format {
                 Format::Json => self.json(),
                 Format::Sse { include_usage } => self.sse(include_usage),

@@ -435,20 +435,19 @@ where
                 return Err(e);
             }
         };
+        // The content type, looked up once: whether the body is of a known type, and which.
+        let content_type = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .map(HeaderValue::as_bytes);
         let storable = resp.status() == http::StatusCode::OK
-            && !p.served_by_fallback(&resp)
-            && resp
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .is_none_or(|v| known_type(v.as_bytes()));
+            && content_type.is_none_or(known_type)
+            && !p.served_by_fallback(&resp);
+        let streamed = content_type.map_or(matches!(p.format, Format::Sse { .. }), |v| {
+            v.starts_with(b"text/event-stream")
+        });
         let status = p.status;
         let mut resp = if storable {
-            let streamed = resp
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .map_or(matches!(p.format, Format::Sse { .. }), |v| {
-                    v.as_bytes().starts_with(b"text/event-stream")
-                });
             let report = resp.extensions().get::<Arc<BodyReport>>().cloned();
             let filler = Filler {
                 assembler: Assembler::new(p.wire, streamed, p.shared.max_entry_bytes),

@@ -931,9 +931,9 @@ mod tests {
         let lazy = Answer::of_raw(Wire::OpenAiChat, raw.clone(), facts.usage);
         // Served as it came: the raw body, nothing parsed.
         assert_eq!(lazy.render(crate::Format::Json), raw);
-        assert!(lazy.parts.get().is_none());
+        assert!(lazy.lazy.get().is_none());
         assert_eq!(lazy.text(), "hi \"there\"\n");
         assert_eq!(lazy.finish_reason(), FinishReason::Stop);
-        assert!(lazy.parts.get().is_some());
+        assert!(lazy.lazy.get().is_some());
     }
 }
