@@ -29,7 +29,9 @@
 //! It prints its address and ready-to-paste `curl` commands. `GATEWAY_ADDR` sets the address
 //! (default `127.0.0.1:8080`), `FALLBACK_MODEL` the model tried when the requested OpenAI
 //! model has failed for good (default `gpt-4o-mini`), `ANTHROPIC_FALLBACK_MODEL` the same for
-//! Claude (default `claude-haiku-4-5`), `RUST_LOG` the log filter (default `info`).
+//! Claude (default `claude-haiku-4-5`), `RUST_LOG` the log filter (default `info`), `GATEWAY_PERMITS` a fixed number of calls in
+//! flight per upstream (default: sized from the upstream's rate-limit headers times its
+//! latency, see `AutoSize`).
 //!
 //! The gateway spends its upstream keys for whoever reaches it, so it is closed by default:
 //!
@@ -87,7 +89,7 @@ use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Pr
 use seawall::classify::ClassifyLayer;
 use seawall::core::{BoxError, ConfigError, Deadline};
 use seawall::fallback::{FallbackLayer, Target, box_response};
-use seawall::gate::ConcurrencyGateLayer;
+use seawall::gate::{AutoSize, ConcurrencyGateLayer};
 use seawall::http::{AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, Upstream};
 use seawall::mock::{
     Count, Delay, ErrorRule, KeepAliveStyle, MalformedKind, MockUpstream, Profile,
@@ -116,8 +118,21 @@ use models::Model;
 pub(crate) type Client =
     BoxCloneSyncService<http::Request<Bytes>, http::Response<ProxyBody>, LlmError>;
 
-/// How many calls may be in flight to one upstream at once (and idle connections kept).
-const PERMITS: usize = 16;
+/// How many calls may be in flight to one upstream at once until the gate has sized itself.
+const START_PERMITS: usize = 16;
+/// The most calls the gate lets in flight to one upstream (and idle connections kept).
+const MAX_PERMITS: usize = 256;
+
+/// How the gate in front of each upstream sizes its permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Permits {
+    /// From the upstream's rate-limit headers times the observed latency
+    /// ([`AutoSize`]: 70% of the limit), starting at [`START_PERMITS`], at most
+    /// [`MAX_PERMITS`].
+    Auto,
+    /// A fixed number.
+    Fixed(usize),
+}
 
 /// The largest request body accepted: 1 MiB, far more than a long text conversation needs,
 /// small enough that a client cannot make the gateway buffer much per connection.
@@ -125,13 +140,7 @@ pub(crate) const MAX_REQUEST_BODY: usize = 1024 * 1024;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-
+    init_logging();
     let settings = Settings::from_env();
     let openai = unless_missing(OpenAiConfig::from_env(), "OPENAI_API_KEY")?;
     let anthropic = unless_missing(AnthropicConfig::from_env(), "ANTHROPIC_API_KEY")?;
@@ -160,7 +169,10 @@ async fn main() -> Result<(), BoxError> {
         let anthropic = anthropic.map(|c| c.upstream()).transpose()?;
         (openai, anthropic, note)
     };
-    let providers = Providers::new(openai, anthropic, &settings)?;
+    let providers = match fixed_permits()? {
+        None => Providers::new(openai, anthropic, &settings)?,
+        Some(n) => Providers::with_permits(openai, anthropic, &settings, Permits::Fixed(n))?,
+    };
     let listener = bind(&settings.addr, &settings.keys).await?;
     print!("{}", banner(listener.local_addr()?, &upstreams, &settings));
     axum::serve(listener, app(providers, settings.keys))
@@ -169,6 +181,26 @@ async fn main() -> Result<(), BoxError> {
         })
         .await?;
     Ok(())
+}
+
+/// `GATEWAY_PERMITS`: a fixed number of permits per upstream instead of auto-sizing.
+fn fixed_permits() -> Result<Option<usize>, ConfigError> {
+    match std::env::var("GATEWAY_PERMITS") {
+        Err(_) => Ok(None),
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+            ConfigError::new("GATEWAY_PERMITS", format!("a number of permits, got {v:?}"))
+        }),
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub(crate) fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 /// The OpenAI and the Anthropic upstream on one `seawall-mock` server at `addr` (it speaks
@@ -306,19 +338,28 @@ pub(crate) struct Providers {
 }
 
 impl Providers {
-    /// A stack for each upstream given. Both charge one daily budget.
+    /// A stack for each upstream given, its gate auto-sized. Both charge one daily budget.
     pub(crate) fn new(
         openai: Option<Upstream>,
         anthropic: Option<Upstream>,
         settings: &Settings,
     ) -> Result<Self, BoxError> {
+        Self::with_permits(openai, anthropic, settings, Permits::Auto)
+    }
+
+    /// As [`new`](Self::new), with the gates' permits sized as `permits` says.
+    pub(crate) fn with_permits(
+        openai: Option<Upstream>,
+        anthropic: Option<Upstream>,
+        settings: &Settings,
+        permits: Permits,
+    ) -> Result<Self, BoxError> {
         let store = Arc::new(MemoryStore::default());
+        let stack = |up, dialect| provider(up, dialect, &store, settings, permits);
         Ok(Providers {
-            openai: openai
-                .map(|up| provider(up, Dialect::OpenAi, &store, settings))
-                .transpose()?,
+            openai: openai.map(|up| stack(up, Dialect::OpenAi)).transpose()?,
             anthropic: anthropic
-                .map(|up| provider(up, Dialect::Anthropic, &store, settings))
+                .map(|up| stack(up, Dialect::Anthropic))
                 .transpose()?,
         })
     }
@@ -489,13 +530,17 @@ fn provider(
     dialect: Dialect,
     store: &Arc<MemoryStore>,
     settings: &Settings,
+    permits: Permits,
 ) -> Result<Provider, BoxError> {
     let (priced, fallback) = match dialect {
         Dialect::OpenAi => (models::OPENAI_MODELS, &settings.fallback_model),
         Dialect::Anthropic => (models::ANTHROPIC_MODELS, &settings.anthropic_fallback_model),
     };
     let transport = HttpTransport::builder()
-        .pool_max_idle_per_host(PERMITS)
+        .pool_max_idle_per_host(match permits {
+            Permits::Auto => MAX_PERMITS,
+            Permits::Fixed(n) => n,
+        })
         .upstream(upstream)
         .build()?;
     let mut prices = models::price_table(priced)?;
@@ -513,11 +558,21 @@ fn provider(
         .overload_min_delay(Duration::from_secs(1))
         .time_budget(Duration::from_secs(60))
         .build()?;
+    // Auto-sized: as many permits as 70% of the upstream's request limit (from its rate-limit
+    // headers) times how long a call takes, so a fleet of slow streams does not queue behind
+    // a fixed guess, and a burst stays within the limit.
     let gate = ConcurrencyGateLayer::builder()
-        .limit(PERMITS)
         .max_queue(256)
-        .max_wait(Duration::from_secs(10))
-        .build()?;
+        .max_wait(Duration::from_secs(10));
+    let gate = match permits {
+        Permits::Auto => gate.limit(START_PERMITS).autosize(
+            AutoSize::new()
+                .with_min_limit(4)
+                .with_max_limit(MAX_PERMITS),
+        ),
+        Permits::Fixed(n) => gate.limit(n),
+    }
+    .build()?;
     let timeouts = StreamTimeoutLayer::builder()
         .first_token(Duration::from_secs(30))
         .idle(Duration::from_secs(30))
@@ -548,6 +603,9 @@ fn chaos() -> Profile {
     let ms = Duration::from_millis;
     Profile::default()
         .seed(42)
+        // Rate-limit headers as a real provider sends them (10,000 requests a minute), which
+        // the gate sizes its permits from.
+        .rpm(10_000)
         .head_latency(Delay::fixed(ms(20)))
         .first_token_latency(Delay::uniform(ms(150), ms(600)))
         .per_token_latency(Delay::uniform(ms(10), ms(30)))
