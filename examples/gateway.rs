@@ -77,13 +77,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use bytes::Bytes;
+use seawall::LlmError;
 use seawall::breaker::CircuitBreakerLayer;
 use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Price, Usd};
 use seawall::classify::ClassifyLayer;
@@ -97,7 +99,6 @@ use seawall::mock::{
 use seawall::observe::{ObserveLayer, TracingRecorder};
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::StreamTimeoutLayer;
-use seawall::{FailureClass, LlmError};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tower::util::BoxCloneSyncService;
@@ -118,7 +119,10 @@ use models::Model;
 pub(crate) type Client =
     BoxCloneSyncService<http::Request<Bytes>, http::Response<ProxyBody>, LlmError>;
 
-/// How many calls may be in flight to one upstream at once until the gate has sized itself.
+/// How many calls may be in flight to one upstream at once until the gate has sized itself,
+/// and the fewest it sizes itself to: against an instant upstream, Little's law asks for a
+/// handful, and a few milliseconds of scheduling delay would then leave callers queueing for
+/// permits the upstream has room for.
 const START_PERMITS: usize = 16;
 /// The most calls the gate lets in flight to one upstream (and idle connections kept).
 const MAX_PERMITS: usize = 256;
@@ -127,8 +131,8 @@ const MAX_PERMITS: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Permits {
     /// From the upstream's rate-limit headers times the observed latency
-    /// ([`AutoSize`]: 70% of the limit), starting at [`START_PERMITS`], at most
-    /// [`MAX_PERMITS`].
+    /// ([`AutoSize`]: 70% of the limit), starting at [`START_PERMITS`], in
+    /// `[START_PERMITS, MAX_PERMITS]`.
     Auto,
     /// A fixed number.
     Fixed(usize),
@@ -175,7 +179,7 @@ async fn main() -> Result<(), BoxError> {
     };
     let listener = bind(&settings.addr, &settings.keys).await?;
     print!("{}", banner(listener.local_addr()?, &upstreams, &settings));
-    axum::serve(listener, app(providers, settings.keys))
+    axum::serve(listener.tap_io(no_delay), app(providers, settings.keys))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
@@ -190,6 +194,14 @@ fn fixed_permits() -> Result<Option<usize>, ConfigError> {
         Ok(v) => v.trim().parse().map(Some).map_err(|_| {
             ConfigError::new("GATEWAY_PERMITS", format!("a number of permits, got {v:?}"))
         }),
+    }
+}
+
+/// Sends each write of a client connection at once: without `TCP_NODELAY`, Nagle's algorithm
+/// holds a stream's small SSE events until the client's delayed ACK, some 40 ms each.
+pub(crate) fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!("gateway: TCP_NODELAY not set: {e}");
     }
 }
 
@@ -390,31 +402,21 @@ pub(crate) fn app(providers: Providers, keys: ClientKeys) -> Router {
         .with_state(providers)
 }
 
-async fn chat_completions(
-    State(providers): State<Providers>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    forward(&providers, Dialect::OpenAi, &headers, body).await
+async fn chat_completions(State(providers): State<Providers>, req: Request) -> Response {
+    forward(&providers, Dialect::OpenAi, req).await
 }
 
-async fn messages(
-    State(providers): State<Providers>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    forward(&providers, Dialect::Anthropic, &headers, body).await
+async fn messages(State(providers): State<Providers>, req: Request) -> Response {
+    forward(&providers, Dialect::Anthropic, req).await
 }
 
 /// Sends a request through the stack of `dialect`'s upstream. Of the caller's headers only the
 /// timeout goes on (as a [`Deadline`]: `grpc-timeout`, `x-seawall-timeout`, or the SDKs'
 /// `x-stainless-timeout`), so no layer works for a caller that has stopped waiting.
-async fn forward(
-    providers: &Providers,
-    dialect: Dialect,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+///
+/// It takes the whole request rather than `HeaderMap` and `Bytes` extractors: the `HeaderMap`
+/// extractor clones every header, and the timeout is all that is read of them.
+async fn forward(providers: &Providers, dialect: Dialect, req: Request) -> Response {
     let Some(provider) = providers.get(dialect) else {
         return PublicError::gateway(
             StatusCode::NOT_FOUND,
@@ -434,26 +436,26 @@ async fn forward(
         )
         .response(dialect, None);
     };
-    let body = match body {
+    let deadline = Deadline::from_headers(req.headers());
+    // Read as the `Bytes` extractor does, so the body limit still answers 413.
+    let body = match Bytes::from_request(req, &()).await {
         Ok(body) => body,
         Err(rejection) => return unreadable_body(&rejection).response(dialect, None),
     };
     // Relative to the upstream's base URL: OpenAI's includes `/v1`, Anthropic's does not.
+    // Static parts, so building the request parses and copies nothing.
     let path = match dialect {
         Dialect::OpenAi => "/chat/completions",
         Dialect::Anthropic => "/v1/messages",
     };
-    let req = http::Request::post(path)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body);
-    let mut req = match req {
-        Ok(req) => req,
-        Err(e) => {
-            let e = LlmError::new(FailureClass::InvalidRequest, e.to_string());
-            return errors::error_response(&e, dialect);
-        }
-    };
-    if let Some(deadline) = Deadline::from_headers(headers) {
+    let mut req = http::Request::new(body);
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = http::Uri::from_static(path);
+    req.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(deadline) = deadline {
         req.extensions_mut().insert(deadline);
     }
     match provider.client.clone().oneshot(req).await {
@@ -567,7 +569,7 @@ fn provider(
     let gate = match permits {
         Permits::Auto => gate.limit(START_PERMITS).autosize(
             AutoSize::new()
-                .with_min_limit(4)
+                .with_min_limit(START_PERMITS)
                 .with_max_limit(MAX_PERMITS),
         ),
         Permits::Fixed(n) => gate.limit(n),

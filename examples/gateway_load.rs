@@ -8,7 +8,8 @@
 //! cargo run --release --example gateway_load -- --clients 40       # streams, auto vs 16 permits
 //! ```
 //!
-//! It starts an instant `seawall-mock` upstream (no latency, no faults) and the gateway
+//! It starts an instant `seawall-mock` upstream (no latency, no faults, a limit of 1,000,000
+//! requests a minute in its rate-limit headers) and the gateway
 //! example in front of it, each on loopback and on a tokio runtime of its own (1 and 2 worker
 //! threads; `--gateway-threads`), and a client on a third (1 thread, `--client-threads`).
 //! The gateway logs as `cargo run --example gateway` does (`RUST_LOG`, default `info`, to
@@ -38,8 +39,9 @@ mod gateway;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use gateway::{ClientKeys, Permits, Settings};
 use hdrhistogram::Histogram;
@@ -177,7 +179,10 @@ fn start_upstream(rt: &Runtime, upstream: MockUpstream) -> Result<SocketAddr, Bo
     rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        tokio::spawn(seawall::mock::serve(listener, upstream));
+        // `seawall::mock::serve` without Nagle's algorithm, which would hold each small SSE
+        // event of a stream until the reader's delayed ACK (some 40 ms).
+        let app = seawall::mock::router(upstream);
+        tokio::spawn(async move { axum::serve(listener.tap_io(gateway::no_delay), app).await });
         Ok(addr)
     })
 }
@@ -201,7 +206,7 @@ fn start_gateway(
         let listener = gateway::bind(&settings.addr, &settings.keys).await?;
         let addr = listener.local_addr()?;
         let app = gateway::app(providers, settings.keys);
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(async move { axum::serve(listener.tap_io(gateway::no_delay), app).await });
         Ok(addr)
     })
 }
@@ -239,6 +244,15 @@ struct Outcome {
     first_error: Option<String>,
     /// Calls per second sent over the measured part.
     achieved: f64,
+}
+
+/// A pooled HTTP/1 client that sends without Nagle's delay, as the SDKs' clients do.
+fn client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(usize::MAX)
+        .build(connector)
 }
 
 fn histogram() -> Histogram<u64> {
@@ -364,9 +378,7 @@ fn added(gw: u64, direct: u64) -> String {
 const QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
 
 fn open_loop_report(args: &Args, client_rt: &Runtime, direct: &str, gw: &str) {
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(usize::MAX)
-        .build_http();
+    let client = client();
     println!(
         "open loop, {} s per run after {} s of warm-up; latency in ms from the scheduled send to the end of the body",
         args.duration.as_secs_f64(),
@@ -450,7 +462,10 @@ fn main() -> Result<(), BoxError> {
     let client_rt = runtime("client", args.client_threads)?;
     match args.clients {
         None => {
-            let upstream = start_upstream(&upstream_rt, MockUpstream::new(Profile::default()))?;
+            // Instant, with the rate-limit headers of a key with room for every rate tried
+            // (1,000,000 requests a minute), as a real provider sends them.
+            let profile = Profile::default().rpm(1_000_000);
+            let upstream = start_upstream(&upstream_rt, MockUpstream::new(profile))?;
             let gw = start_gateway(&gateway_rt, upstream, Permits::Auto)?;
             open_loop_report(&args, &client_rt, &url(upstream), &url(gw));
         }
@@ -465,9 +480,7 @@ fn main() -> Result<(), BoxError> {
             let upstream = start_upstream(&upstream_rt, MockUpstream::new(profile))?;
             let auto = start_gateway(&gateway_rt, upstream, Permits::Auto)?;
             let fixed = start_gateway(&gateway_rt, upstream, Permits::Fixed(16))?;
-            let client: HttpClient = Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(usize::MAX)
-                .build_http();
+            let client = client();
             println!(
                 "closed loop: {clients} clients, streamed calls (20 ms head, 100 ms first token, 16 tokens 10 ms apart), {} s each after {} s of warm-up; ms",
                 args.duration.as_secs_f64(),
