@@ -48,7 +48,12 @@ use tokio::time::Instant;
 /// the limit it was built with (the builder's [`limit`](crate::ConcurrencyGateBuilder::limit),
 /// brought into `[min, max]`). An upstream that sends no rate-limit headers leaves it there.
 /// With the [adaptive](crate::Adaptive) mode on too, the size computed here is its ceiling:
-/// 429s still cut the limit below it.
+/// 429s still cut the limit below it. A limit set with
+/// [`GateHandle::set_limit`](crate::GateHandle::set_limit) holds until the next evaluation.
+///
+/// Against a fast upstream Little's law asks for few permits (1,000 requests a second of
+/// 5 ms each fill 5), and a few milliseconds of scheduling delay then queue callers for
+/// permits the upstream has room for: set the minimum to what a stall should not go below.
 ///
 /// ```
 /// use std::time::Duration;

@@ -86,19 +86,11 @@ impl Provider {
                 },
                 ..Default::default()
             };
-            match Reply::with_snapshot(snapshot) {
-                Reply::Ok {
-                    usage,
-                    snapshot,
-                    hold,
-                    ..
-                } => Reply::Ok {
-                    delay: l.latency,
-                    usage,
-                    snapshot,
-                    hold,
-                },
-                other => other,
+            Reply::Ok {
+                delay: l.latency,
+                usage: None,
+                snapshot: Some(Box::new(snapshot)),
+                hold: false,
             }
         })
     }
