@@ -9,7 +9,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body::{Body, Frame};
@@ -216,36 +216,38 @@ pub(crate) fn proxy_response<B>(
 where
     B: Body<Data = Bytes, Error = LlmError> + Send + 'static,
 {
-    let (parts, body) = resp.into_parts();
-    let mut out = http::Response::builder().status(parts.status);
-    for (name, value) in &parts.headers {
-        if name == header::CONTENT_TYPE || name == header::CACHE_CONTROL {
-            out = out.header(name, value);
-        }
+    let (mut parts, body) = resp.into_parts();
+    // The upstream's head is reused (its header map keeps its allocation): the two headers
+    // kept are taken out, the rest cleared, and they go back with who served.
+    let content_type = parts.headers.remove(header::CONTENT_TYPE);
+    let cache_control = parts.headers.remove(header::CACHE_CONTROL);
+    parts.headers.clear();
+    let sse = content_type
+        .as_ref()
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if let Some(v) = content_type {
+        parts.headers.insert(header::CONTENT_TYPE, v);
+    }
+    if let Some(v) = cache_control {
+        parts.headers.insert(header::CACHE_CONTROL, v);
     }
     if let Some(served) = parts.extensions.get::<ServedBy>() {
         if let Ok(v) = HeaderValue::from_str(&served.target) {
-            out = out.header("x-seawall-served-by", v);
+            parts
+                .headers
+                .insert(HeaderName::from_static("x-seawall-served-by"), v);
         }
     }
-    let sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    // Nothing of the upstream's extensions is the client's business, and the version is the
+    // server's to choose, as for a response built anew.
+    parts.extensions.clear();
+    parts.version = http::Version::default();
     let body = ProxyBody {
         inner: body.boxed_unsync(),
         sse: sse.then_some(dialect),
         done: false,
     };
-    out.body(body).unwrap_or_else(|_| {
-        http::Response::new(ProxyBody {
-            inner: http_body_util::Empty::new()
-                .map_err(|e| match e {})
-                .boxed_unsync(),
-            sse: None,
-            done: true,
-        })
-    })
+    http::Response::from_parts(parts, body)
 }
 
 /// The response body handed to the client. A failure of a stream after its first token cannot

@@ -32,6 +32,7 @@ pub(crate) fn default_settings(limit: usize) -> Settings {
         rates: Rates::new(),
         key_rates: Vec::new(),
         adaptive: None,
+        autosize: None,
         max_keys: DEFAULT_MAX_KEYS,
         parts: PartEstimate::DEFAULT,
         lanes: None,
@@ -53,6 +54,9 @@ pub(crate) fn check(s: &Settings) -> Result<(), ConfigError> {
     }
     if let Some(a) = &s.adaptive {
         a.check()?;
+    }
+    if let Some(a) = &s.autosize {
+        a.check(Permits::MAX)?;
     }
     for share in s.lanes.iter().flatten() {
         share.check()?;

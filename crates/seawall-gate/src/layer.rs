@@ -7,6 +7,7 @@ use seawall_core::{ConfigError, PartEstimate, StateKey};
 use tower_layer::Layer;
 
 use crate::adaptive::Adaptive;
+use crate::autosize::AutoSize;
 use crate::config::{DEFAULT_LIMIT, check, default_settings};
 use crate::handle::GateHandle;
 use crate::lanes::{LANES, LaneShare, Priority};
@@ -132,6 +133,14 @@ impl<K> ConcurrencyGateBuilder<K> {
     /// Turns on the adaptive (AIMD) mode.
     pub fn adaptive(mut self, adaptive: Adaptive) -> Self {
         self.settings.adaptive = Some(adaptive);
+        self
+    }
+
+    /// Turns on auto-sizing: the limit follows the upstream's rate limits times the observed
+    /// latency, between the mode's minimum and maximum; [`limit`](Self::limit) is where it
+    /// starts. [`AutoSize`] explains the rule.
+    pub fn autosize(mut self, autosize: AutoSize) -> Self {
+        self.settings.autosize = Some(autosize);
         self
     }
 

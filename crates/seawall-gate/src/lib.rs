@@ -111,6 +111,7 @@ macro_rules! not_loom {
 
 not_loom! {
     mod adaptive;
+    mod autosize;
     mod config;
     mod error;
     mod future;
@@ -123,6 +124,7 @@ not_loom! {
     mod shared;
 
     pub use adaptive::Adaptive;
+    pub use autosize::{AutoSize, LATENCY_WEIGHT};
     pub use config::{
         DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT,
     };

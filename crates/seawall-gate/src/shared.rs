@@ -11,6 +11,7 @@ use std::time::Duration;
 use seawall_core::PartEstimate;
 
 use crate::adaptive::Adaptive;
+use crate::autosize::{AutoSize, Sizer};
 use crate::key::{Clock, Keys};
 use crate::lanes::{LANES, LaneShare, Lanes};
 use crate::permits::Permits;
@@ -18,6 +19,7 @@ use crate::rate::Rates;
 
 mod adapt;
 mod admission;
+mod autosize;
 mod control;
 mod permit;
 mod signals;
@@ -35,6 +37,7 @@ pub(crate) struct Settings {
     pub(crate) rates: Rates,
     pub(crate) key_rates: Vec<(Arc<str>, Rates)>,
     pub(crate) adaptive: Option<Adaptive>,
+    pub(crate) autosize: Option<AutoSize>,
     pub(crate) max_keys: usize,
     pub(crate) parts: PartEstimate,
     /// Each lane's share, when lanes were configured.
@@ -79,6 +82,8 @@ pub(crate) struct Shared {
     pub(crate) clock: Clock,
     /// Tokens counted per image, audio part and file.
     pub(crate) parts: PartEstimate,
+    /// The auto-sizing mode, when on.
+    sizer: Option<Sizer>,
 }
 
 impl fmt::Debug for Shared {
@@ -123,6 +128,7 @@ pub struct GateStats {
 impl Shared {
     pub(crate) fn new(s: Settings) -> Self {
         let limit = s.limit.min(Permits::MAX);
+        let limit = s.autosize.map_or(limit, |a| a.bound(limit));
         Shared {
             permits: Permits::new(limit),
             control: Mutex::new(Control {
@@ -146,6 +152,7 @@ impl Shared {
             keys: Keys::new(s.rates, s.key_rates, s.max_keys),
             clock: Clock::new(),
             parts: s.parts,
+            sizer: s.autosize.map(Sizer::new),
         }
     }
 

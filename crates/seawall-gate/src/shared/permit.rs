@@ -29,6 +29,8 @@ impl Shared {
                 cost,
                 lane,
                 epoch: self.epoch.load(Ordering::Acquire),
+                // A clock read only when auto-sizing measures how long permits are held.
+                since: self.sizer.as_ref().map(|_| Instant::now()),
             }),
             wait: Duration::ZERO,
         }
@@ -41,10 +43,12 @@ struct Held {
     cost: Cost,
     lane: Lane,
     epoch: u64,
+    since: Option<Instant>,
 }
 
 impl Held {
     fn failed(&self, err: &LlmError) {
+        self.shared.autosize_limits(err.rate_limit());
         if let Some(d) = super::signals::pause_hint(err) {
             self.shared.pause(&self.key, d);
         }
@@ -98,6 +102,7 @@ impl AdmitGuard for GatePermit {
     /// and puts the queue time in the response's extensions.
     fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
         if let Some(h) = &self.held {
+            h.shared.autosize_limits(resp.rate_limit());
             if let Some(d) = resp
                 .rate_limit()
                 .and_then(RateLimitSnapshot::exhausted_until)
@@ -135,7 +140,10 @@ impl OnComplete for GatePermit {
         self.finish(|h| {
             h.settle(c.usage);
             match c.outcome {
-                Outcome::Complete => h.shared.success(),
+                Outcome::Complete => {
+                    h.shared.autosize_completed(h.since, c.usage);
+                    h.shared.success();
+                }
                 Outcome::Failed(Some(e)) => h.failed(e),
                 Outcome::Failed(None) | Outcome::Dropped => {}
             }
