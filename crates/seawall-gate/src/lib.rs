@@ -121,6 +121,7 @@ not_loom! {
     mod rate;
     mod service;
     mod shared;
+    mod striped;
 
     pub use adaptive::Adaptive;
     pub use config::{
