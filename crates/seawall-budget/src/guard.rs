@@ -11,6 +11,7 @@ use seawall_core::{
 use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
 use crate::budget::Scope;
 use crate::config::Settlement;
+use crate::local::KeyList;
 use crate::money::Usd;
 use crate::price::Price;
 use crate::state::Core;
@@ -25,7 +26,7 @@ use crate::time::Timestamp;
 pub struct BudgetGuard {
     core: Arc<Core>,
     /// Each budget's key; `None` when no budget is keyed.
-    keys: Option<Arc<[Option<Arc<str>>]>>,
+    keys: Option<KeyList>,
     model: Option<Arc<str>>,
     price: Price,
     reserved: Usd,
@@ -77,7 +78,7 @@ impl BudgetGuard {
         self.price = price;
     }
 
-    pub(crate) fn set_reservation(&mut self, keys: Option<Arc<[Option<Arc<str>>]>>, amount: Usd) {
+    pub(crate) fn set_reservation(&mut self, keys: Option<KeyList>, amount: Usd) {
         self.keys = keys;
         self.reserved = amount;
         // A fresh id per attempt: what a remote store applies each reservation once by.

@@ -15,12 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use seawall_core::MAX_KEY_LEN;
 
+/// Each budget's key, as a guard keeps them and a charge passes them to the store.
+pub(crate) type KeyList = Arc<[Option<Arc<str>>]>;
+
 /// Names remembered per thread (a model, a tenant, a user: a few per attempt).
 const RECENT: usize = 8;
 
 thread_local! {
     static NAMES: RefCell<Recent<Arc<str>>> = const { RefCell::new(Recent::new()) };
-    static KEYS: RefCell<Recent<Arc<[Option<Arc<str>>]>>> = const { RefCell::new(Recent::new()) };
+    static KEYS: RefCell<Recent<KeyList>> = const { RefCell::new(Recent::new()) };
     /// The next id of this thread's block, and the block's end.
     static IDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
@@ -68,7 +71,7 @@ pub(crate) fn name(name: &str) -> Arc<str> {
 /// The keys `lines` (one per budget, `None` for a global one) as a shared slice: this
 /// thread's copy when it made the same list recently, else a new one. Lists with a key
 /// longer than a key may be are not remembered.
-pub(crate) fn keys<K: AsRef<str>>(lines: &[Option<K>]) -> Arc<[Option<Arc<str>>]> {
+pub(crate) fn keys<K: AsRef<str>>(lines: &[Option<K>]) -> KeyList {
     let make = || {
         lines
             .iter()
@@ -82,7 +85,7 @@ pub(crate) fn keys<K: AsRef<str>>(lines: &[Option<K>]) -> Arc<[Option<Arc<str>>]
     {
         return make();
     }
-    let same = |list: &Arc<[Option<Arc<str>>]>| {
+    let same = |list: &KeyList| {
         list.len() == lines.len()
             && list
                 .iter()
