@@ -344,6 +344,21 @@ mod tests {
     use std::collections::VecDeque;
 
     #[test]
+    fn a_success_on_a_full_window_of_successes_writes_nothing() {
+        let w = CountWindow::new(3);
+        for _ in 0..3 {
+            w.record(SUCCESS);
+        }
+        let next = w.next.load(Ordering::Relaxed);
+        assert!(!w.record(SUCCESS));
+        assert_eq!(w.next.load(Ordering::Relaxed), next, "the ring index moved");
+        // Anything else is still recorded.
+        assert!(w.record(FAILURE));
+        assert_eq!(w.totals().failures, 1);
+        assert_eq!(w.next.load(Ordering::Relaxed), next + 1);
+    }
+
+    #[test]
     fn count_window_rolls_over() {
         let w = Window::new(WindowKind::Count(3));
         assert!(w.record(true, false, 0));
