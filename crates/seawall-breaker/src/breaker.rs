@@ -1050,6 +1050,34 @@ mod loom_tests {
         });
     }
 
+    /// A success that finds the window full of successes records nothing; racing with a
+    /// failure, it counts as recorded before that failure, and the totals stay exact.
+    #[test]
+    fn loom_success_on_a_clean_full_window_races_a_failure() {
+        loom::model(|| {
+            let b = Arc::new(Breaker::new("k".into(), cfg(1, 2), State::Closed, 0));
+            for _ in 0..2 {
+                let a = b.acquire(|| 0).unwrap();
+                b.record(a, Verdict::Success, false, || 0);
+            }
+            let handles: Vec<_> = [Verdict::Failure, Verdict::Success]
+                .into_iter()
+                .map(|v| {
+                    let b = b.clone();
+                    thread::spawn(move || {
+                        let a = b.acquire(|| 0).unwrap();
+                        b.record(a, v, false, || 0);
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            let s = b.snapshot(0);
+            assert_eq!((s.calls, s.failures), (2, 1));
+        });
+    }
+
     /// Concurrent counted outcomes keep the window totals exact.
     #[test]
     fn loom_closed_counters() {

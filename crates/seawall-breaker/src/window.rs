@@ -5,7 +5,8 @@
 //! - [`CountWindow`]: the last `n` counted calls. A ring of one-byte outcome slots plus the
 //!   totals packed into one `u64`. Recording is a `fetch_add` for the ring index, a `swap` of
 //!   the slot and, only when the outcome differs from the one it replaces, one `fetch_add` on
-//!   the totals. A run of successes therefore writes nothing but the ring.
+//!   the totals. A run of successes therefore writes nothing but the ring index, and once
+//!   the window is full of successes, nothing at all (see `CountWindow::record`).
 //! - [`TimeWindow`]: the calls of the last `d`, in `n` buckets of `d / n`. Each bucket is
 //!   three `u64` words (calls, failures, slow calls), each holding its period number (tag) in
 //!   the high half and a saturating 32-bit count in the low half, updated by CAS; a word whose
@@ -156,6 +157,17 @@ impl CountWindow {
     // see totals a few updates behind, which the module docs allow.
     #[inline]
     fn record(&self, code: u8) -> bool {
+        // A full window of plain successes stays the same when one more success replaces its
+        // oldest: every slot holds the same code, so which one the ring index points at does
+        // not matter. Reading the totals (written only when an outcome changes) instead of
+        // advancing the shared ring index keeps a healthy key's calls from writing any cache
+        // line the other threads use. A writer racing with a failure may see the totals just
+        // before the failure lands: its success then counts as recorded before that failure.
+        if code == SUCCESS
+            && self.totals.load(Ordering::Relaxed) == ZERO_TOTALS + self.slots.len() as u64
+        {
+            return false;
+        }
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len() as u64;
         let slot = &self.slots[i as usize];
         // The common case, a success replacing a success, writes nothing. (A writer racing
@@ -330,6 +342,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::VecDeque;
+
+    #[test]
+    fn a_success_on_a_full_window_of_successes_writes_nothing() {
+        let w = CountWindow::new(3);
+        for _ in 0..3 {
+            w.record(SUCCESS);
+        }
+        let next = w.next.load(Ordering::Relaxed);
+        assert!(!w.record(SUCCESS));
+        assert_eq!(w.next.load(Ordering::Relaxed), next, "the ring index moved");
+        // Anything else is still recorded.
+        assert!(w.record(FAILURE));
+        assert_eq!(w.totals().failures, 1);
+        assert_eq!(w.next.load(Ordering::Relaxed), next + 1);
+    }
 
     #[test]
     fn count_window_rolls_over() {

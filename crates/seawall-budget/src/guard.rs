@@ -11,6 +11,7 @@ use seawall_core::{
 use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
 use crate::budget::Scope;
 use crate::config::Settlement;
+use crate::local::KeyList;
 use crate::money::Usd;
 use crate::price::Price;
 use crate::state::Core;
@@ -24,13 +25,15 @@ use crate::time::Timestamp;
 /// its reservation until it ends or is dropped.
 pub struct BudgetGuard {
     core: Arc<Core>,
-    keys: Box<[Option<Arc<str>>]>,
+    /// Each budget's key; `None` when no budget is keyed.
+    keys: Option<KeyList>,
     model: Option<Arc<str>>,
     price: Price,
     reserved: Usd,
     id: u64,
     time: Timestamp,
-    started: tokio::time::Instant,
+    /// Read only when a sink records the attempt's duration.
+    started: Option<tokio::time::Instant>,
     attempt: Option<u32>,
     ctx: Option<Arc<CallContext>>,
     armed: bool,
@@ -49,16 +52,13 @@ impl fmt::Debug for BudgetGuard {
 
 impl BudgetGuard {
     /// An unarmed guard: nothing reserved yet.
-    pub(crate) fn new(
-        core: Arc<Core>,
-        started: tokio::time::Instant,
-        ctx: Option<Arc<CallContext>>,
-    ) -> BudgetGuard {
+    pub(crate) fn new(core: Arc<Core>, ctx: Option<Arc<CallContext>>) -> BudgetGuard {
         let attempt = ctx.as_ref().map(|c| c.update(|f| f.attempts.max(1)));
+        let started = core.sink.is_some().then(tokio::time::Instant::now);
         BudgetGuard {
             time: core.clock.now(),
             core,
-            keys: Box::default(),
+            keys: None,
             model: None,
             price: Price::per_million(Usd::ZERO, Usd::ZERO),
             reserved: Usd::ZERO,
@@ -78,11 +78,11 @@ impl BudgetGuard {
         self.price = price;
     }
 
-    pub(crate) fn set_reservation(&mut self, keys: Box<[Option<Arc<str>>]>, amount: Usd) {
+    pub(crate) fn set_reservation(&mut self, keys: Option<KeyList>, amount: Usd) {
         self.keys = keys;
         self.reserved = amount;
         // A fresh id per attempt: what a remote store applies each reservation once by.
-        self.id = crate::store::next_id();
+        self.id = crate::local::next_id();
     }
 
     pub(crate) fn model(&self) -> Option<&Arc<str>> {
@@ -91,7 +91,13 @@ impl BudgetGuard {
 
     /// The charge of this attempt at `now`.
     pub(crate) fn charge(&self, now: Timestamp) -> Charge<'_> {
-        Charge::with_known_id(&self.core.budgets, &self.keys, self.reserved, now, self.id)
+        Charge::with_known_id(
+            &self.core.budgets,
+            self.keys.as_deref().unwrap_or_default(),
+            self.reserved,
+            now,
+            self.id,
+        )
     }
 
     pub(crate) fn admission_time(&self) -> Timestamp {
@@ -207,7 +213,12 @@ impl BudgetGuard {
             return;
         };
         let mut keys: Vec<(Arc<str>, Arc<str>)> = Vec::new();
-        for (budget, key) in self.core.budgets.iter().zip(self.keys.iter()) {
+        for (budget, key) in self
+            .core
+            .budgets
+            .iter()
+            .zip(self.keys.iter().flat_map(|k| k.iter()))
+        {
             let scope: &str = match budget.scope() {
                 Scope::Global => continue,
                 Scope::Model => "model",
@@ -223,7 +234,7 @@ impl BudgetGuard {
             time: self.time,
             keys,
             model: self.model.clone(),
-            seconds: self.started.elapsed().as_secs_f64(),
+            seconds: self.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
             input_tokens: usage.map(|u| u.input_tokens),
             output_tokens: usage.map(|u| u.output_tokens),
             cached_input_tokens: usage.map(|u| u.cached_input_tokens),

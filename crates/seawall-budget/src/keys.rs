@@ -131,6 +131,9 @@ pub const DEFAULT_MAX_KEYS: usize = 10_000;
 /// [`Exceeded`](crate::Exceeded) and [`SoftLimitCrossed`](crate::SoftLimitCrossed).
 pub const OVERFLOW_KEY: &str = "(overflow)";
 
+/// Keys a table remembers by address (a few per thread of the process, typically).
+const RECENT: usize = 8;
+
 /// Below this many counters the table is not swept for idle ones.
 pub(crate) const MIN_PRUNE_AT: usize = 4096;
 
@@ -139,9 +142,20 @@ pub(crate) const MIN_PRUNE_AT: usize = 4096;
 const FULL_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The keyed counters of one budget, bounded.
+///
+/// The counters live in a vector and the map holds their index, so that finding a key's
+/// counter is one hash of the key: a lookup that returns the counter on a hit and goes on to
+/// insert on a miss would otherwise need a second lookup (the borrow of the hit would outlive
+/// the miss path). The lookup runs twice per keyed budget per attempt (reserve and settle),
+/// under the store's lock.
 #[derive(Debug)]
 pub(crate) struct KeyTable<V> {
-    map: HashMap<Arc<str>, V>,
+    index: HashMap<Arc<str>, usize>,
+    /// The counters, at the indices the map gives.
+    slots: Vec<V>,
+    /// The last keys found through `entry_shared`, by address, with their counter's index.
+    recent: [Option<(Arc<str>, usize)>; RECENT],
+    recent_next: usize,
     overflow: V,
     max_keys: usize,
     /// Sweep when the map reaches this size, so memory follows the number of active keys.
@@ -153,7 +167,10 @@ pub(crate) struct KeyTable<V> {
 impl<V: Default> KeyTable<V> {
     pub(crate) fn new(max_keys: usize) -> Self {
         KeyTable {
-            map: HashMap::new(),
+            index: HashMap::new(),
+            slots: Vec::new(),
+            recent: Default::default(),
+            recent_next: 0,
             overflow: V::default(),
             max_keys,
             prune_at: MIN_PRUNE_AT,
@@ -168,41 +185,114 @@ impl<V: Default> KeyTable<V> {
     /// gets a counter of its own, so that an attempt reserved on the overflow counter settles
     /// there too. `idle` says whether a counter may be dropped (it may bring it up to date
     /// first).
+    #[cfg(test)]
     pub(crate) fn entry(
         &mut self,
         key: &str,
         now: u64,
         busy: impl Fn(&V) -> bool,
-        mut idle: impl FnMut(&mut V) -> bool,
+        idle: impl FnMut(&mut V) -> bool,
     ) -> &mut V {
+        match self.slot(key, now, busy, idle) {
+            Some(i) => &mut self.slots[i],
+            None => &mut self.overflow,
+        }
+    }
+
+    /// The counter of `key` at `now` (Unix nanoseconds), as `entry` finds it, for a key the
+    /// caller holds as an `Arc`. Callers pass the same allocation for the same key again and
+    /// again (the layer keeps one per thread), so the table remembers the last few such keys
+    /// by address and finds their counters without hashing the key.
+    pub(crate) fn entry_shared(
+        &mut self,
+        key: &Arc<str>,
+        now: u64,
+        busy: impl Fn(&V) -> bool,
+        idle: impl FnMut(&mut V) -> bool,
+    ) -> &mut V {
+        // The remembered `Arc` keeps its allocation alive, so an equal address is this key.
+        let known = self
+            .recent
+            .iter()
+            .flatten()
+            .find(|(k, _)| Arc::ptr_eq(k, key))
+            .map(|(_, i)| *i);
+        if let Some(i) = known {
+            return &mut self.slots[i];
+        }
+        match self.slot(key, now, busy, idle) {
+            Some(i) => {
+                self.recent[self.recent_next] = Some((key.clone(), i));
+                self.recent_next = (self.recent_next + 1) % RECENT;
+                &mut self.slots[i]
+            }
+            None => &mut self.overflow,
+        }
+    }
+
+    /// The index of `key`'s own counter, created if there is room; `None`: the overflow one.
+    fn slot(
+        &mut self,
+        key: &str,
+        now: u64,
+        busy: impl Fn(&V) -> bool,
+        idle: impl FnMut(&mut V) -> bool,
+    ) -> Option<usize> {
         let key = bound_key(key);
-        if self.map.contains_key(&*key) {
-            return self.map.get_mut(&*key).expect("just found");
+        if let Some(&i) = self.index.get(&*key) {
+            return Some(i);
         }
         if busy(&self.overflow) {
-            return &mut self.overflow;
+            return None;
         }
-        if self.map.len() >= self.prune_at.min(self.max_keys) && now >= self.full_until {
-            self.map.retain(|_, v| !idle(v));
-            self.prune_at = (self.map.len() * 2).max(MIN_PRUNE_AT);
-            if self.map.len() >= self.max_keys {
+        if self.index.len() >= self.prune_at.min(self.max_keys) && now >= self.full_until {
+            self.prune(idle);
+            self.prune_at = (self.index.len() * 2).max(MIN_PRUNE_AT);
+            if self.index.len() >= self.max_keys {
                 self.full_until = now.saturating_add(FULL_BACKOFF.as_nanos() as u64);
             }
         }
-        if self.map.len() >= self.max_keys {
-            return &mut self.overflow;
+        if self.index.len() >= self.max_keys {
+            return None;
         }
-        self.map.entry(Arc::from(key)).or_default()
+        let i = self.slots.len();
+        self.slots.push(V::default());
+        self.index.insert(Arc::from(key), i);
+        Some(i)
+    }
+
+    /// Drops the counters `idle` says may go, and packs the others.
+    fn prune(&mut self, mut idle: impl FnMut(&mut V) -> bool) {
+        let mut slots: Vec<Option<V>> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut kept = Vec::with_capacity(slots.len());
+        self.index.retain(|_, i| {
+            let Some(mut v) = slots[*i].take() else {
+                return false;
+            };
+            if idle(&mut v) {
+                return false;
+            }
+            *i = kept.len();
+            kept.push(v);
+            true
+        });
+        self.slots = kept;
+        // Indices moved: forget the remembered ones.
+        self.recent = Default::default();
     }
 
     /// The counter of `key` if it has one of its own.
     pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut V> {
-        self.map.get_mut(&*bound_key(key))
+        let i = *self.index.get(&*bound_key(key))?;
+        self.slots.get_mut(i)
     }
 
     /// How many keys have a counter of their own.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.index.len()
     }
 }
 
@@ -268,6 +358,29 @@ mod tests {
     }
 
     #[test]
+    fn a_key_found_by_address_is_the_key_found_by_name() {
+        let mut t = KeyTable::new(2);
+        let a: Arc<str> = "a".into();
+        let idle = |c: &mut C| c.reserved == 0 && c.spent == 0;
+        t.entry_shared(&a, 0, |o| o.reserved > 0, idle).spent = 1;
+        t.entry_shared(&a, 0, |o| o.reserved > 0, idle).spent += 1;
+        assert_eq!(t.get_mut("a").unwrap().spent, 2);
+        // Another allocation of the same key finds the same counter.
+        let again: Arc<str> = "a".into();
+        assert_eq!(t.entry_shared(&again, 0, |o| o.reserved > 0, idle).spent, 2);
+        // A sweep moves counters: what was remembered by address follows them.
+        entry(&mut t, "b", 0).spent = 0;
+        t.get_mut("a").unwrap().spent = 0;
+        // Sweep at the next new key (no backoff was set, so now is late enough).
+        t.prune_at = 0;
+        entry(&mut t, "c", 0).spent = 9;
+        assert_eq!(t.len(), 1);
+        // Without forgetting the address, "a" would find the counter now at its old index.
+        assert_eq!(t.entry_shared(&a, 0, |o| o.reserved > 0, idle).spent, 0);
+        assert_eq!(t.get_mut("c").unwrap().spent, 9);
+    }
+
+    #[test]
     fn long_keys_share_nothing_but_are_stored_bounded() {
         let mut t = KeyTable::new(8);
         let a = format!("{}a", "k".repeat(10_000));
@@ -276,6 +389,6 @@ mod tests {
         entry(&mut t, &b, 0).spent = 2;
         assert_eq!(t.get_mut(&a).unwrap().spent, 1);
         assert_eq!(t.get_mut(&b).unwrap().spent, 2);
-        assert!(t.map.keys().all(|k| k.len() <= seawall_core::MAX_KEY_LEN));
+        assert!(t.index.keys().all(|k| k.len() <= seawall_core::MAX_KEY_LEN));
     }
 }

@@ -129,6 +129,7 @@ mod future;
 mod guard;
 mod keys;
 mod layer;
+mod local;
 mod money;
 mod price;
 mod service;

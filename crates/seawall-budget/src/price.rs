@@ -194,6 +194,14 @@ impl PriceTable {
         self.len() == 0
     }
 
+    /// The price of `model`, or the default (without cloning the table's copy of the name).
+    pub(crate) fn price_of(&self, model: Option<&str>) -> Option<Price> {
+        match model.and_then(|m| self.models.get(m)) {
+            Some(price) => Some(*price),
+            None => self.default,
+        }
+    }
+
     /// The price and, when the table lists the exact name, its shared copy of the name (so a
     /// call need not allocate one).
     pub(crate) fn lookup(&self, model: Option<&str>) -> Option<(Price, Option<Arc<str>>)> {

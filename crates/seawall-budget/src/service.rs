@@ -1,6 +1,7 @@
 //! [`CostBudget`], the service the layer makes: prices each attempt and reserves its worst-case
 //! cost against every budget before any money can be spent on it.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -138,20 +139,21 @@ where
     Req: LlmRequest,
     K: KeyFn<Req>,
 {
-    let started = tokio::time::Instant::now();
-    let mut guard = BudgetGuard::new(core.clone(), started, req.call_context().cloned());
-    let Some((price, interned)) = core.prices.lookup(req.model()) else {
-        let msg = match req.model() {
+    let mut guard = BudgetGuard::new(core.clone(), req.call_context().cloned());
+    let model = req.model();
+    let Some(price) = core.prices.price_of(model) else {
+        let msg = match model {
             Some(m) => format!(
                 "no price for model {m:?}: add it to the price table, or give the table a default price"
             ),
             None => "the request names no model and the price table has no default price".into(),
         };
-        guard.set_model(req.model().map(Arc::from));
+        guard.set_model(model.map(Arc::from));
         let err = LlmError::new(FailureClass::BudgetExceeded, msg).with_code("unpriced_model");
         return Err(guard.reject(err));
     };
-    guard.set_model(interned.or_else(|| req.model().map(Arc::from)));
+    // This thread's copy of the name: no allocation, and no count shared with other threads.
+    guard.set_model(model.map(crate::local::name));
     guard.set_price(price);
     let max_output = match (req.max_output_tokens(), core.missing_max) {
         (Some(n), _) => n,
@@ -178,25 +180,31 @@ where
     let input = u128::from(input) * u128::from(100 + core.input_margin_percent);
     let input = u64::try_from(input.div_ceil(100)).unwrap_or(u64::MAX);
     let amount = price.estimate(input, output);
-    let keys: Box<[Option<Arc<str>>]> = if core.keyed {
-        core.budgets
-            .iter()
-            .map(|b| match b.scope() {
-                Scope::Global => None,
-                Scope::Model => Some(
-                    guard
-                        .model()
-                        .cloned()
-                        .unwrap_or_else(|| core.unkeyed.clone()),
-                ),
-                Scope::Key(scope) => Some(
-                    keys.scoped_key(scope, req)
-                        .map_or_else(|| core.unkeyed.clone(), |k| Arc::from(&*k)),
-                ),
-            })
-            .collect()
+    let keys = if core.keyed {
+        // Each budget's key, borrowed where the key function lends it, then this thread's
+        // shared copy of the list (see `local`): no allocation once the list was seen.
+        let model = guard.model().map_or(&*core.unkeyed, |m| &**m);
+        let key = |b: &crate::Budget| match b.scope() {
+            Scope::Global => None,
+            Scope::Model => Some(Cow::Borrowed(model)),
+            Scope::Key(scope) => Some(
+                keys.scoped_key(scope, req)
+                    .unwrap_or(Cow::Borrowed(&*core.unkeyed)),
+            ),
+        };
+        const INLINE: usize = 4;
+        if core.budgets.len() <= INLINE {
+            let mut lines: [Option<Cow<'_, str>>; INLINE] = Default::default();
+            for (line, b) in lines.iter_mut().zip(core.budgets.iter()) {
+                *line = key(b);
+            }
+            Some(crate::local::keys(&lines[..core.budgets.len()]))
+        } else {
+            let lines: Vec<_> = core.budgets.iter().map(key).collect();
+            Some(crate::local::keys(&lines))
+        }
     } else {
-        Box::default()
+        None
     };
     guard.set_reservation(keys, amount);
     Ok(guard)

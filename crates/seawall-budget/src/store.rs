@@ -11,7 +11,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use seawall_core::bound_key;
@@ -35,13 +34,7 @@ pub struct Charge<'a> {
     id: u64,
 }
 
-/// The ids of charges made in this process, so that no two attempts share one.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A charge id no other charge of this process has.
-pub(crate) fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
-}
+pub(crate) use crate::local::next_id;
 
 impl<'a> Charge<'a> {
     /// A charge of `amount` on `budgets`, where `keys[i]` is the key for `budgets[i]`. An
@@ -456,7 +449,7 @@ impl Counters {
             self.global.roll(budget, now);
             return f(&mut self.global);
         };
-        let c = self.by_key.entry(
+        let c = self.by_key.entry_shared(
             key,
             now.as_unix_nanos(),
             |overflow| overflow.reserved > 0,
@@ -498,11 +491,22 @@ impl MemoryStore {
     }
 }
 
-fn counters<'m>(list: &'m mut Vec<Counters>, budget: &Budget, max_keys: usize) -> &'m mut Counters {
+/// The counters of `budget`, the `line`-th budget of a charge. A store that serves one layer
+/// keeps them in that layer's order, so the list is looked at that index first.
+fn counters<'m>(
+    list: &'m mut Vec<Counters>,
+    line: usize,
+    budget: &Budget,
+    max_keys: usize,
+) -> &'m mut Counters {
     let name = budget.name_arc();
-    let found = list
-        .iter()
-        .position(|c| Arc::ptr_eq(&c.name, name) || c.name == *name);
+    let at_line = list.get(line).is_some_and(|c| Arc::ptr_eq(&c.name, name));
+    let found = if at_line {
+        Some(line)
+    } else {
+        list.iter()
+            .position(|c| Arc::ptr_eq(&c.name, name) || c.name == *name)
+    };
     let i = match found {
         Some(i) => i,
         None => {
@@ -519,26 +523,27 @@ impl BudgetStore for MemoryStore {
         let now = charge.now();
         let mut list = self.lock();
         for (i, (budget, key)) in charge.lines().enumerate() {
-            let refused = counters(&mut list, budget, self.max_keys).with(budget, key, now, |c| {
-                let after = c.settled.saturating_add(c.reserved).saturating_add(amount);
-                if after > budget.limit().as_nanos() {
-                    return Some(c.spend(budget));
-                }
-                c.reserved = c.reserved.saturating_add(amount);
-                None
-            });
+            let refused =
+                counters(&mut list, i, budget, self.max_keys).with(budget, key, now, |c| {
+                    let after = c.settled.saturating_add(c.reserved).saturating_add(amount);
+                    if after > budget.limit().as_nanos() {
+                        return Some(c.spend(budget));
+                    }
+                    c.reserved = c.reserved.saturating_add(amount);
+                    None
+                });
             if let Some(spend) = refused {
                 // Named as counted: bounded, or as the overflow counter.
                 let key = key.map(|k| {
-                    let table = &mut counters(&mut list, budget, self.max_keys).by_key;
+                    let table = &mut counters(&mut list, i, budget, self.max_keys).by_key;
                     match (table.get_mut(k).is_some(), bound_key(k)) {
                         (false, _) => Arc::from(OVERFLOW_KEY),
                         (true, Cow::Borrowed(_)) => k.clone(),
                         (true, Cow::Owned(bounded)) => Arc::from(bounded),
                     }
                 });
-                for (budget, key) in charge.lines().take(i) {
-                    counters(&mut list, budget, self.max_keys).with(budget, key, now, |c| {
+                for (j, (budget, key)) in charge.lines().take(i).enumerate() {
+                    counters(&mut list, j, budget, self.max_keys).with(budget, key, now, |c| {
                         c.reserved = c.reserved.saturating_sub(amount);
                     });
                 }
@@ -557,8 +562,8 @@ impl BudgetStore for MemoryStore {
         let mut crossed = Vec::new();
         let now = charge.now();
         let mut list = self.lock();
-        for (budget, key) in charge.lines() {
-            let fired = counters(&mut list, budget, self.max_keys).with(budget, key, now, |c| {
+        for (i, (budget, key)) in charge.lines().enumerate() {
+            let fired = counters(&mut list, i, budget, self.max_keys).with(budget, key, now, |c| {
                 c.reserved = c.reserved.saturating_sub(charge.amount().as_nanos());
                 c.add_spend(cost.as_nanos());
                 let threshold = budget.soft_limit()?;

@@ -154,6 +154,10 @@ impl KeyState {
     /// The time left on the upstream's pause, if any.
     pub(crate) fn pause_left(&self, clock: &Clock, now: Instant) -> Option<Duration> {
         let until = self.paused_until.load(Ordering::Acquire);
+        // Never paused: no clock arithmetic (the common case, on every admission).
+        if until == 0 {
+            return None;
+        }
         let now = clock.nanos(now);
         (until > now).then(|| Duration::from_nanos(until - now))
     }
@@ -215,10 +219,12 @@ impl KeyState {
     }
 
     /// Settles a token reservation against what the call really used.
-    pub(crate) fn settle_tokens(&self, reserved: u64, used: u64, now: Instant) {
+    pub(crate) fn settle_tokens(&self, reserved: u64, used: u64) {
         if reserved == used || !self.limited.load(Ordering::Acquire) {
             return;
         }
+        // The clock is read only for a key with rates to settle.
+        let now = Instant::now();
         let mut b = self.lock();
         if let Some(t) = b.tokens.as_mut() {
             if used > reserved {

@@ -122,6 +122,7 @@ not_loom! {
     mod rate;
     mod service;
     mod shared;
+    mod striped;
 
     pub use adaptive::Adaptive;
     pub use autosize::{AutoSize, LATENCY_WEIGHT};

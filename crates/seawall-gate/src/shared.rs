@@ -16,6 +16,7 @@ use crate::key::{Clock, Keys};
 use crate::lanes::{LANES, LaneShare, Lanes};
 use crate::permits::Permits;
 use crate::rate::Rates;
+use crate::striped::Striped;
 
 mod adapt;
 mod admission;
@@ -72,8 +73,10 @@ pub(crate) struct Shared {
     max_pause: AtomicU64,
     /// Waiting calls per lane (lane 0 alone without lanes).
     queued: [AtomicUsize; LANES],
-    in_flight: AtomicUsize,
-    admitted: AtomicU64,
+    /// Calls holding a permit; striped, as every call adds and removes one.
+    in_flight: Striped,
+    /// Striped, as every call adds one.
+    admitted: Striped,
     rejected: AtomicU64,
     expired: AtomicU64,
     /// The priority lanes, when configured.
@@ -90,7 +93,7 @@ impl fmt::Debug for Shared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
             .field("limit", &self.limit.load(Ordering::Relaxed))
-            .field("in_flight", &self.in_flight.load(Ordering::Relaxed))
+            .field("in_flight", &self.in_flight.get())
             .field("queued", &self.queued())
             .finish_non_exhaustive()
     }
@@ -144,8 +147,8 @@ impl Shared {
             max_wait: AtomicU64::new(nanos(s.max_wait)),
             max_pause: AtomicU64::new(nanos(s.max_pause)),
             queued: Default::default(),
-            in_flight: AtomicUsize::new(0),
-            admitted: AtomicU64::new(0),
+            in_flight: Striped::default(),
+            admitted: Striped::default(),
             rejected: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             lanes: s.lanes.map(|shares| Lanes::new(shares, s.lane_linger)),

@@ -33,7 +33,7 @@ impl Shared {
 
     /// Gives back a permit taken for `lane`.
     pub(super) fn release(&self, lane: Lane) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.in_flight.sub(1);
         match &self.lanes {
             None => self.permits.release(),
             Some(lanes) => lanes.release(lane.index, &self.permits, self.current_limit()),
@@ -99,7 +99,7 @@ impl Shared {
         if !self.try_permit(lane) {
             return None;
         }
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.in_flight.add(1);
         if key.try_commit(&self.clock, cost, lane, now) {
             Some(self.admit(key.clone(), cost, lane))
         } else {
@@ -261,7 +261,7 @@ impl Shared {
             if !matches!(timeout_at(until, self.permit(lane)).await, Ok(true)) {
                 return Err((RejectReason::WaitTimeout, None));
             }
-            self.in_flight.fetch_add(1, Ordering::AcqRel);
+            self.in_flight.add(1);
             let committed = key.try_commit(&self.clock, cost, lane, Instant::now());
             // The next in the key's line may go now.
             drop(line);

@@ -72,7 +72,7 @@ impl Shared {
             // Without lanes every call is in the default lane.
             None => LaneStats {
                 in_flight: if p == Priority::default() {
-                    self.in_flight.load(Ordering::Acquire)
+                    self.in_flight.get() as usize
                 } else {
                     0
                 },
@@ -86,11 +86,11 @@ impl Shared {
         GateStats {
             limit: c.current,
             max_limit: c.ceiling,
-            in_flight: self.in_flight.load(Ordering::Acquire),
+            in_flight: self.in_flight.get() as usize,
             queued: self.queued(),
             available: self.permits.available(),
             owed: self.permits.owed(),
-            admitted: self.admitted.load(Ordering::Relaxed),
+            admitted: self.admitted.get(),
             rejected: self.rejected.load(Ordering::Relaxed),
             max_queue: self.max_queue.load(Ordering::Relaxed),
             max_wait: self.max_wait(),

@@ -10,7 +10,6 @@ use seawall_core::{
     AdmitGuard, Completion, FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, Outcome,
     RateLimitSnapshot,
 };
-use tokio::time::Instant;
 
 use super::Shared;
 use crate::error::QueueWait;
@@ -21,7 +20,7 @@ use crate::lanes::Lane;
 impl Shared {
     /// Counts an admission and hands out its permit.
     pub(super) fn admit(self: &Arc<Self>, key: Arc<KeyState>, cost: Cost, lane: Lane) -> GatePermit {
-        self.admitted.fetch_add(1, Ordering::Relaxed);
+        self.admitted.add(1);
         GatePermit {
             held: Some(Held {
                 shared: self.clone(),
@@ -131,7 +130,7 @@ impl Held {
     /// `max_tokens` of billions charged would lock the key for good after one disconnect.
     fn settle(&self, usage: Option<seawall_core::Usage>) {
         self.key
-            .settle_tokens(self.cost.tokens, self.cost.used(usage), Instant::now());
+            .settle_tokens(self.cost.tokens, self.cost.used(usage));
     }
 }
 
