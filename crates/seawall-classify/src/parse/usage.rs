@@ -9,20 +9,20 @@ use seawall_core::Usage;
 
 /// Raw usage fields, merged as events arrive (Anthropic splits usage over `message_start` and
 /// `message_delta`; vLLM may repeat cumulative usage in every chunk).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RawUsage {
     /// OpenAI `prompt_tokens` (cached tokens included).
-    prompt: Option<u64>,
+    pub(super) prompt: Option<u64>,
     /// Anthropic / Responses API `input_tokens`.
-    input: Option<u64>,
-    output: Option<u64>,
+    pub(super) input: Option<u64>,
+    pub(super) output: Option<u64>,
     /// Anthropic `cache_read_input_tokens` (not included in `input_tokens`).
-    cache_read: Option<u64>,
+    pub(super) cache_read: Option<u64>,
     /// Anthropic `cache_creation_input_tokens` (not included in `input_tokens`).
-    cache_creation: Option<u64>,
+    pub(super) cache_creation: Option<u64>,
     /// OpenAI `prompt_tokens_details.cached_tokens`, Responses API
     /// `input_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`.
-    cached_detail: Option<u64>,
+    pub(super) cached_detail: Option<u64>,
 }
 
 impl RawUsage {

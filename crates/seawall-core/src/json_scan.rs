@@ -1,0 +1,476 @@
+//! A JSON byte cursor for the hot paths that read a few fields of an answer or an event.
+//!
+//! Reading the usage, the finish reason or the model of an answer with serde costs a call per
+//! token through the `Deserializer` and `Visitor` layers, and with `serde_json::Value` an
+//! allocation per string, array and object, for fields nobody looks at. Most answers and
+//! stream events are small and plain, so the layers walk them here byte by byte instead,
+//! keeping only the spans they need.
+//!
+//! The cursor never decides anything alone. It only reads JSON it is sure `serde_json` reads
+//! the same way, and every method answers `None` ("not sure") on anything else: a syntax
+//! error, an escaped member name, a surrogate escape, a number a `u64` or an `f64` might not
+//! hold, nesting deeper than [`MAX_DEPTH`]. Callers then give up and let their serde path
+//! decide, and their tests hold the two to the same result on generated and damaged inputs.
+//! The cursor reads a `&str`, so the whole input is known to be UTF-8, as serde checks every
+//! string it builds.
+
+/// Deeper values are left to serde (which stops at 128 levels).
+pub const MAX_DEPTH: u32 = 64;
+
+/// The longest run of integer digits read as sure: any such number is finite as an `f64`.
+const MAX_DIGITS: usize = 18;
+
+/// A JSON string's span inside the input: its content (between the quotes), and whether it
+/// has escapes (its content then differs from its bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JsonStr {
+    /// The first byte after the opening quote.
+    pub start: usize,
+    /// The closing quote.
+    pub end: usize,
+    /// Whether the string has a `\` escape.
+    pub escaped: bool,
+}
+
+impl JsonStr {
+    /// Whether the string is empty once decoded.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// The kind of the next value, from its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonKind {
+    /// `{`
+    Object,
+    /// `[`
+    Array,
+    /// `"`
+    String,
+    /// `true` or `false`
+    Bool,
+    /// `null`
+    Null,
+    /// A number.
+    Number,
+}
+
+/// A cursor over the bytes of one JSON document. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct JsonCursor<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+/// The length of the leading run of `b` that is neither `"`, `\` nor a control character, eight
+/// bytes at a time.
+fn plain_run(b: &[u8]) -> usize {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    // The top bit of each zero byte of `v` (and maybe of bytes above one: the lowest set bit
+    // is always exact).
+    let zeros = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut i = 0;
+    while let Some(word) = b.get(i..i + 8) {
+        let v = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+        // A byte below 0x20: `v - 0x20` borrows into its top bit while `v`'s is clear.
+        let special = zeros(v ^ (ONES * u64::from(b'"')))
+            | zeros(v ^ (ONES * u64::from(b'\\')))
+            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
+        if special != 0 {
+            return i + (special.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// Known members seen so far in one object, to refuse repeats: serde's derive rejects a
+/// repeated field, and `serde_json::Value` keeps the last, so a repeat is left to serde.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Seen(u64);
+
+impl Seen {
+    /// Marks member `bit` (below 64) as seen; `None` if it already was.
+    pub fn first(&mut self, bit: u32) -> Option<()> {
+        let mask = 1u64.checked_shl(bit)?;
+        if self.0 & mask != 0 {
+            return None;
+        }
+        self.0 |= mask;
+        Some(())
+    }
+
+    /// Whether member `bit` was seen.
+    pub fn has(&self, bit: u32) -> bool {
+        1u64.checked_shl(bit).is_some_and(|m| self.0 & m != 0)
+    }
+}
+
+impl<'a> JsonCursor<'a> {
+    /// A cursor at the start of `text`.
+    pub fn new(text: &'a str) -> Self {
+        JsonCursor {
+            text,
+            b: text.as_bytes(),
+            i: 0,
+        }
+    }
+
+    /// The position of the cursor.
+    pub fn pos(&self) -> usize {
+        self.i
+    }
+
+    /// The next byte, if any.
+    pub fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    /// Skips JSON whitespace (space, tab, CR, LF).
+    pub fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// Whether only whitespace is left.
+    pub fn at_end(&mut self) -> bool {
+        self.ws();
+        self.i == self.b.len()
+    }
+
+    /// Skips whitespace and takes `c`.
+    pub fn eat(&mut self, c: u8) -> Option<()> {
+        self.ws();
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i.checked_add(word.len())?;
+        (self.b.get(self.i..end)? == word).then(|| self.i = end)
+    }
+
+    /// The kind of the next value (after whitespace).
+    pub fn kind(&mut self) -> Option<JsonKind> {
+        self.ws();
+        Some(match self.peek()? {
+            b'{' => JsonKind::Object,
+            b'[' => JsonKind::Array,
+            b'"' => JsonKind::String,
+            b't' | b'f' => JsonKind::Bool,
+            b'n' => JsonKind::Null,
+            b'-' | b'0'..=b'9' => JsonKind::Number,
+            _ => return None,
+        })
+    }
+
+    /// Takes a `null` if one is next (after whitespace): `Some(true)`; `Some(false)` if
+    /// something else is next.
+    pub fn null(&mut self) -> Option<bool> {
+        self.ws();
+        if self.peek()? == b'n' {
+            self.literal(b"null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// A `true` or `false`.
+    pub fn boolean(&mut self) -> Option<bool> {
+        self.ws();
+        if self.peek()? == b't' {
+            self.literal(b"true")?;
+            return Some(true);
+        }
+        self.literal(b"false")?;
+        Some(false)
+    }
+
+    /// The bytes of a string's span (its raw content: escapes are not decoded).
+    pub fn bytes(&self, s: JsonStr) -> &'a [u8] {
+        &self.b[s.start..s.end]
+    }
+
+    /// The text of a string without escapes; `None` for an escaped one.
+    pub fn plain(&self, s: JsonStr) -> Option<&'a str> {
+        if s.escaped {
+            return None;
+        }
+        // Both ends are next to an ASCII quote: character boundaries.
+        self.text.get(s.start..s.end)
+    }
+
+    /// A string whose `"` is next (after whitespace), its escapes checked as serde checks them
+    /// (surrogate escapes, paired or not, are left to serde).
+    pub fn string(&mut self) -> Option<JsonStr> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.i += 1;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            self.i += plain_run(&self.b[self.i..]);
+            match self.peek()? {
+                b'"' => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Some(JsonStr {
+                        start,
+                        end,
+                        escaped,
+                    });
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.i += 1;
+                    match self.peek()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+                        b'u' => {
+                            let hex = self.b.get(self.i + 1..self.i + 5)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            let hex = std::str::from_utf8(hex).ok()?;
+                            let code = u16::from_str_radix(hex, 16).ok()?;
+                            if (0xD800..=0xDFFF).contains(&code) {
+                                return None;
+                            }
+                            self.i += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+                // A control character: serde refuses it.
+                _ => return None,
+            }
+        }
+    }
+
+    /// A member's name whose `"` is next, unescaped (an escaped name is left to serde), and
+    /// its `:`.
+    pub fn key(&mut self) -> Option<&'a [u8]> {
+        let s = self.string()?;
+        if s.escaped {
+            return None;
+        }
+        self.eat(b':')?;
+        Some(self.bytes(s))
+    }
+
+    /// The members of an object whose `{` is next, each handed to `member` with its name;
+    /// `member` reads the value.
+    pub fn object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            let name = self.key()?;
+            member(self, name)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The elements of an array whose `[` is next; gives back how many.
+    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<usize> {
+        self.eat(b'[')?;
+        self.ws();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(0);
+        }
+        let mut n = 0;
+        loop {
+            element(self)?;
+            n += 1;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(n);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An unsigned integer as serde reads a `u64`: digits only, no sign, no leading zero, no
+    /// fraction or exponent, no overflow.
+    pub fn count(&mut self) -> Option<u64> {
+        self.ws();
+        let start = self.i;
+        let mut n: u64 = 0;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.i += 1;
+        }
+        let len = self.i - start;
+        if len == 0 || (len > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = self.peek() {
+            return None;
+        }
+        Some(n)
+    }
+
+    /// A count, or `None` inside for a `null`.
+    pub fn count_or_null(&mut self) -> Option<Option<u64>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.count().map(Some)
+    }
+
+    /// A number of JSON's grammar that any serde reading accepts: no exponent, and at most
+    /// [`MAX_DIGITS`] integer digits (so it is finite as an `f64` too).
+    pub fn number(&mut self) -> Option<()> {
+        self.ws();
+        if self.peek()? == b'-' {
+            self.i += 1;
+        }
+        let start = self.i;
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.i - start > MAX_DIGITS {
+            return None;
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            let start = self.i;
+            self.digits();
+            if self.i == start {
+                return None;
+            }
+        }
+        match self.peek() {
+            Some(b'e' | b'E') => None,
+            _ => Some(()),
+        }
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// Any JSON value, checked and skipped; `depth` is the nesting of the value.
+    pub fn skip(&mut self, depth: u32) -> Option<()> {
+        match self.kind()? {
+            JsonKind::Object => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.object(|s, _| s.skip(depth + 1))
+            }
+            JsonKind::Array => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                self.array(|s| s.skip(depth + 1)).map(|_| ())
+            }
+            JsonKind::String => self.string().map(|_| ()),
+            JsonKind::Bool => self.boolean().map(|_| ()),
+            JsonKind::Null => self.literal(b"null"),
+            JsonKind::Number => self.number(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skips(doc: &str) -> bool {
+        let mut c = JsonCursor::new(doc);
+        c.skip(0).is_some() && c.at_end()
+    }
+
+    #[test]
+    fn plain_documents_are_read_as_serde_reads_them() {
+        for doc in [
+            r#"{"a":[1,2.5,-3,true,false,null,"x\n\u00e9"],"b":{}}"#,
+            " [ ] ",
+            r#""""#,
+            "0",
+        ] {
+            assert!(skips(doc), "{doc}");
+            assert!(serde_json::from_str::<serde_json::Value>(doc).is_ok());
+        }
+    }
+
+    #[test]
+    fn doubtful_documents_are_left_to_serde() {
+        for doc in [
+            r#"{"a":1"#,
+            r#"{"a":01}"#,
+            r#"{"a":1e400}"#,
+            r#"{"\u0061":1}"#,
+            r#"["\ud800"]"#,
+            "[\"\u{1}\"]",
+            "[1,]",
+            "nul",
+            "99999999999999999999999",
+        ] {
+            assert!(!skips(doc), "{doc}");
+        }
+    }
+
+    #[test]
+    fn counts_are_plain_u64s() {
+        let count = |s: &str| JsonCursor::new(s).count();
+        assert_eq!(count("42"), Some(42));
+        assert_eq!(count("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(count("18446744073709551616"), None);
+        assert_eq!(count("-1"), None);
+        assert_eq!(count("1.0"), None);
+        assert_eq!(count("007"), None);
+    }
+
+    #[test]
+    fn a_member_seen_twice_is_refused() {
+        let mut seen = Seen::default();
+        assert!(seen.first(3).is_some());
+        assert!(seen.first(3).is_none());
+        assert!(seen.has(3) && !seen.has(2));
+        assert!(seen.first(64).is_none());
+    }
+
+    #[test]
+    fn deep_nesting_is_left_to_serde() {
+        let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
+        assert!(!skips(&deep));
+        let shallow = format!("{}{}", "[".repeat(60), "]".repeat(60));
+        assert!(skips(&shallow));
+    }
+}
