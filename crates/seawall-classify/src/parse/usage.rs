@@ -3,9 +3,9 @@
 //! writes counted apart (and split over two events), the Responses API's and DeepSeek's
 //! variants. Read once here into one [`Usage`].
 
-use serde_json::Value;
-
 use seawall_core::Usage;
+
+use super::scan::View;
 
 /// Raw usage fields, merged as events arrive (Anthropic splits usage over `message_start` and
 /// `message_delta`; vLLM may repeat cumulative usage in every chunk).
@@ -26,13 +26,16 @@ pub(super) struct RawUsage {
 }
 
 impl RawUsage {
-    pub(super) fn from_value(v: &Value) -> Option<RawUsage> {
-        let obj = v.as_object()?;
-        let n = |k: &str| obj.get(k).and_then(Value::as_u64);
+    /// Reads a usage object, from a `Value` or the bytes of one ([`View`]).
+    pub(super) fn from_value<'a, V: View<'a>>(v: V) -> Option<RawUsage> {
+        if !v.is_object() {
+            return None;
+        }
+        let n = |k: &str| v.get(k).and_then(V::as_u64);
         let detail = |k: &str| {
-            obj.get(k)
+            v.get(k)
                 .and_then(|d| d.get("cached_tokens"))
-                .and_then(Value::as_u64)
+                .and_then(V::as_u64)
         };
         let raw = RawUsage {
             prompt: n("prompt_tokens"),
