@@ -126,16 +126,19 @@ impl<'a> JsonCursor<'a> {
     }
 
     /// The position of the cursor.
+    #[inline]
     pub fn pos(&self) -> usize {
         self.i
     }
 
     /// The next byte, if any.
+    #[inline]
     pub fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
     /// Skips JSON whitespace (space, tab, CR, LF).
+    #[inline]
     pub fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
             self.i += 1;
@@ -143,23 +146,27 @@ impl<'a> JsonCursor<'a> {
     }
 
     /// Whether only whitespace is left.
+    #[inline]
     pub fn at_end(&mut self) -> bool {
         self.ws();
         self.i == self.b.len()
     }
 
     /// Skips whitespace and takes `c`.
+    #[inline]
     pub fn eat(&mut self, c: u8) -> Option<()> {
         self.ws();
         (self.peek()? == c).then(|| self.i += 1)
     }
 
+    #[inline]
     fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.i.checked_add(word.len())?;
         (self.b.get(self.i..end)? == word).then(|| self.i = end)
     }
 
     /// The kind of the next value (after whitespace).
+    #[inline]
     pub fn kind(&mut self) -> Option<JsonKind> {
         self.ws();
         Some(match self.peek()? {
@@ -175,6 +182,7 @@ impl<'a> JsonCursor<'a> {
 
     /// Takes a `null` if one is next (after whitespace): `Some(true)`; `Some(false)` if
     /// something else is next.
+    #[inline]
     pub fn null(&mut self) -> Option<bool> {
         self.ws();
         if self.peek()? == b'n' {
@@ -185,6 +193,7 @@ impl<'a> JsonCursor<'a> {
     }
 
     /// A `true` or `false`.
+    #[inline]
     pub fn boolean(&mut self) -> Option<bool> {
         self.ws();
         if self.peek()? == b't' {
@@ -196,11 +205,13 @@ impl<'a> JsonCursor<'a> {
     }
 
     /// The bytes of a string's span (its raw content: escapes are not decoded).
+    #[inline]
     pub fn bytes(&self, s: JsonStr) -> &'a [u8] {
         &self.b[s.start..s.end]
     }
 
     /// The text of a string without escapes; `None` for an escaped one.
+    #[inline]
     pub fn plain(&self, s: JsonStr) -> Option<&'a str> {
         if s.escaped {
             return None;
@@ -378,6 +389,7 @@ impl<'a> JsonCursor<'a> {
         }
     }
 
+    #[inline]
     fn digits(&mut self) {
         while let Some(b'0'..=b'9') = self.peek() {
             self.i += 1;
@@ -404,6 +416,248 @@ impl<'a> JsonCursor<'a> {
             JsonKind::Null => self.literal(b"null"),
             JsonKind::Number => self.number(),
         }
+    }
+}
+
+/// One value of a [`JsonTape`]: where it is, its member name (inside an object), its kind,
+/// and where its subtree ends on the tape.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    /// The member name's span (without quotes); empty for an element or the root.
+    key: (u32, u32),
+    /// The value's span, from its first byte to just after its last.
+    span: (u32, u32),
+    /// The tape index just after this value's subtree: its next sibling, if any.
+    next: u32,
+    kind: JsonKind,
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            key: (0, 0),
+            span: (0, 0),
+            next: 0,
+            kind: JsonKind::Null,
+        }
+    }
+}
+
+/// The most values a [`JsonTape`] holds; a larger document is left to serde.
+pub const TAPE_NODES: usize = 64;
+
+/// A small JSON document checked in one pass and laid out flat, without allocating: every
+/// value's span, kind and member name, in document order, so that looking a member up is a
+/// walk over its siblings, not another pass over the bytes. For the events of a stream, a few
+/// hundred bytes each, read for a few fields.
+///
+/// Like [`JsonCursor`], it only takes documents it is sure `serde_json` reads as the same
+/// value (and more than [`TAPE_NODES`] values are refused): its lookups answer as
+/// `serde_json::Value`'s do, the last of repeated members winning.
+#[derive(Clone, Debug)]
+pub struct JsonTape<'a> {
+    text: &'a str,
+    nodes: [Node; TAPE_NODES],
+    len: usize,
+}
+
+impl<'a> JsonTape<'a> {
+    /// Reads the document `text`; `None` when not sure (or too large).
+    pub fn parse(text: &'a str) -> Option<Self> {
+        let mut tape = JsonTape {
+            text,
+            nodes: [Node::default(); TAPE_NODES],
+            len: 0,
+        };
+        let mut s = JsonCursor::new(text);
+        tape.value(&mut s, (0, 0), 0)?;
+        s.at_end().then_some(tape)
+    }
+
+    fn value(&mut self, s: &mut JsonCursor<'a>, key: (u32, u32), depth: u32) -> Option<()> {
+        let at = self.len;
+        if at == TAPE_NODES || depth >= MAX_DEPTH {
+            return None;
+        }
+        self.len += 1;
+        let kind = s.kind()?;
+        let start = u32::try_from(s.pos()).ok()?;
+        match kind {
+            JsonKind::Object => {
+                s.eat(b'{')?;
+                s.ws();
+                if s.peek()? == b'}' {
+                    s.i += 1;
+                } else {
+                    loop {
+                        s.ws();
+                        let name = s.string()?;
+                        if name.escaped {
+                            return None;
+                        }
+                        s.eat(b':')?;
+                        let key = (
+                            u32::try_from(name.start).ok()?,
+                            u32::try_from(name.end).ok()?,
+                        );
+                        self.value(s, key, depth + 1)?;
+                        s.ws();
+                        match s.peek()? {
+                            b',' => s.i += 1,
+                            b'}' => {
+                                s.i += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+            }
+            JsonKind::Array => {
+                s.array(|s| self.value(s, (0, 0), depth + 1))?;
+            }
+            JsonKind::String => {
+                s.string()?;
+            }
+            JsonKind::Bool => {
+                s.boolean()?;
+            }
+            JsonKind::Null => {
+                s.null()?;
+            }
+            JsonKind::Number => s.number()?,
+        }
+        self.nodes[at] = Node {
+            key,
+            span: (start, u32::try_from(s.pos()).ok()?),
+            next: u32::try_from(self.len).ok()?,
+            kind,
+        };
+        Some(())
+    }
+
+    /// The root value.
+    pub fn root(&self) -> JsonNode<'_, 'a> {
+        JsonNode { tape: self, i: 0 }
+    }
+}
+
+/// A value of a [`JsonTape`].
+#[derive(Clone, Copy, Debug)]
+pub struct JsonNode<'t, 'a> {
+    tape: &'t JsonTape<'a>,
+    i: usize,
+}
+
+impl<'t, 'a> JsonNode<'t, 'a> {
+    fn node(&self) -> &'t Node {
+        &self.tape.nodes[self.i]
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> JsonKind {
+        self.node().kind
+    }
+
+    /// Its member name, inside an object (never escaped: the tape refuses escaped names);
+    /// empty for an element or the root.
+    pub fn key(&self) -> &'a str {
+        let (start, end) = self.node().key;
+        self.tape
+            .text
+            .get(start as usize..end as usize)
+            .unwrap_or("")
+    }
+
+    /// Hands each member of an object to `f` with its name, stopping at the first `None`
+    /// (which it returns); `None` too when it is not an object.
+    pub fn members(
+        &self,
+        mut f: impl FnMut(&'a str, JsonNode<'t, 'a>) -> Option<()>,
+    ) -> Option<()> {
+        if self.kind() != JsonKind::Object {
+            return None;
+        }
+        let end = self.node().next as usize;
+        let mut c = self.i + 1;
+        while c < end {
+            let child = JsonNode {
+                tape: self.tape,
+                i: c,
+            };
+            f(child.key(), child)?;
+            c = self.tape.nodes[c].next as usize;
+        }
+        Some(())
+    }
+
+    /// Its bytes in the document.
+    pub fn raw(&self) -> &'a str {
+        let (start, end) = self.node().span;
+        self.tape
+            .text
+            .get(start as usize..end as usize)
+            .unwrap_or("")
+    }
+
+    /// Hands each child (the members of an object, the elements of an array) to `f`.
+    pub fn each_child(&self, mut f: impl FnMut(JsonNode<'t, 'a>)) {
+        let end = self.node().next as usize;
+        let mut c = self.i + 1;
+        while c < end {
+            f(JsonNode {
+                tape: self.tape,
+                i: c,
+            });
+            c = self.tape.nodes[c].next as usize;
+        }
+    }
+
+    /// The member `key` of an object (the last of that name, as `serde_json::Value` keeps
+    /// it); `None` for anything else.
+    pub fn get(&self, key: &str) -> Option<JsonNode<'t, 'a>> {
+        if self.kind() != JsonKind::Object {
+            return None;
+        }
+        let mut found = None;
+        self.each_child(|c| {
+            let (start, end) = c.node().key;
+            if self.tape.text.as_bytes().get(start as usize..end as usize) == Some(key.as_bytes()) {
+                found = Some(c);
+            }
+        });
+        found
+    }
+
+    /// Whether it is an empty array or object.
+    pub fn is_empty(&self) -> bool {
+        self.node().next as usize == self.i + 1
+    }
+
+    /// The text of a string (escapes decoded by serde, the rare case); `None` for anything
+    /// else.
+    pub fn str(&self) -> Option<std::borrow::Cow<'a, str>> {
+        if self.kind() != JsonKind::String {
+            return None;
+        }
+        let raw = self.raw();
+        let inner = raw.get(1..raw.len().saturating_sub(1))?;
+        if inner.contains('\\') {
+            return serde_json::from_str::<String>(raw)
+                .ok()
+                .map(std::borrow::Cow::Owned);
+        }
+        Some(std::borrow::Cow::Borrowed(inner))
+    }
+
+    /// A non-negative integer that fits a `u64` (as `serde_json` reads one: no sign,
+    /// fraction or exponent); `None` for anything else.
+    pub fn u64(&self) -> Option<u64> {
+        let raw = self.raw();
+        if self.kind() != JsonKind::Number || !raw.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        raw.parse().ok()
     }
 }
 
@@ -464,6 +718,21 @@ mod tests {
         assert!(seen.first(3).is_none());
         assert!(seen.has(3) && !seen.has(2));
         assert!(seen.first(64).is_none());
+    }
+
+    #[test]
+    fn a_tape_finds_the_last_of_repeated_members() {
+        let doc = r#"{"a":{"b":[1,{"c":"x"}],"b":2},"d":null}"#;
+        let tape = JsonTape::parse(doc).unwrap();
+        let a = tape.root().get("a").unwrap();
+        assert_eq!(a.get("b").unwrap().raw(), "2");
+        assert_eq!(tape.root().get("d").unwrap().kind(), JsonKind::Null);
+        assert!(tape.root().get("b").is_none());
+        let mut n = 0;
+        tape.root().each_child(|_| n += 1);
+        assert_eq!(n, 2);
+        let big = format!("[{}0]", "0,".repeat(TAPE_NODES));
+        assert!(JsonTape::parse(&big).is_none());
     }
 
     #[test]

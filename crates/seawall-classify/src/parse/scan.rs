@@ -1,6 +1,6 @@
 //! The byte scans of the hot paths: a whole JSON answer read for its [`Facts`] without serde's
 //! derive (a call per token through its layers, for fields nobody reads), and each SSE event
-//! read through a [`View`] of its bytes instead of a `serde_json::Value` (an allocation per
+//! laid out flat on a [`JsonTape`] and read through a [`View`] of it instead of a `serde_json::Value` (an allocation per
 //! string, array and object of every chunk).
 //!
 //! A scan never decides alone. It reads only what it is sure serde reads the same way (on
@@ -14,14 +14,14 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use seawall_core::json_scan::{JsonCursor, JsonKind, Seen};
+use seawall_core::json_scan::{JsonCursor, JsonKind, JsonNode, JsonTape, Seen};
 
 use super::json::Facts;
 use super::usage::RawUsage;
 use crate::error_body::ProviderError;
 
 /// A JSON value as the SSE parser reads it: the few `serde_json::Value` accessors it uses,
-/// implemented by `&Value` (the serde path) and by [`Span`] (the scan), so that the reading of
+/// implemented by `&Value` (the serde path) and by a [`JsonNode`] of the scan's tape, so that the reading of
 /// an event is written once.
 pub(super) trait View<'a>: Copy {
     /// The member `key` of an object (the last one, as `Value` keeps it); `None` for
@@ -79,111 +79,50 @@ impl<'a> View<'a> for &'a Value {
     }
 }
 
-/// The bytes of one JSON value inside a document the scan checked whole
-/// ([`Span::document`]): every accessor walks them again, which for an event of a few hundred
-/// bytes costs less than building it.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Span<'a>(&'a str);
-
-impl<'a> Span<'a> {
-    /// The document `data`, when the scan is sure serde reads it as the same value; `None`
-    /// leaves it to serde.
-    pub(super) fn document(data: &'a [u8]) -> Option<Span<'a>> {
-        let text = std::str::from_utf8(data).ok()?;
-        let mut s = JsonCursor::new(text);
-        s.skip(0)?;
-        s.at_end()
-            .then(|| Span(text.trim_matches([' ', '\t', '\n', '\r'])))
-    }
-
-    fn cursor(self) -> JsonCursor<'a> {
-        JsonCursor::new(self.0)
-    }
-
-    fn first(self) -> u8 {
-        self.0.as_bytes().first().copied().unwrap_or(b' ')
-    }
-
-    /// The value whose first byte is next in `s`, skipped.
-    fn take(self, s: &mut JsonCursor<'a>) -> Option<Span<'a>> {
-        s.ws();
-        let start = s.pos();
-        s.skip(1)?;
-        self.0.get(start..s.pos()).map(Span)
-    }
-}
-
-impl<'a> View<'a> for Span<'a> {
+impl<'a> View<'a> for JsonNode<'_, 'a> {
     fn get(self, key: &str) -> Option<Self> {
-        if self.first() != b'{' {
-            return None;
-        }
-        let mut found = None;
-        self.cursor().object(|s, name| {
-            let v = self.take(s)?;
-            if name == key.as_bytes() {
-                found = Some(v);
-            }
-            Some(())
-        })?;
-        found
+        JsonNode::get(&self, key)
     }
     fn as_str(self) -> Option<Cow<'a, str>> {
-        if self.first() != b'"' {
-            return None;
-        }
-        let mut s = self.cursor();
-        let span = s.string()?;
-        match s.plain(span) {
-            Some(t) => Some(Cow::Borrowed(t)),
-            None => serde_json::from_str::<String>(self.0).ok().map(Cow::Owned),
-        }
+        self.str()
     }
     fn as_u64(self) -> Option<u64> {
-        // A sign or a fraction makes it an `i64` or an `f64` to serde.
-        if !self.first().is_ascii_digit() {
-            return None;
-        }
-        let mut s = self.cursor();
-        let n = s.count()?;
-        s.at_end().then_some(n)
+        self.u64()
     }
     fn is_object(self) -> bool {
-        self.first() == b'{'
+        self.kind() == JsonKind::Object
     }
     fn is_null(self) -> bool {
-        self.first() == b'n'
+        self.kind() == JsonKind::Null
     }
-    fn each(self, mut f: impl FnMut(Self)) -> bool {
-        if self.first() != b'[' {
+    fn each(self, f: impl FnMut(Self)) -> bool {
+        if self.kind() != JsonKind::Array {
             return false;
         }
-        self.cursor()
-            .array(|s| {
-                f(self.take(s)?);
-                Some(())
-            })
-            .is_some()
+        self.each_child(f);
+        true
     }
     fn has_output(self) -> bool {
-        match self.first() {
-            b'n' | b'f' => false,
-            b'"' => self.0.len() > 2,
-            b'[' => {
-                self.0[1..]
-                    .trim_start_matches([' ', '\t', '\n', '\r'])
-                    .as_bytes()
-                    .first()
-                    != Some(&b']')
-            }
-            _ => true,
+        match self.kind() {
+            JsonKind::Null => false,
+            JsonKind::Bool => self.raw() == "true",
+            // An escape decodes to at least one character.
+            JsonKind::String => self.raw().len() > 2,
+            JsonKind::Array => !self.is_empty(),
+            JsonKind::Object | JsonKind::Number => true,
         }
     }
     fn provider_error(self) -> ProviderError {
         // The rare path: built by serde, as it always was.
-        let v = serde_json::from_str::<Value>(self.0).unwrap_or(Value::Null);
+        let v = serde_json::from_str::<Value>(self.raw()).unwrap_or(Value::Null);
         ProviderError::from_value(&v)
     }
+}
+
+/// An event's data laid out on a [`JsonTape`], when the scan is sure serde reads it as the
+/// same value; `None` leaves it to serde.
+pub(super) fn event(data: &[u8]) -> Option<JsonTape<'_>> {
+    JsonTape::parse(std::str::from_utf8(data).ok()?)
 }
 
 /// The facts of a whole answer that serde reads without an error object; `None` when the scan

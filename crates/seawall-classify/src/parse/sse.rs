@@ -13,7 +13,7 @@ use seawall_core::{
     BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
 
-use super::scan::{Span, View};
+use super::scan::{self, View};
 use super::usage::RawUsage;
 use super::{broken, embedded_error, empty_answer};
 use crate::error_body::ProviderError;
@@ -162,8 +162,8 @@ impl SseParser {
         // The usual event is read straight from its bytes; what the scan is not sure of is
         // built by serde, as it always was.
         if self.scan {
-            if let Some(doc) = Span::document(data) {
-                return self.on_json(event, doc, report);
+            if let Some(tape) = scan::event(data) {
+                return self.on_json(event, tape.root(), report);
             }
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
@@ -465,7 +465,7 @@ mod tests {
         for s in [OPENAI, ANTHROPIC, RESPONSES] {
             for line in s.lines().filter_map(|l| l.strip_prefix("data: ")) {
                 if line != "[DONE]" {
-                    assert!(Span::document(line.as_bytes()).is_some(), "{line}");
+                    assert!(scan::event(line.as_bytes()).is_some(), "{line}");
                 }
             }
         }
