@@ -39,8 +39,8 @@ fn object<'t, 'a>(v: JsonNode<'t, 'a>) -> Option<JsonNode<'t, 'a>> {
 
 /// An OpenAI chunk, as `events::openai`'s derive reads it; `None` when not sure.
 pub(crate) fn openai(data: &[u8]) -> Option<Seen<'_>> {
-    let tape = JsonTape::parse(std::str::from_utf8(data).ok()?)?;
-    let root = object(tape.root())?;
+    let mut tape = JsonTape::new();
+    let root = object(tape.read(std::str::from_utf8(data).ok()?)?)?;
     let mut once = Once::default();
     let mut seen = Seen::default();
     let mut error = false;
@@ -175,8 +175,8 @@ fn choice<'a>(c: JsonNode<'_, 'a>) -> Option<Choice<'a>> {
 /// An Anthropic event's `data` (its name is not `error`), as `events::anthropic`'s derive
 /// reads it; `None` when not sure.
 pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
-    let tape = JsonTape::parse(std::str::from_utf8(data).ok()?)?;
-    let root = object(tape.root())?;
+    let mut tape = JsonTape::new();
+    let root = object(tape.read(std::str::from_utf8(data).ok()?)?)?;
     let mut once = Once::default();
     let mut seen = Seen::default();
     let mut kind = None;

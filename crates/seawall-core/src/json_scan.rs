@@ -461,17 +461,30 @@ pub struct JsonTape<'a> {
     len: usize,
 }
 
+impl Default for JsonTape<'_> {
+    fn default() -> Self {
+        JsonTape::new()
+    }
+}
+
 impl<'a> JsonTape<'a> {
-    /// Reads the document `text`; `None` when not sure (or too large).
-    pub fn parse(text: &'a str) -> Option<Self> {
-        let mut tape = JsonTape {
-            text,
+    /// An empty tape, to [`read`](Self::read) a document into (in place: a tape is over a
+    /// kilobyte, not worth moving).
+    pub fn new() -> Self {
+        JsonTape {
+            text: "",
             nodes: [Node::default(); TAPE_NODES],
             len: 0,
-        };
+        }
+    }
+
+    /// Reads the document `text`; `None` when not sure (or too large). Its root on success.
+    pub fn read(&mut self, text: &'a str) -> Option<JsonNode<'_, 'a>> {
+        self.text = text;
+        self.len = 0;
         let mut s = JsonCursor::new(text);
-        tape.value(&mut s, (0, 0), 0)?;
-        s.at_end().then_some(tape)
+        self.value(&mut s, (0, 0), 0)?;
+        s.at_end().then(|| self.root())
     }
 
     fn value(&mut self, s: &mut JsonCursor<'a>, key: (u32, u32), depth: u32) -> Option<()> {
@@ -723,16 +736,17 @@ mod tests {
     #[test]
     fn a_tape_finds_the_last_of_repeated_members() {
         let doc = r#"{"a":{"b":[1,{"c":"x"}],"b":2},"d":null}"#;
-        let tape = JsonTape::parse(doc).unwrap();
-        let a = tape.root().get("a").unwrap();
+        let mut tape = JsonTape::new();
+        let root = tape.read(doc).unwrap();
+        let a = root.get("a").unwrap();
         assert_eq!(a.get("b").unwrap().raw(), "2");
-        assert_eq!(tape.root().get("d").unwrap().kind(), JsonKind::Null);
-        assert!(tape.root().get("b").is_none());
+        assert_eq!(root.get("d").unwrap().kind(), JsonKind::Null);
+        assert!(root.get("b").is_none());
         let mut n = 0;
-        tape.root().each_child(|_| n += 1);
+        root.each_child(|_| n += 1);
         assert_eq!(n, 2);
         let big = format!("[{}0]", "0,".repeat(TAPE_NODES));
-        assert!(JsonTape::parse(&big).is_none());
+        assert!(JsonTape::new().read(&big).is_none());
     }
 
     #[test]

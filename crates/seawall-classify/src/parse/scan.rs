@@ -119,10 +119,13 @@ impl<'a> View<'a> for JsonNode<'_, 'a> {
     }
 }
 
-/// An event's data laid out on a [`JsonTape`], when the scan is sure serde reads it as the
-/// same value; `None` leaves it to serde.
-pub(super) fn event(data: &[u8]) -> Option<JsonTape<'_>> {
-    JsonTape::parse(std::str::from_utf8(data).ok()?)
+/// Lays an event's data out on `tape`, when the scan is sure serde reads it as the same value;
+/// `None` leaves it to serde.
+pub(super) fn event<'t, 'a>(
+    tape: &'t mut JsonTape<'a>,
+    data: &'a [u8],
+) -> Option<JsonNode<'t, 'a>> {
+    tape.read(std::str::from_utf8(data).ok()?)
 }
 
 /// The facts of a whole answer that serde reads without an error object; `None` when the scan

@@ -9,6 +9,7 @@ use std::ops::ControlFlow;
 use http::StatusCode;
 use serde_json::Value;
 
+use seawall_core::json_scan::JsonTape;
 use seawall_core::{
     BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
@@ -162,8 +163,9 @@ impl SseParser {
         // The usual event is read straight from its bytes; what the scan is not sure of is
         // built by serde, as it always was.
         if self.scan {
-            if let Some(tape) = scan::event(data) {
-                return self.on_json(event, tape.root(), report);
+            let mut tape = JsonTape::new();
+            if let Some(root) = scan::event(&mut tape, data) {
+                return self.on_json(event, root, report);
             }
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
@@ -465,7 +467,10 @@ mod tests {
         for s in [OPENAI, ANTHROPIC, RESPONSES] {
             for line in s.lines().filter_map(|l| l.strip_prefix("data: ")) {
                 if line != "[DONE]" {
-                    assert!(scan::event(line.as_bytes()).is_some(), "{line}");
+                    assert!(
+                        scan::event(&mut JsonTape::new(), line.as_bytes()).is_some(),
+                        "{line}"
+                    );
                 }
             }
         }
