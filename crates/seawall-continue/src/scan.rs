@@ -17,6 +17,8 @@ use seawall_core::json_scan::{JsonKind, JsonNode, JsonTape, Seen as Once};
 use crate::events::{Kind, Seen};
 
 /// A string or `null` (`None` inside); anything else is left to serde.
+// The outer `None`: not sure (serde decides); the inner one: `null`.
+#[allow(clippy::option_option)]
 fn text<'a>(v: JsonNode<'_, 'a>) -> Option<Option<std::borrow::Cow<'a, str>>> {
     match v.kind() {
         JsonKind::Null => Some(None),
@@ -25,6 +27,8 @@ fn text<'a>(v: JsonNode<'_, 'a>) -> Option<Option<std::borrow::Cow<'a, str>>> {
 }
 
 /// Any value but `null`, built (only usage and stop sequences, once or twice per stream).
+// The outer `None`: not sure (serde decides); the inner one: `null`.
+#[allow(clippy::option_option)]
 fn value(v: JsonNode<'_, '_>) -> Option<Option<Value>> {
     match v.kind() {
         JsonKind::Null => Some(None),

@@ -139,6 +139,8 @@ pub(super) fn whole(body: &[u8]) -> Option<Facts<'_>> {
 
 /// A string, or `None` inside for `null`; an escaped one is left to serde (it would be
 /// decoded).
+// The outer `None`: not sure (serde decides); the inner one: `null`.
+#[allow(clippy::option_option)]
 fn text<'a>(s: &mut JsonCursor<'a>) -> Option<Option<Cow<'a, str>>> {
     if s.null()? {
         return Some(None);
@@ -338,6 +340,8 @@ fn output(s: &mut JsonCursor<'_>, depth: u32) -> Option<bool> {
 
 /// A usage object as serde's derive reads it: `None` for `null`, else `Some` of its counts
 /// (`None` inside when it has none).
+// The outer `None`: not sure (serde decides); the inner one: `null`.
+#[allow(clippy::option_option)]
 fn usage_wire(s: &mut JsonCursor<'_>) -> Option<Option<Option<RawUsage>>> {
     if s.null()? {
         return Some(None);
@@ -388,6 +392,8 @@ pub(super) fn usage(s: &mut JsonCursor<'_>) -> Option<RawUsage> {
 }
 
 /// `cached_tokens` of a details object, or of `null`.
+// The outer `None`: not sure (serde decides); the inner one: `null`.
+#[allow(clippy::option_option)]
 fn details(s: &mut JsonCursor<'_>) -> Option<Option<u64>> {
     if s.null()? {
         return Some(None);

@@ -217,7 +217,7 @@ impl SseParser {
                 let delta = v.get("delta");
                 let out = ["text", "partial_json", "thinking", "signature"]
                     .iter()
-                    .any(|k| has_output(delta.and_then(|d| d.get(*k))));
+                    .any(|k| has_output(delta.and_then(|d| d.get(k))));
                 if out {
                     report.record_content();
                 }
@@ -289,7 +289,7 @@ impl SseParser {
                                 "audio",
                             ]
                             .iter()
-                            .any(|k| has_output(d.get(*k)));
+                            .any(|k| has_output(d.get(k)));
                         }
                         content |= has_output(c.get("text"));
                         if let Some(r) = c.get("finish_reason").and_then(V::as_str) {
@@ -450,9 +450,7 @@ mod tests {
         "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n",
         "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"gpt-4.1\",\"usage\":{\"input_tokens\":4,\"output_tokens\":2,\"input_tokens_details\":{\"cached_tokens\":0}}}}\n\n",
     );
-    const ERRORS: &str = concat!(
-        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
-    );
+    const ERRORS: &str = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
 
     #[test]
     fn the_usual_streams_read_the_same_by_scan_and_serde() {
