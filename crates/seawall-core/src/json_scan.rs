@@ -360,7 +360,7 @@ impl<'a> JsonCursor<'a> {
     }
 
     /// A number of JSON's grammar that any serde reading accepts: no exponent, and at most
-    /// [`MAX_DIGITS`] integer digits (so it is finite as an `f64` too).
+    /// 18 integer digits (so it is finite as an `f64` too).
     pub fn number(&mut self) -> Option<()> {
         self.ws();
         if self.peek()? == b'-' {
