@@ -123,8 +123,13 @@ fn is_small_json<B: Body>(headers: &HeaderMap, body: &B, limit: usize) -> bool {
     {
         Some(ct) => {
             let essence = ct.split(';').next().unwrap_or("").trim();
+            // `+json` compared in place: no lowercase copy of the header per call.
             essence.eq_ignore_ascii_case("application/json")
-                || essence.to_ascii_lowercase().ends_with("+json")
+                || essence
+                    .len()
+                    .checked_sub(5)
+                    .and_then(|at| essence.get(at..))
+                    .is_some_and(|tail| tail.eq_ignore_ascii_case("+json"))
         }
         None => true,
     };

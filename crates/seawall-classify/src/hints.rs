@@ -246,6 +246,15 @@ fn reset_in(value: &str, reference: SystemTime) -> Option<Duration> {
 ///   remaining,reset}`, resets as RFC 3339 instants, turned into durations relative to the
 ///   response's `Date` header if present, else `now`. A reset in the past is zero.
 pub fn rate_limits(headers: &HeaderMap, now: SystemTime) -> Option<RateLimitSnapshot> {
+    // Most answers carry none of the eighteen names, and looking each up parses it: one pass
+    // over the names present says first whether any could be there (they all start so).
+    let any = headers.keys().any(|k| {
+        let k = k.as_str();
+        k.starts_with("x-ratelimit-") || k.starts_with("anthropic-ratelimit-")
+    });
+    if !any {
+        return None;
+    }
     let mut snap = RateLimitSnapshot::default();
     let reference = reference_time(headers, now);
     let window = |[limit, remaining, reset]: [&str; 3]| RateLimitWindow {
@@ -273,6 +282,17 @@ pub fn rate_limits(headers: &HeaderMap, now: SystemTime) -> Option<RateLimitSnap
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn every_rate_limit_header_starts_with_a_prefix_the_quick_check_knows() {
+        for name in OPENAI.iter().chain(&ANTHROPIC).flatten() {
+            assert!(
+                name.starts_with("x-ratelimit-") || name.starts_with("anthropic-ratelimit-"),
+                "{name}"
+            );
+        }
+        assert!(rate_limits(&headers(&[("content-type", "application/json")]), at(0)).is_none());
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -101,7 +101,7 @@ impl Framer {
 }
 
 /// What one event means to the layer.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Seen<'a> {
     pub(crate) kind: Kind,
     /// Text of a content delta.
@@ -180,7 +180,7 @@ struct OaDelta<'a> {
     function_call: Option<IgnoredAny>,
 }
 
-/// Reads an OpenAI chunk (`data` of one event).
+/// Reads an OpenAI chunk (`data` of one event): by the scan, else by serde.
 pub(crate) fn openai(data: &[u8]) -> Seen<'_> {
     if data.trim_ascii() == b"[DONE]" {
         return Seen {
@@ -188,6 +188,14 @@ pub(crate) fn openai(data: &[u8]) -> Seen<'_> {
             ..Seen::default()
         };
     }
+    if let Some(seen) = crate::scan::openai(data) {
+        return seen;
+    }
+    openai_serde(data)
+}
+
+/// Reads an OpenAI chunk with serde's derive.
+fn openai_serde(data: &[u8]) -> Seen<'_> {
     let Ok(chunk) = serde_json::from_slice::<OaChunk<'_>>(data) else {
         return Seen::default();
     };
@@ -273,7 +281,7 @@ struct AnMessage<'a> {
     usage: Option<Value>,
 }
 
-/// Reads an Anthropic event (its name and `data`).
+/// Reads an Anthropic event (its name and `data`): by the scan, else by serde.
 pub(crate) fn anthropic<'a>(name: &[u8], data: &'a [u8]) -> Seen<'a> {
     if name == b"error" {
         return Seen {
@@ -281,6 +289,14 @@ pub(crate) fn anthropic<'a>(name: &[u8], data: &'a [u8]) -> Seen<'a> {
             ..Seen::default()
         };
     }
+    if let Some(seen) = crate::scan::anthropic(data) {
+        return seen;
+    }
+    anthropic_serde(data)
+}
+
+/// Reads an Anthropic event's `data` with serde's derive.
+fn anthropic_serde<'a>(data: &'a [u8]) -> Seen<'a> {
     let Ok(ev) = serde_json::from_slice::<AnEvent<'a>>(data) else {
         return Seen::default();
     };
@@ -464,5 +480,134 @@ mod tests {
             (Kind::Finish, Some("max_tokens"))
         );
         assert_eq!(anthropic(b"x", b"not json").kind, Kind::Other);
+    }
+
+    const OPENAI: &[&str] = &[
+        r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+        r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Hel\u006co"},"finish_reason":null}]}"#,
+        r#"{"id":"c1","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,
+        r#"{"id":"c1","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#,
+        r#"{"error":{"message":"x"}}"#,
+    ];
+    const ANTHROPIC: &[&str] = &[
+        r#"{"type":"message_start","message":{"id":"m","model":"claude-sonnet-4","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":5}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+
+    /// The scan reads an event only as serde's derive does.
+    fn agree(data: &[u8]) {
+        if let Some(s) = crate::scan::openai(data) {
+            assert_eq!(s, openai_serde(data), "{}", String::from_utf8_lossy(data));
+        }
+        if let Some(s) = crate::scan::anthropic(data) {
+            assert_eq!(
+                s,
+                anthropic_serde(data),
+                "{}",
+                String::from_utf8_lossy(data)
+            );
+        }
+    }
+
+    #[test]
+    fn the_usual_events_are_read_by_the_scan_as_serde_reads_them() {
+        for e in OPENAI {
+            assert!(crate::scan::openai(e.as_bytes()).is_some(), "{e}");
+            agree(e.as_bytes());
+        }
+        for e in ANTHROPIC {
+            assert!(crate::scan::anthropic(e.as_bytes()).is_some(), "{e}");
+            agree(e.as_bytes());
+        }
+        // A repeated field is left to serde (which refuses it).
+        assert!(crate::scan::openai(br#"{"model":"a","model":"b"}"#).is_none());
+    }
+
+    fn value(depth: u32) -> BoxedStrategy<String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("\"\"".to_owned()),
+            Just("\"x\"".to_owned()),
+            Just("\"text\"".to_owned()),
+            Just("\"text_delta\"".to_owned()),
+            Just("\"message_start\"".to_owned()),
+            Just("\"message_delta\"".to_owned()),
+            Just("\"content_block_start\"".to_owned()),
+            Just("\"content_block_delta\"".to_owned()),
+            Just("\"length\"".to_owned()),
+            Just("\"a\\u00e9\"".to_owned()),
+            Just("0".to_owned()),
+            Just("1".to_owned()),
+            Just("-1".to_owned()),
+            Just("1.5".to_owned()),
+            Just("[]".to_owned()),
+        ];
+        if depth == 0 {
+            return leaf.boxed();
+        }
+        let key = prop_oneof![
+            Just("id"),
+            Just("created"),
+            Just("model"),
+            Just("choices"),
+            Just("usage"),
+            Just("error"),
+            Just("index"),
+            Just("delta"),
+            Just("content"),
+            Just("tool_calls"),
+            Just("function_call"),
+            Just("finish_reason"),
+            Just("type"),
+            Just("text"),
+            Just("stop_reason"),
+            Just("stop_sequence"),
+            Just("content_block"),
+            Just("message"),
+            Just("x"),
+        ];
+        prop_oneof![
+            2 => leaf,
+            1 => proptest::collection::vec(value(depth - 1), 0..3)
+                .prop_map(|v| format!("[{}]", v.join(","))),
+            3 => proptest::collection::vec((key, value(depth - 1)), 0..5).prop_map(|m| {
+                let m: Vec<_> = m.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                format!("{{{}}}", m.join(","))
+            }),
+        ]
+        .boxed()
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn scan_and_serde_read_generated_events_the_same(data in value(4)) {
+            agree(data.as_bytes());
+        }
+
+        #[test]
+        fn scan_and_serde_read_damaged_events_the_same(
+            which in 0usize..12,
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            mode in 0u8..3,
+        ) {
+            let mut data = OPENAI.iter().chain(ANTHROPIC).nth(which).unwrap().as_bytes().to_vec();
+            match mode {
+                0 => data.truncate(at.index(data.len() + 1)),
+                1 => { let i = at.index(data.len()); data[i] = byte; }
+                _ => { let i = at.index(data.len() + 1); data.insert(i, byte); }
+            }
+            agree(&data);
+        }
     }
 }

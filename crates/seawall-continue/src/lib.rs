@@ -83,6 +83,7 @@ mod events;
 mod future;
 mod layer;
 mod request;
+mod scan;
 mod service;
 mod trim;
 mod usage;

@@ -37,6 +37,7 @@ mod deadline;
 mod error;
 mod finish;
 mod future;
+pub mod json_scan;
 mod key;
 mod model_map;
 mod random;

@@ -162,48 +162,86 @@ pub(crate) enum Verdict {
     Empty,
 }
 
+/// What the report and the verdict read of a whole answer, by either path: the byte scan
+/// ([`scan::whole`](super::scan::whole)) or serde ([`WholeBody::facts`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Facts<'a> {
+    pub(super) model: Option<Cow<'a, str>>,
+    /// The usage (`usage`, else the Responses API's `response.usage`), if it has counts.
+    pub(super) usage: Option<RawUsage>,
+    /// The first choice's `finish_reason`, else `stop_reason`.
+    pub(super) finish: Option<Cow<'a, str>>,
+    /// `Some(any choice has output)` when there is a `choices` array.
+    pub(super) choices: Option<bool>,
+    pub(super) object: Option<Cow<'a, str>>,
+    pub(super) kind: Option<Cow<'a, str>>,
+    /// Whether Anthropic's `content` carries output.
+    pub(super) content: bool,
+}
+
 impl WholeBody<'_> {
-    /// Fills the report's model, usage and finish reason.
-    fn report(&self, report: &BodyReport) {
-        if let Some(m) = &self.model {
-            report.set_model(m);
-        }
+    fn facts(&self) -> Facts<'_> {
         let usage = self.usage.or(self.response.and_then(|r| r.usage));
-        if let Some(u) = usage.and_then(UsageWire::raw) {
-            report.set_usage(u.to_usage());
-        }
-        let reason = self
+        let finish = self
             .choices
             .as_ref()
             .and_then(|c| c.first())
             .and_then(|c| c.finish_reason.as_deref())
             .or(self.stop_reason.as_deref());
-        if let Some(r) = reason {
+        Facts {
+            model: self.model.as_deref().map(Cow::Borrowed),
+            usage: usage.and_then(UsageWire::raw),
+            finish: finish.map(Cow::Borrowed),
+            choices: self
+                .choices
+                .as_ref()
+                .map(|c| c.iter().any(ChoiceWire::has_output)),
+            object: self.object.as_deref().map(Cow::Borrowed),
+            kind: self.kind.as_deref().map(Cow::Borrowed),
+            content: self.content.is_some_and(|c| c.0),
+        }
+    }
+
+    /// The error object of a `200`, if the answer is one.
+    fn error(self) -> Option<ProviderError> {
+        let error = self.error?;
+        // The shape [`ProviderError::from_value`] reads, with Anthropic's outer fields.
+        let mut top = serde_json::Map::new();
+        if let Some(kind) = self.kind {
+            top.insert("type".into(), Value::String(kind.into_owned()));
+        }
+        if let Some(id) = self.request_id {
+            top.insert("request_id".into(), Value::String(id.into_owned()));
+        }
+        top.insert("error".into(), error);
+        Some(ProviderError::from_value(&Value::Object(top)))
+    }
+}
+
+impl Facts<'_> {
+    /// Fills the report's model, usage and finish reason.
+    fn report(&self, report: &BodyReport) {
+        if let Some(m) = &self.model {
+            report.set_model(m);
+        }
+        if let Some(u) = self.usage {
+            report.set_usage(u.to_usage());
+        }
+        if let Some(r) = &self.finish {
             report.set_finish_reason(FinishReason::from_provider(r));
         }
     }
 
-    fn verdict(self, report: &BodyReport) -> Verdict {
-        if let Some(error) = self.error {
-            // The shape [`ProviderError::from_value`] reads, with Anthropic's outer fields.
-            let mut top = serde_json::Map::new();
-            if let Some(kind) = self.kind {
-                top.insert("type".into(), Value::String(kind.into_owned()));
-            }
-            if let Some(id) = self.request_id {
-                top.insert("request_id".into(), Value::String(id.into_owned()));
-            }
-            top.insert("error".into(), error);
-            return Verdict::Error(ProviderError::from_value(&Value::Object(top)));
-        }
+    /// The verdict on an answer without an error object.
+    fn verdict(&self, report: &BodyReport) -> Verdict {
         // Stopped at the token limit: nothing to retry, the caller may ask for more.
         if report.finish_reason() == Some(&FinishReason::Length) {
             return Verdict::Answer;
         }
-        let empty = match (&self.choices, self.object.as_deref(), self.kind.as_deref()) {
-            (Some(choices), _, _) => !choices.iter().any(ChoiceWire::has_output),
+        let empty = match (self.choices, self.object.as_deref(), self.kind.as_deref()) {
+            (Some(output), _, _) => !output,
             (None, Some("chat.completion" | "text_completion"), _) => true,
-            (None, _, Some("message")) => !self.content.is_some_and(|c| c.0),
+            (None, _, Some("message")) => !self.content,
             _ => false,
         };
         if empty {
@@ -217,10 +255,22 @@ impl WholeBody<'_> {
 /// Reads a whole JSON answer once: fills the report (model, usage, finish reason, finished) and
 /// says whether it is an answer, an error object or empty. `None`: not a JSON document (the
 /// report is left alone).
+///
+/// The byte scan reads the usual answer; whatever it is not sure of (an error object, odd
+/// spellings, damage) is read by serde, which decides.
 pub(crate) fn read_whole(body: &[u8], report: &BodyReport) -> Option<Verdict> {
-    let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
-    whole.report(report);
-    let verdict = whole.verdict(report);
+    let verdict = if let Some(facts) = super::scan::whole(body) {
+        facts.report(report);
+        facts.verdict(report)
+    } else {
+        let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
+        whole.facts().report(report);
+        let verdict = whole.facts().verdict(report);
+        match whole.error() {
+            Some(e) => Verdict::Error(e),
+            None => verdict,
+        }
+    };
     if matches!(verdict, Verdict::Answer) {
         if body.iter().any(|b| !b.is_ascii_whitespace()) {
             report.record_content();
@@ -228,6 +278,25 @@ pub(crate) fn read_whole(body: &[u8], report: &BodyReport) -> Option<Verdict> {
         report.set_finished();
     }
     Some(verdict)
+}
+
+/// The facts serde reads of a whole answer (`None`: not a document it reads), and whether it
+/// holds an error object: what the scan must agree with.
+#[cfg(test)]
+pub(super) fn serde_facts(body: &[u8]) -> Option<(Facts<'static>, bool)> {
+    let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
+    let f = whole.facts();
+    let owned = |c: Option<Cow<'_, str>>| c.map(|c| Cow::Owned(c.into_owned()));
+    let facts = Facts {
+        model: owned(f.model),
+        usage: f.usage,
+        finish: owned(f.finish),
+        choices: f.choices,
+        object: owned(f.object),
+        kind: owned(f.kind),
+        content: f.content,
+    };
+    Some((facts, whole.error.is_some()))
 }
 
 /// Reads a JSON body through a head window (for `model`) and a rolling tail window (for
@@ -313,7 +382,7 @@ impl JsonScanner {
             // The whole body is in the tail window: parse it properly, reading only the few
             // fields the report needs (the rest is skipped, not built).
             if let Ok(body) = serde_json::from_slice::<WholeBody<'_>>(&self.tail) {
-                body.report(report);
+                body.facts().report(report);
             }
         } else {
             if let Some(m) = error_body::string_field(&self.head, "model") {

@@ -9,10 +9,12 @@ use std::ops::ControlFlow;
 use http::StatusCode;
 use serde_json::Value;
 
+use seawall_core::json_scan::JsonTape;
 use seawall_core::{
     BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
 
+use super::scan::{self, View};
 use super::usage::RawUsage;
 use super::{broken, embedded_error, empty_answer};
 use crate::error_body::ProviderError;
@@ -23,13 +25,8 @@ use crate::hints;
 const MAX_EVENT: usize = 1 << 20;
 
 /// Whether a JSON value carries output: a non-empty string or array, an object, a number.
-fn has_output(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null | Value::Bool(false)) => false,
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(_) => true,
-    }
+fn has_output<'a, V: View<'a>>(v: Option<V>) -> bool {
+    v.is_some_and(V::has_output)
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +67,9 @@ pub(crate) struct SseParser {
     /// whatever its dialect.
     malformed: bool,
     finished: bool,
+    /// Whether events are read by the scan first (always, but in the tests that hold it to
+    /// the serde path).
+    scan: bool,
     usage: Option<RawUsage>,
     request_id: Option<Box<str>>,
 }
@@ -85,6 +85,7 @@ impl SseParser {
             known: known_api,
             malformed: false,
             finished: false,
+            scan: true,
             usage: None,
             request_id: request_id.map(Into::into),
         }
@@ -159,6 +160,14 @@ impl SseParser {
         if event == EventName::Ping {
             return None;
         }
+        // The usual event is read straight from its bytes; what the scan is not sure of is
+        // built by serde, as it always was.
+        if self.scan {
+            let mut tape = JsonTape::new();
+            if let Some(root) = scan::event(&mut tape, data) {
+                return self.on_json(event, root, report);
+            }
+        }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
             if matches!(data.first(), Some(b'{' | b'[')) {
                 // JSON cut short: not output, and the stream cannot end well after it.
@@ -177,17 +186,23 @@ impl SseParser {
         self.on_json(event, &v, report)
     }
 
-    fn on_json(&mut self, event: EventName, v: &Value, report: &BodyReport) -> Option<LlmError> {
-        let ty = v.get("type").and_then(Value::as_str).unwrap_or("");
+    fn on_json<'a, V: View<'a>>(
+        &mut self,
+        event: EventName,
+        v: V,
+        report: &BodyReport,
+    ) -> Option<LlmError> {
+        let ty = v.get("type").and_then(V::as_str);
+        let ty = ty.as_deref().unwrap_or("");
         let error_field = v.get("error").is_some_and(|e| !e.is_null());
         if event == EventName::Error || ty == "error" || error_field {
             self.known = true;
-            return Some(self.stream_error(&ProviderError::from_value(v), report));
+            return Some(self.stream_error(&v.provider_error(), report));
         }
         if ty == "response.failed" {
             self.known = true;
             let payload = v.get("response").unwrap_or(v);
-            return Some(self.stream_error(&ProviderError::from_value(payload), report));
+            return Some(self.stream_error(&payload.provider_error(), report));
         }
         match ty {
             "message_start" => {
@@ -202,15 +217,19 @@ impl SseParser {
                 let delta = v.get("delta");
                 let out = ["text", "partial_json", "thinking", "signature"]
                     .iter()
-                    .any(|k| has_output(delta.and_then(|d| d.get(*k))));
+                    .any(|k| has_output(delta.and_then(|d| d.get(k))));
                 if out {
                     report.record_content();
                 }
             }
             "message_delta" => {
                 self.known = true;
-                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    report.set_finish_reason(FinishReason::from_provider(r));
+                if let Some(r) = v
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(V::as_str)
+                {
+                    report.set_finish_reason(FinishReason::from_provider(&r));
                 }
                 self.merge_usage(v.get("usage"));
             }
@@ -222,8 +241,8 @@ impl SseParser {
                 self.known = true;
                 // A tool use (its input may stream as empty deltas) or a block with text.
                 let block = v.get("content_block");
-                let kind = block.and_then(|b| b.get("type")).and_then(Value::as_str);
-                if !matches!(kind, None | Some("text" | "thinking"))
+                let kind = block.and_then(|b| b.get("type")).and_then(V::as_str);
+                if !matches!(kind.as_deref(), None | Some("text" | "thinking"))
                     || has_output(block.and_then(|b| b.get("text")))
                 {
                     report.record_content();
@@ -242,24 +261,23 @@ impl SseParser {
                         // A completed response stopped; an incomplete one without a
                         // reason did not (the stream layer reads it the same way).
                         let reason = r
-                            .pointer("/incomplete_details/reason")
-                            .and_then(Value::as_str)
-                            .unwrap_or(if t == "response.completed" {
-                                "stop"
-                            } else {
-                                "incomplete"
-                            });
+                            .get("incomplete_details")
+                            .and_then(|d| d.get("reason"))
+                            .and_then(V::as_str);
+                        let reason = reason.as_deref().unwrap_or(if t == "response.completed" {
+                            "stop"
+                        } else {
+                            "incomplete"
+                        });
                         report.set_finish_reason(FinishReason::from_provider(reason));
                         self.finish(report);
                     }
                 }
             }
             _ => {
-                if let Some(choices) = v.get("choices").and_then(Value::as_array) {
-                    self.known = true;
-                    Self::model(v, report);
+                if let Some(choices) = v.get("choices") {
                     let mut content = false;
-                    for c in choices {
+                    let array = choices.each(|c| {
                         if let Some(d) = c.get("delta") {
                             content |= [
                                 "content",
@@ -271,15 +289,19 @@ impl SseParser {
                                 "audio",
                             ]
                             .iter()
-                            .any(|k| has_output(d.get(*k)));
+                            .any(|k| has_output(d.get(k)));
                         }
                         content |= has_output(c.get("text"));
-                        if let Some(r) = c.get("finish_reason").and_then(Value::as_str) {
-                            report.set_finish_reason(FinishReason::from_provider(r));
+                        if let Some(r) = c.get("finish_reason").and_then(V::as_str) {
+                            report.set_finish_reason(FinishReason::from_provider(&r));
                         }
-                    }
-                    if content {
-                        report.record_content();
+                    });
+                    if array {
+                        self.known = true;
+                        Self::model(v, report);
+                        if content {
+                            report.record_content();
+                        }
                     }
                 }
                 self.merge_usage(v.get("usage"));
@@ -288,19 +310,15 @@ impl SseParser {
         None
     }
 
-    fn model(v: &Value, report: &BodyReport) {
+    fn model<'a, V: View<'a>>(v: V, report: &BodyReport) {
         if report.model().is_none() {
-            if let Some(m) = v
-                .get("model")
-                .and_then(Value::as_str)
-                .filter(|m| !m.is_empty())
-            {
-                report.set_model(m);
+            if let Some(m) = v.get("model").and_then(V::as_str).filter(|m| !m.is_empty()) {
+                report.set_model(&m);
             }
         }
     }
 
-    fn merge_usage(&mut self, v: Option<&Value>) {
+    fn merge_usage<'a, V: View<'a>>(&mut self, v: Option<V>) {
         if let Some(raw) = v.and_then(RawUsage::from_value) {
             self.usage.get_or_insert_with(RawUsage::default).merge(raw);
         }
@@ -369,5 +387,207 @@ impl SseParser {
             err = err.with_request_id(&**id);
         }
         Some(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a stream left: the report's fields, the first error and the end's verdict.
+    fn outcome(stream: &[u8], scan: bool) -> String {
+        let report = BodyReport::new();
+        let mut p = SseParser::new(Some("req_1"), false);
+        p.scan = scan;
+        let err = p.feed(stream, &report).or_else(|| p.eof(&report));
+        let err = err.map(|e| {
+            (
+                e.class(),
+                e.message().to_owned(),
+                e.code().map(str::to_owned),
+                e.error_type().map(str::to_owned),
+                e.request_id().map(str::to_owned),
+            )
+        });
+        format!(
+            "{:?} {:?} {:?} {} {} {err:?}",
+            report.usage(),
+            report.model(),
+            report.finish_reason(),
+            report.is_finished(),
+            report.content_events(),
+        )
+    }
+
+    fn agree(stream: &[u8]) {
+        assert_eq!(
+            outcome(stream, true),
+            outcome(stream, false),
+            "{}",
+            String::from_utf8_lossy(stream)
+        );
+    }
+
+    const OPENAI: &str = concat!(
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\\u006co\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":1}}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    const ANTHROPIC: &str = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":2,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    const RESPONSES: &str = concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"model\":\"gpt-4.1\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"gpt-4.1\",\"usage\":{\"input_tokens\":4,\"output_tokens\":2,\"input_tokens_details\":{\"cached_tokens\":0}}}}\n\n",
+    );
+    const ERRORS: &str = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+
+    #[test]
+    fn the_usual_streams_read_the_same_by_scan_and_serde() {
+        for s in [OPENAI, ANTHROPIC, RESPONSES, ERRORS] {
+            agree(s.as_bytes());
+        }
+        assert!(outcome(OPENAI.as_bytes(), true).contains("Some(Stop) true"));
+    }
+
+    #[test]
+    fn the_usual_events_are_read_by_the_scan() {
+        for s in [OPENAI, ANTHROPIC, RESPONSES] {
+            for line in s.lines().filter_map(|l| l.strip_prefix("data: ")) {
+                if line != "[DONE]" {
+                    assert!(
+                        scan::event(&mut JsonTape::new(), line.as_bytes()).is_some(),
+                        "{line}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A JSON value built from the names and words the events use, nested a little.
+    fn value(depth: u32) -> BoxedStrategy<String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            Just("\"\"".to_owned()),
+            Just("\"x\"".to_owned()),
+            Just("\"stop\"".to_owned()),
+            Just("\"length\"".to_owned()),
+            Just("\"end_turn\"".to_owned()),
+            Just("\"error\"".to_owned()),
+            Just("\"message_start\"".to_owned()),
+            Just("\"message_delta\"".to_owned()),
+            Just("\"message_stop\"".to_owned()),
+            Just("\"content_block_delta\"".to_owned()),
+            Just("\"content_block_start\"".to_owned()),
+            Just("\"response.completed\"".to_owned()),
+            Just("\"response.incomplete\"".to_owned()),
+            Just("\"response.output_text.delta\"".to_owned()),
+            Just("\"response.failed\"".to_owned()),
+            Just("\"tool_use\"".to_owned()),
+            Just("\"text\"".to_owned()),
+            Just("\"st\\u006fp\"".to_owned()),
+            Just("0".to_owned()),
+            Just("-0".to_owned()),
+            Just("-1".to_owned()),
+            Just("2.5".to_owned()),
+            Just("1e3".to_owned()),
+            Just("[]".to_owned()),
+            Just("{}".to_owned()),
+            (0u64..1000).prop_map(|n| n.to_string()),
+        ];
+        if depth == 0 {
+            return leaf.boxed();
+        }
+        let key = prop_oneof![
+            Just("type"),
+            Just("error"),
+            Just("message"),
+            Just("model"),
+            Just("usage"),
+            Just("delta"),
+            Just("text"),
+            Just("content"),
+            Just("stop_reason"),
+            Just("content_block"),
+            Just("response"),
+            Just("incomplete_details"),
+            Just("reason"),
+            Just("choices"),
+            Just("finish_reason"),
+            Just("prompt_tokens"),
+            Just("completion_tokens"),
+            Just("input_tokens"),
+            Just("output_tokens"),
+            Just("cache_read_input_tokens"),
+            Just("prompt_tokens_details"),
+            Just("cached_tokens"),
+            Just("tool_calls"),
+            Just("partial_json"),
+        ];
+        prop_oneof![
+            3 => leaf,
+            1 => proptest::collection::vec(value(depth - 1), 0..3)
+                .prop_map(|v| format!("[{}]", v.join(","))),
+            3 => proptest::collection::vec((key, value(depth - 1)), 0..5).prop_map(|m| {
+                let m: Vec<_> = m.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+                format!("{{{}}}", m.join(","))
+            }),
+        ]
+        .boxed()
+    }
+
+    fn event() -> impl Strategy<Value = String> {
+        let name = prop_oneof![
+            Just(""),
+            Just("event: error\n"),
+            Just("event: message_stop\n"),
+            Just("event: ping\n"),
+            Just("event: content_block_delta\n"),
+        ];
+        (name, value(4)).prop_map(|(n, v)| format!("{n}data: {v}\n\n"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(800))]
+
+        #[test]
+        fn scan_and_serde_read_generated_streams_the_same(
+            events in proptest::collection::vec(event(), 1..5),
+            done in any::<bool>(),
+        ) {
+            let mut stream = events.concat();
+            if done {
+                stream.push_str("data: [DONE]\n\n");
+            }
+            agree(stream.as_bytes());
+        }
+
+        #[test]
+        fn scan_and_serde_read_damaged_streams_the_same(
+            which in 0usize..4,
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            mode in 0u8..3,
+        ) {
+            let mut stream = [OPENAI, ANTHROPIC, RESPONSES, ERRORS][which].as_bytes().to_vec();
+            match mode {
+                0 => stream.truncate(at.index(stream.len() + 1)),
+                1 => { let i = at.index(stream.len()); stream[i] = byte; }
+                _ => { let i = at.index(stream.len() + 1); stream.insert(i, byte); }
+            }
+            agree(&stream);
+        }
     }
 }

@@ -3,36 +3,39 @@
 //! writes counted apart (and split over two events), the Responses API's and DeepSeek's
 //! variants. Read once here into one [`Usage`].
 
-use serde_json::Value;
-
 use seawall_core::Usage;
+
+use super::scan::View;
 
 /// Raw usage fields, merged as events arrive (Anthropic splits usage over `message_start` and
 /// `message_delta`; vLLM may repeat cumulative usage in every chunk).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RawUsage {
     /// OpenAI `prompt_tokens` (cached tokens included).
-    prompt: Option<u64>,
+    pub(super) prompt: Option<u64>,
     /// Anthropic / Responses API `input_tokens`.
-    input: Option<u64>,
-    output: Option<u64>,
+    pub(super) input: Option<u64>,
+    pub(super) output: Option<u64>,
     /// Anthropic `cache_read_input_tokens` (not included in `input_tokens`).
-    cache_read: Option<u64>,
+    pub(super) cache_read: Option<u64>,
     /// Anthropic `cache_creation_input_tokens` (not included in `input_tokens`).
-    cache_creation: Option<u64>,
+    pub(super) cache_creation: Option<u64>,
     /// OpenAI `prompt_tokens_details.cached_tokens`, Responses API
     /// `input_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`.
-    cached_detail: Option<u64>,
+    pub(super) cached_detail: Option<u64>,
 }
 
 impl RawUsage {
-    pub(super) fn from_value(v: &Value) -> Option<RawUsage> {
-        let obj = v.as_object()?;
-        let n = |k: &str| obj.get(k).and_then(Value::as_u64);
+    /// Reads a usage object, from a `Value` or the bytes of one ([`View`]).
+    pub(super) fn from_value<'a, V: View<'a>>(v: V) -> Option<RawUsage> {
+        if !v.is_object() {
+            return None;
+        }
+        let n = |k: &str| v.get(k).and_then(V::as_u64);
         let detail = |k: &str| {
-            obj.get(k)
+            v.get(k)
                 .and_then(|d| d.get("cached_tokens"))
-                .and_then(Value::as_u64)
+                .and_then(V::as_u64)
         };
         let raw = RawUsage {
             prompt: n("prompt_tokens"),
