@@ -11,6 +11,8 @@ use seawall_core::{
     RateLimitSnapshot,
 };
 
+use tokio::time::Instant;
+
 use super::Shared;
 use crate::error::QueueWait;
 use crate::future::note_admitted;
