@@ -1,13 +1,16 @@
-//! The five client policies, each an async function from a request to an outcome: the call
+//! The six client policies, each an async function from a request to an outcome: the call
 //! and the reading of its streamed answer to the end.
 //!
-//! All five sit on the same transport behind seawall's `ClassifyLayer`, so every policy sees
-//! the same upstream as the same statuses, hints and classes. Retries of policies 1-4 happen
-//! before the response head, as in the SDK and the tower layers they stand for (a stream that
-//! breaks after its head is final), except the naive loop, which retries the whole call.
+//! All six sit on the same transport behind seawall's `ClassifyLayer`, so every policy sees
+//! the same upstream as the same statuses, hints and classes. Retries of policies 1-5 happen
+//! before the response head, as in the SDK, the tower layers and the router they stand for (a
+//! stream that breaks after its head is final), except the naive loop, which retries the whole
+//! call. The three policies that have a fallback (tower-resilience's `FallbackLayer`, the
+//! LiteLLM-style router and seawall's stack) are given the same targets: the backup provider
+//! for a failing primary, the larger-context model for a prompt too long for the model.
 
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,6 +27,7 @@ use seawall::core::{
 };
 use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::gate::{ConcurrencyGateLayer, Limit, Rates};
+use seawall::guard::{ContextGuardLayer, ContextWindows, ModelLimits};
 use seawall::observe::{ObserveLayer, Summary};
 use seawall::redis::{RedisBreakerState, RedisBudgetStore};
 use seawall::retry::BackoffRetryLayer;
@@ -31,9 +35,12 @@ use seawall::stream::{StreamTimeout, StreamTimeoutLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_resilience::bulkhead::{BulkheadLayer, BulkheadServiceError};
 use tower_resilience::circuitbreaker::{CircuitBreakerError, CircuitBreakerLayer};
+use tower_resilience::fallback::{FallbackError, FallbackLayer as TrFallbackLayer};
 use tower_resilience::retry::RetryLayer;
 
-use crate::scenario::{BACKUP_MODEL, PRICE_IN, PRICE_OUT, PRIMARY_MODEL, Scenario};
+use crate::scenario::{
+    BACKUP_MODEL, CONTEXT_WINDOW, LARGE_MODEL, PRICE_IN, PRICE_OUT, PRIMARY_MODEL, Scenario,
+};
 
 /// How a logical call ended: `Ok` when the whole answer arrived, else why not.
 pub(crate) type Outcome = Result<(), &'static str>;
@@ -45,15 +52,17 @@ pub(crate) enum Policy {
     Naive,
     OpenAi,
     TowerResilience,
+    LiteLlm,
     Seawall,
 }
 
 impl Policy {
-    pub(crate) const ALL: [Policy; 5] = [
+    pub(crate) const ALL: [Policy; 6] = [
         Policy::NoRetry,
         Policy::Naive,
         Policy::OpenAi,
         Policy::TowerResilience,
+        Policy::LiteLlm,
         Policy::Seawall,
     ];
 
@@ -63,7 +72,8 @@ impl Policy {
             Policy::Naive => "2 naive 3x1s",
             Policy::OpenAi => "3 openai-python",
             Policy::TowerResilience => "4 tower-resilience",
-            Policy::Seawall => "5 seawall",
+            Policy::LiteLlm => "5 litellm router",
+            Policy::Seawall => "6 seawall",
         }
     }
 
@@ -81,13 +91,24 @@ impl Policy {
                 "the composition guide's client stack: retry (3 attempts, 100 ms exponential,",
                 "transient errors only, not its own open circuit) > circuit breaker (50% of the",
                 "last 100 calls, at least 20, open 30 s, counts 5xx/timeouts/connection errors",
-                "as seawall's does) > bulkhead (200 calls, 1 s wait). Its FallbackLayer is not",
-                "stacked: only seawall is given the backup provider",
+                "as seawall's does) > bulkhead (200 calls, 1 s wait); outermost, as its guide",
+                "orders them, FallbackLayer::tower_service to the backup provider's own copy of",
+                "that stack (on every error but a bad request), and inside it a second one to",
+                "gpt-4.1's copy for context-length errors (its fallback cannot pick by error)",
+            ],
+            Policy::LiteLlm => &[
+                "emulates LiteLLM's Router at its documented defaults: 2 retries with the",
+                "openai-python rules above; per-deployment cooldown of 5 s, at once on a 429,",
+                "else when over 50% of the deployment's calls this minute failed (at least 5;",
+                "429/401/404/408/5xx/timeouts count); a 429 or a cooled-down deployment is not",
+                "retried; then fallbacks=[backup], context_window_fallbacks=[gpt-4.1]. Not",
+                "emulated: its timeouts, mid-stream recovery, other deployments per group",
             ],
             Policy::Seawall => &[
-                "observe > fallback (to the backup provider) > retry > cost budget (the run's",
-                "limit) > breaker > gate (200 permits, the providers' RPM/TPM) > stream timeouts",
-                "(first token 8 s, idle 10 s) > classify; every other setting at its default",
+                "observe > fallback (to the backup provider; gpt-4.1 for context-length errors)",
+                "> context guard (the models' windows) > retry > cost budget (the run's limit) >",
+                "breaker > gate (200 permits, the providers' RPM/TPM) > stream timeouts (first",
+                "token 8 s, idle 10 s) > classify; every other setting at its default",
             ],
         }
     }
@@ -117,7 +138,7 @@ where
 
     fn call(&mut self, mut req: Request<Bytes>) -> T::Future {
         req.prepare();
-        if req.model() == Some(BACKUP_MODEL) {
+        if matches!(req.model(), Some(BACKUP_MODEL | LARGE_MODEL)) {
             self.backup.call(req)
         } else {
             self.primary.call(req)
@@ -196,8 +217,6 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    const MAX_RETRIES: u32 = 2;
-    const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
     let random = Arc::new(SeededRandom::new(seed));
     async move |req: Request<Bytes>| {
         let mut retries = 0;
@@ -207,30 +226,10 @@ where
                 Ok(resp) => return read_to_end(resp.into_body()).await,
                 Err(e) => e,
             };
-            let hint = err.retry_after();
-            let should = if hint.is_some_and(|h| h > MAX_RETRY_AFTER) {
-                false
-            } else if let Some(directive) = err.should_retry() {
-                directive
-            } else {
-                match err.status().map(|s| s.as_u16()) {
-                    Some(408 | 409 | 429) => true,
-                    Some(s) => s >= 500,
-                    // No response: a connection error or a timeout, which the SDK retries.
-                    None => true,
-                }
-            };
-            if retries >= MAX_RETRIES || !should {
-                return Err(err.class().as_str());
+            match openai_retry(&err, retries, &random) {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return Err(err.class().as_str()),
             }
-            let delay = match hint.filter(|h| !h.is_zero() && *h <= MAX_RETRY_AFTER) {
-                Some(h) => h,
-                None => {
-                    let base = (0.5 * 2f64.powi(retries as i32)).min(8.0);
-                    Duration::from_secs_f64(base * (1.0 - 0.25 * random.next_f64()))
-                }
-            };
-            tokio::time::sleep(delay).await;
             retries += 1;
         }
     }
@@ -245,18 +244,45 @@ fn tr_class(e: &TrError) -> Option<FailureClass> {
     }
 }
 
-/// Policy 4: tower-resilience, stacked and configured as its composition guide recommends for a
-/// client of an external API: retry outside the circuit breaker (and not retrying the
-/// breaker's own rejections), the breaker outside a bulkhead.
-pub(crate) fn tower_resilience<S, B>(
-    classified: S,
+/// The label of a tower-resilience error: the upstream's class, or the layer's own rejection.
+fn tr_label(e: &TrError) -> &'static str {
+    match e {
+        CircuitBreakerError::OpenCircuit => "circuit_open",
+        CircuitBreakerError::Inner(BulkheadServiceError::Bulkhead(_)) => "bulkhead_full",
+        CircuitBreakerError::Inner(BulkheadServiceError::Inner(e)) => e.class().as_str(),
+    }
+}
+
+/// `inner` with every request's model switched to `model`: the way to another provider's
+/// model for the policies that are not seawall (seawall's fallback targets do this themselves).
+fn switch_model<S>(
+    inner: S,
+    model: &'static str,
+) -> tower::util::MapRequest<S, impl FnMut(Request<Bytes>) -> Request<Bytes> + Clone> {
+    tower::util::MapRequest::new(inner, move |mut req: Request<Bytes>| {
+        // The mock's bodies always carry a model; a request without one stays as it is and
+        // goes to the primary, which answers it the same way.
+        let _ = req.set_model(model);
+        req
+    })
+}
+
+/// One provider's copy of the composition guide's client stack: retry outside the circuit
+/// breaker (and not retrying the breaker's own rejections), the breaker outside a bulkhead.
+fn tr_stack<S, B>(
+    inner: S,
     concurrency: usize,
-) -> Result<impl AsyncFn(Request<Bytes>) -> Outcome, String>
+) -> Result<
+    impl Service<Request<Bytes>, Response = Response<B>, Error = TrError, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static,
+    String,
+>
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: Body + Send + 'static,
-    B::Error: Into<BoxError>,
 {
     let bulkhead = BulkheadLayer::builder()
         .max_concurrent_calls(concurrency)
@@ -289,23 +315,239 @@ where
             tr_class(e).is_some_and(|c| c.default_disposition().retry == RetryPolicy::Retry)
         })
         .build();
-    let svc = ServiceBuilder::new()
+    Ok(ServiceBuilder::new()
         .layer(retry)
         .layer(breaker)
         .layer(bulkhead)
-        .service(classified);
+        .service(inner))
+}
+
+/// Policy 4: tower-resilience, stacked and configured as its composition guide recommends for a
+/// client of an external API, with its fallback outermost: a `FallbackLayer::tower_service` to
+/// the backup provider's own copy of the stack (a second dependency, its own breaker), and
+/// inside it a second one to the larger-context model's copy for context-length errors. Its
+/// fallback hands the backup only the request, not the error, so choosing the target by the
+/// error takes the two layers, each with a `handle` predicate.
+pub(crate) fn tower_resilience<S, B>(
+    classified: S,
+    concurrency: usize,
+) -> Result<impl AsyncFn(Request<Bytes>) -> Outcome, String>
+where
+    S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let primary = tr_stack(classified.clone(), concurrency)?;
+    let backup = tr_stack(switch_model(classified.clone(), BACKUP_MODEL), concurrency)?;
+    let large = tr_stack(switch_model(classified, LARGE_MODEL), concurrency)?;
+    let to_large = TrFallbackLayer::<Request<Bytes>, Response<B>, TrError>::tower_service(large)
+        .handle(|e: &TrError| tr_class(e) == Some(FailureClass::ContextLengthExceeded));
+    // Every error of the primary but a bad request (an open circuit and a full bulkhead too);
+    // not when the larger model failed: the backup's copy of the model has the same window.
+    let to_backup =
+        TrFallbackLayer::<Request<Bytes>, Response<B>, FallbackError<TrError>>::tower_service(
+            backup,
+        )
+        .handle(|e: &FallbackError<TrError>| match e {
+            FallbackError::Inner(e) => !matches!(
+                tr_class(e),
+                Some(FailureClass::InvalidRequest | FailureClass::ContextLengthExceeded)
+            ),
+            FallbackError::FallbackFailed(_) => false,
+        });
+    let svc = ServiceBuilder::new()
+        .layer(to_backup)
+        .layer(to_large)
+        .service(primary);
     Ok(
         async move |req: Request<Bytes>| match svc.clone().oneshot(req).await {
             Ok(resp) => read_to_end(resp.into_body()).await,
-            Err(CircuitBreakerError::OpenCircuit) => Err("circuit_open"),
-            Err(CircuitBreakerError::Inner(BulkheadServiceError::Bulkhead(_))) => {
-                Err("bulkhead_full")
-            }
-            Err(CircuitBreakerError::Inner(BulkheadServiceError::Inner(e))) => {
-                Err(e.class().as_str())
+            Err(
+                FallbackError::Inner(FallbackError::Inner(e) | FallbackError::FallbackFailed(e))
+                | FallbackError::FallbackFailed(e),
+            ) => Err(tr_label(&e)),
+        },
+    )
+}
+
+/// How long LiteLLM's router keeps a deployment out of its picks (`cooldown_time`).
+const COOLDOWN: Duration = Duration::from_secs(5);
+/// The share of a minute's calls that must fail before a deployment cools down.
+const COOLDOWN_FAILURE_SHARE: f64 = 0.5;
+/// The fewest calls in the minute before the failure share counts.
+const COOLDOWN_MIN_CALLS: u32 = 5;
+
+/// One deployment's cooldown, as LiteLLM's router keeps it: a 429 cools it down at once; so
+/// does a minute in which more than half of at least five calls failed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cooldown {
+    /// Until when the deployment is out of the picks.
+    until: Option<Duration>,
+    /// The minute the counts are for (whole minutes since the run's start).
+    minute: u64,
+    failures: u32,
+    calls: u32,
+}
+
+impl Cooldown {
+    /// Whether the deployment may be picked at `now` (time since the run's start).
+    pub(crate) fn available(&self, now: Duration) -> bool {
+        self.until.is_none_or(|until| now >= until)
+    }
+
+    /// Counts one call's result at `now`: `failed` when it is a failure the router counts,
+    /// `rate_limited` for a 429.
+    pub(crate) fn record(&mut self, now: Duration, failed: bool, rate_limited: bool) {
+        let minute = now.as_secs() / 60;
+        if minute != self.minute {
+            (self.minute, self.failures, self.calls) = (minute, 0, 0);
+        }
+        self.calls += 1;
+        self.failures += u32::from(failed);
+        let share = f64::from(self.failures) / f64::from(self.calls);
+        if rate_limited
+            || (failed && self.calls >= COOLDOWN_MIN_CALLS && share > COOLDOWN_FAILURE_SHARE)
+        {
+            self.until = Some(now + COOLDOWN);
+        }
+    }
+}
+
+/// Whether LiteLLM's router counts an error against the deployment: 401, 404, 408, 429 and
+/// server errors, and failures without a response (timeouts, connection errors).
+fn counts_for_cooldown(e: &LlmError) -> bool {
+    match e.status().map(|s| s.as_u16()) {
+        Some(401 | 404 | 408 | 429) => true,
+        Some(s) => s >= 500,
+        None => true,
+    }
+}
+
+/// Whether the openai-python rules retry `err`, and after how long (`retries` done so far).
+fn openai_retry(err: &LlmError, retries: u32, random: &SeededRandom) -> Option<Duration> {
+    const MAX_RETRIES: u32 = 2;
+    const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
+    let hint = err.retry_after();
+    let should = if hint.is_some_and(|h| h > MAX_RETRY_AFTER) {
+        false
+    } else if let Some(directive) = err.should_retry() {
+        directive
+    } else {
+        match err.status().map(|s| s.as_u16()) {
+            Some(408 | 409 | 429) => true,
+            Some(s) => s >= 500,
+            // No response: a connection error or a timeout, which the SDK retries.
+            None => true,
+        }
+    };
+    if retries >= MAX_RETRIES || !should {
+        return None;
+    }
+    Some(
+        match hint.filter(|h| !h.is_zero() && *h <= MAX_RETRY_AFTER) {
+            Some(h) => h,
+            None => {
+                let base = (0.5 * 2f64.powi(retries as i32)).min(8.0);
+                Duration::from_secs_f64(base * (1.0 - 0.25 * random.next_f64()))
             }
         },
     )
+}
+
+/// Why a LiteLLM-style call to one model group ended without a response head.
+enum GroupError {
+    /// The group's only deployment is cooling down ("no deployments available").
+    CooledDown,
+    /// The upstream's error, after the router's retries.
+    Upstream(LlmError),
+}
+
+impl GroupError {
+    fn label(&self) -> &'static str {
+        match self {
+            GroupError::CooledDown => "cooldown",
+            GroupError::Upstream(e) => e.class().as_str(),
+        }
+    }
+}
+
+/// Policy 5: LiteLLM's Router emulated from its documented defaults (see [`Policy::explain`]):
+/// one deployment per model group, each with its [`Cooldown`]; retries with the openai-python
+/// rules inside a group; `fallbacks` to the backup provider's group after the retries, and
+/// `context_window_fallbacks` to the larger-context model for a context-length error.
+pub(crate) fn litellm<S, B>(classified: S, seed: u64) -> impl AsyncFn(Request<Bytes>) -> Outcome
+where
+    S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let random = Arc::new(SeededRandom::new(seed));
+    let cooldowns: Arc<Mutex<[Cooldown; 3]>> = Arc::default();
+    let start = tokio::time::Instant::now();
+    let group = async move |model: &'static str, mut req: Request<Bytes>| {
+        let slot = match model {
+            PRIMARY_MODEL => 0,
+            BACKUP_MODEL => 1,
+            _ => 2,
+        };
+        let _ = req.set_model(model);
+        let mut retries = 0;
+        loop {
+            let now = start.elapsed();
+            if !cooldowns
+                .lock()
+                .map(|c| c[slot].available(now))
+                .unwrap_or(true)
+            {
+                return Err(GroupError::CooledDown);
+            }
+            let result = classified.clone().oneshot(req.clone()).await;
+            let now = start.elapsed();
+            let (failed, rate_limited) = match &result {
+                Ok(_) => (false, false),
+                Err(e) => (
+                    counts_for_cooldown(e),
+                    e.status().is_some_and(|s| s.as_u16() == 429),
+                ),
+            };
+            if let Ok(mut c) = cooldowns.lock() {
+                c[slot].record(now, failed, rate_limited);
+            }
+            let err = match result {
+                Ok(resp) => return Ok(resp),
+                Err(e) => e,
+            };
+            // A 429 cooled the group's only deployment down: nothing left to retry on.
+            if rate_limited || err.class() == FailureClass::ContextLengthExceeded {
+                return Err(GroupError::Upstream(err));
+            }
+            match openai_retry(&err, retries, &random) {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return Err(GroupError::Upstream(err)),
+            }
+            retries += 1;
+        }
+    };
+    async move |req: Request<Bytes>| {
+        let err = match group(PRIMARY_MODEL, req.clone()).await {
+            Ok(resp) => return read_to_end(resp.into_body()).await,
+            Err(e) => e,
+        };
+        let next = match &err {
+            GroupError::Upstream(e) if e.class() == FailureClass::ContextLengthExceeded => {
+                LARGE_MODEL
+            }
+            GroupError::Upstream(e) if e.class() == FailureClass::InvalidRequest => {
+                return Err(err.label());
+            }
+            _ => BACKUP_MODEL,
+        };
+        match group(next, req).await {
+            Ok(resp) => read_to_end(resp.into_body()).await,
+            Err(e) => Err(e.label()),
+        }
+    }
 }
 
 /// What the seawall row needs beyond the scenario.
@@ -400,7 +642,8 @@ where
     let price = Price::per_million_f64(PRICE_IN, PRICE_OUT).map_err(|e| e.to_string())?;
     let prices = PriceTable::new()
         .with(PRIMARY_MODEL, price)
-        .with(BACKUP_MODEL, price);
+        .with(BACKUP_MODEL, price)
+        .with(LARGE_MODEL, price);
     let mut budget =
         CostBudgetLayer::builder(prices).budget(Budget::total("storm-run", setup.budget));
     if let Some(store) = &setup.budget_store {
@@ -434,8 +677,22 @@ where
         .map_err(|e| e.to_string())?;
     let fallback = FallbackLayer::builder()
         .target(Target::model(BACKUP_MODEL))
+        .larger_context(Target::model(LARGE_MODEL))
         .build()
         .map_err(|e| e.to_string())?;
+    // The models' windows as the user knows them: a prompt that cannot fit is refused before it
+    // is sent, and the fallback's larger-context target takes it (whichever provider is down).
+    let window = if scenario.long_prompts > 0.0 {
+        CONTEXT_WINDOW
+    } else {
+        128_000
+    };
+    let guard = ContextGuardLayer::new(
+        ContextWindows::new()
+            .with(PRIMARY_MODEL, ModelLimits::new(window))
+            .with(BACKUP_MODEL, ModelLimits::new(window))
+            .with(LARGE_MODEL, ModelLimits::new(1_000_000)),
+    );
     // With the cache, its answers and the stack's come in two body types: boxed to one.
     let cache = setup.cache.then(|| {
         ServiceBuilder::new()
@@ -462,6 +719,7 @@ where
         .option_layer(resume)
         .map_response(box_response)
         .layer(fallback)
+        .layer(guard)
         .layer(retry)
         .layer(budget)
         .layer(breaker)
@@ -476,4 +734,68 @@ where
 /// The transport behind the classifier, for policies 1-4.
 pub(crate) fn classified<T>(transport: T) -> Classify<T> {
     ClassifyLayer::default().layer(transport)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn a_429_cools_a_deployment_down_for_five_seconds_at_once() {
+        let mut c = Cooldown::default();
+        c.record(S(10), true, true);
+        assert!(!c.available(S(14)));
+        assert!(c.available(S(15)));
+    }
+
+    #[test]
+    fn failures_cool_a_deployment_down_only_past_half_of_five_calls_in_the_minute() {
+        let mut c = Cooldown::default();
+        // Four failures: too few calls to judge.
+        for t in 0..4 {
+            c.record(S(t), true, false);
+        }
+        assert!(c.available(S(4)));
+        // The fifth: five calls, all failed.
+        c.record(S(4), true, false);
+        assert!(!c.available(S(5)));
+        assert!(c.available(S(9)));
+    }
+
+    #[test]
+    fn half_the_calls_failing_is_not_more_than_half() {
+        let mut c = Cooldown::default();
+        // Success, failure, ...: after the sixth call 3 of 6 failed.
+        for t in 0..6 {
+            c.record(S(t), t % 2 == 1, false);
+        }
+        assert!(c.available(S(6)));
+    }
+
+    #[test]
+    fn the_failure_counts_start_again_each_minute() {
+        let mut c = Cooldown::default();
+        for t in 0..5 {
+            c.record(S(t), false, false);
+        }
+        for t in 0..4 {
+            c.record(S(50 + t), true, false);
+        }
+        // In the minute: 4 of 9 failed. The next minute: the first failure is one call.
+        assert!(c.available(S(55)));
+        c.record(S(61), true, false);
+        assert!(c.available(S(61)));
+    }
+
+    #[test]
+    fn a_bad_request_does_not_count_against_a_deployment() {
+        let e = LlmError::new(FailureClass::ContextLengthExceeded, "too long")
+            .with_status(http::StatusCode::BAD_REQUEST);
+        assert!(!counts_for_cooldown(&e));
+        let e = LlmError::new(FailureClass::Overloaded, "busy")
+            .with_status(http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(counts_for_cooldown(&e));
+    }
 }
