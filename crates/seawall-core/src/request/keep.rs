@@ -27,6 +27,8 @@ pub struct KeptRequest<R> {
     kept: Kept<R>,
 }
 
+// The parts are kept inline on purpose: boxing them would be the allocation this saves.
+#[allow(clippy::large_enum_variant)]
 enum Kept<R> {
     Whole(R),
     // The rebuild function is the only way to turn the parts into `R`: the parts are made only
