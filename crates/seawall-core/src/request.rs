@@ -193,7 +193,9 @@ impl Provider {
     /// Guesses the provider from a request's path and headers.
     pub fn detect(uri: &http::Uri, headers: &http::HeaderMap) -> Provider {
         let path = uri.path();
-        if headers.contains_key("anthropic-version") || path.ends_with("/messages") {
+        const ANTHROPIC_VERSION: http::HeaderName =
+            http::HeaderName::from_static("anthropic-version");
+        if headers.contains_key(ANTHROPIC_VERSION) || path.ends_with("/messages") {
             Provider::Anthropic
         } else if path.ends_with("/completions")
             || path.ends_with("/responses")
