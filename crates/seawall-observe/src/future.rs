@@ -220,10 +220,15 @@ impl OnComplete for Finish {
 }
 
 fn request_id(headers: Option<&http::HeaderMap>) -> Option<String> {
+    // Ready-made names: a lookup by `&str` parses the name on every call.
+    const NAMES: [http::HeaderName; 2] = [
+        http::HeaderName::from_static("x-request-id"),
+        http::HeaderName::from_static("request-id"),
+    ];
     let h = headers?;
-    ["x-request-id", "request-id"]
+    NAMES
         .iter()
-        .find_map(|n| h.get(*n)?.to_str().ok())
+        .find_map(|n| h.get(n)?.to_str().ok())
         .map(|s| s.chars().take(128).collect())
 }
 
