@@ -121,6 +121,19 @@ impl Table {
                 p.allocs, p.bytes, p.retained
             );
         }
+        // The figure the stack is held to: allocations per call over the baseline, beside
+        // tower-resilience's stack of four layers.
+        if let (Some(b), Some(s), Some(r)) =
+            (base, row("seawall_recommended"), row("resilience_stack"))
+        {
+            println!(
+                "\nseawall_recommended: {:+.1} allocs/call over baseline; resilience_stack: {:+.1} \
+                 ({:.2}x)",
+                s.allocs - b.allocs,
+                r.allocs - b.allocs,
+                (s.allocs - b.allocs) / (r.allocs - b.allocs),
+            );
+        }
     }
 }
 

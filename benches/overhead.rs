@@ -25,7 +25,9 @@
 //!   parse (`LlmRequest::prepare`), which the outermost seawall layer of a stack pays;
 //! - `seawall_*`: each layer alone with its defaults (`seawall_gate_rates` adds RPM/TPM limits
 //!   that never bind; `seawall_budget` has a 12-model price table and three budgets);
-//!   `seawall_stack` is the recommended stack;
+//!   `seawall_stack` is the recommended stack's eight core layers, and `seawall_recommended`
+//!   the README's whole recommended stack (those eight, the continuation layer and the context
+//!   guard; `benches/summarize.awk` divides its time by tower-resilience's stack);
 //! - `tower_*`: `Retry` with a policy that never retries, `ConcurrencyLimit`, `Timeout`, and
 //!   a stack of the three; `resilience_*`: tower-resilience's retry, circuit breaker, bulkhead,
 //!   and a stack of them with tower's timeout;

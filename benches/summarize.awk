@@ -78,6 +78,9 @@ END {
     line("observe (#9): crate bench, observe_noop_recorder over bare, ns", over("observe/observe_noop_recorder", "observe/bare"))
     line("stack (#10): seawall stack overhead, ns (contended)", over(U "seawall_stack", U "baseline") " (" over(C "seawall_stack", C "baseline") ")")
     line("stack (#10): tower stack / tower-resilience stack overhead, ns", over(U "tower_stack", U "baseline") " / " over(U "resilience_stack", U "baseline"))
+    line("stack: README's recommended stack (seawall_stack + continue + guard) overhead, ns (contended)", over(U "seawall_recommended", U "baseline") " (" over(C "seawall_recommended", C "baseline") ")")
+    line("stack: recommended stack ÷ tower-resilience stack, whole call time (aim ≤ 1.5x)", tratio(U "seawall_recommended", U "resilience_stack"))
+    line("stack: recommended stack overhead ÷ tower-resilience stack overhead", oratio(U "seawall_recommended", U "baseline", U "resilience_stack", U "baseline"))
     line("stack (#10): inner Pending once: seawall / tower / tower-resilience stack overhead, ns", over(U "pending_seawall_stack", U "pending_baseline") " / " over(U "pending_tower_stack", U "pending_baseline") " / " over(U "pending_resilience_stack", U "pending_baseline"))
     line("request JSON parse (`prepare`), paid once per call by the outermost seawall layer, ns", over(U "ref_prepare_only", U "baseline"))
     print ""

@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use tokio::time::Instant;
 
 use crate::class::FailureClass;
@@ -100,11 +100,15 @@ impl Deadline {
 
     /// The deadline the headers ask for, counted from now, or `None` when none parses.
     pub fn from_headers(headers: &HeaderMap) -> Option<Deadline> {
+        // Looked up by ready-made names: a lookup by `&str` parses the name on every call.
+        const GRPC: HeaderName = HeaderName::from_static("grpc-timeout");
+        const OWN: HeaderName = HeaderName::from_static(TIMEOUT_HEADER);
+        const STAINLESS: HeaderName = HeaderName::from_static(STAINLESS_TIMEOUT_HEADER);
         let grpc = headers
-            .get("grpc-timeout")
+            .get(GRPC)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout);
-        let secs = [TIMEOUT_HEADER, STAINLESS_TIMEOUT_HEADER]
+        let secs = [OWN, STAINLESS]
             .into_iter()
             .filter_map(|h| headers.get(h)?.to_str().ok())
             .filter_map(parse_seconds)

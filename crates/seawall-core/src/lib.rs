@@ -62,7 +62,9 @@ pub use model_map::{ModelMap, TableFormat, read_table_file};
 pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use ratelimit_headers::{ANTHROPIC_RATE_LIMIT_HEADERS, OPENAI_RATE_LIMIT_HEADERS};
-pub use request::{Idempotent, LlmRequest, MediaParts, PartEstimate, Provider, RequestMeta};
+pub use request::{
+    Idempotent, KeptRequest, LlmRequest, MediaParts, PartEstimate, Provider, RequestMeta,
+};
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
     as_llm_error,

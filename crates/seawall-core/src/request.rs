@@ -23,8 +23,10 @@ use crate::context::CallContext;
 use crate::deadline::Deadline;
 use crate::error::LlmError;
 
+mod keep;
 mod wire;
 
+pub use keep::KeptRequest;
 pub use wire::RequestMeta;
 
 /// What the layers read from (and change in) a request.
@@ -57,6 +59,14 @@ pub trait LlmRequest {
 
     /// The model asked for.
     fn model(&self) -> Option<&str>;
+
+    /// The model asked for, as a shared string, for a layer that keeps the name for the whole
+    /// call (an observer's record, a fallback's [`ServedBy`](crate::ServedBy)). The default
+    /// copies [`model`](Self::model); an HTTP request hands out the copy its
+    /// [`prepare`](Self::prepare) made, so keeping the name allocates nothing.
+    fn model_shared(&self) -> Option<Arc<str>> {
+        self.model().map(Arc::from)
+    }
 
     /// The most output tokens the request allows, if it says.
     fn max_output_tokens(&self) -> Option<u32>;
@@ -144,6 +154,17 @@ pub trait LlmRequest {
         None
     }
 
+    /// A copy of the request, for a layer that may send it again (a retry's next attempt, a
+    /// fallback's target): [`KeptRequest::get`] gives a request equal to this one. The
+    /// default clones it; an HTTP request keeps its parts so that a copy that is never sent
+    /// (the usual case: the call succeeds) costs no allocation.
+    fn keep(&self) -> KeptRequest<Self>
+    where
+        Self: Sized + Clone,
+    {
+        KeptRequest::whole(self.clone())
+    }
+
     /// The per-call context an observing layer put in the extensions, if any.
     fn call_context(&self) -> Option<&Arc<CallContext>> {
         self.extensions()?.get()
@@ -172,7 +193,9 @@ impl Provider {
     /// Guesses the provider from a request's path and headers.
     pub fn detect(uri: &http::Uri, headers: &http::HeaderMap) -> Provider {
         let path = uri.path();
-        if headers.contains_key("anthropic-version") || path.ends_with("/messages") {
+        const ANTHROPIC_VERSION: http::HeaderName =
+            http::HeaderName::from_static("anthropic-version");
+        if headers.contains_key(ANTHROPIC_VERSION) || path.ends_with("/messages") {
             Provider::Anthropic
         } else if path.ends_with("/completions")
             || path.ends_with("/responses")
@@ -354,6 +377,10 @@ impl LlmRequest for Request<Bytes> {
         meta(self)?.model.as_deref()
     }
 
+    fn model_shared(&self) -> Option<Arc<str>> {
+        meta(self)?.model.clone()
+    }
+
     fn max_output_tokens(&self) -> Option<u32> {
         meta(self)?.max_output_tokens
     }
@@ -430,6 +457,10 @@ impl LlmRequest for Request<Bytes> {
         Ok(())
     }
 
+    fn keep(&self) -> KeptRequest<Self> {
+        keep::keep_http(self)
+    }
+
     fn extensions(&self) -> Option<&Extensions> {
         Some(Request::extensions(self))
     }
@@ -466,6 +497,7 @@ mod tests {
                "messages":[{"role":"user","content":"Say hello to the whole wide world"}]}"#,
         );
         assert_eq!(r.model(), Some("gpt-4o-mini"));
+        assert_eq!(r.model_shared().as_deref(), Some("gpt-4o-mini"));
         assert_eq!(r.max_output_tokens(), Some(256));
         assert!(r.is_streaming());
         assert!(!LlmRequest::is_idempotent(&r));

@@ -9,7 +9,7 @@ use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
 use seawall_core::{
-    CallContext, FailureClass, Fallback, LlmError, LlmRequest, LlmResponse, ServedBy,
+    CallContext, FailureClass, Fallback, KeptRequest, LlmError, LlmRequest, LlmResponse, ServedBy,
 };
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::util::BoxCloneSyncService;
@@ -66,7 +66,7 @@ enum Step<Resp> {
 struct Chain<S, Req, Resp> {
     shared: Arc<Shared<Req, Resp>>,
     /// The caller's request, kept to build each target's copy.
-    original: Option<Req>,
+    original: Option<KeptRequest<Req>>,
     /// A clone of the wrapped service, for targets routed to it.
     primary: Option<S>,
     /// The next target's request and service, while it is driven ready.
@@ -89,7 +89,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
     pub(crate) fn new(
         fut: F,
         shared: Arc<Shared<Req, Resp>>,
-        original: Option<Req>,
+        original: Option<KeptRequest<Req>>,
         primary: Option<S>,
         model: Option<Arc<str>>,
         cache_key: Option<u64>,
@@ -178,10 +178,12 @@ where
     }
 
     fn succeed(&mut self, mut resp: Resp) -> Step<Resp> {
-        let model = resp
-            .served_model()
-            .map(Arc::from)
-            .or_else(|| self.current_model.clone());
+        // The name the request asked for is reused when the upstream echoes it back.
+        let model = match (resp.served_model(), &self.current_model) {
+            (Some(served), Some(asked)) if served == &**asked => Some(asked.clone()),
+            (Some(served), _) => Some(Arc::from(served)),
+            (None, asked) => asked.clone(),
+        };
         let served = ServedBy {
             target: self.current_name.clone(),
             model,
@@ -251,7 +253,7 @@ where
             let Some(original) = &self.original else {
                 return self.finish(false);
             };
-            let mut req = original.clone();
+            let mut req = original.get();
             if let Err(e) = target.prepare(&mut req) {
                 // A target that cannot be built for this request (a request type that cannot
                 // switch models, a failing rewrite) is skipped, and listed.
@@ -314,8 +316,8 @@ where
                     return Step::Done(Ok(resp));
                 }
             }
-            if let (Some(degraded), Some(req)) = (&self.shared.degraded, &self.original) {
-                let mut resp = degraded(req, &err);
+            if let (Some(degraded), Some(original)) = (&self.shared.degraded, &self.original) {
+                let mut resp = degraded(&original.get(), &err);
                 let served = ServedBy {
                     target: Arc::from("degraded"),
                     model: None,

@@ -77,8 +77,9 @@ where
         let deadline_at = Deadline::earliest(own, caller).map(|d| d.instant());
         let cache_key = shared.cache.as_ref().and_then(|c| c.key(&req));
         let context = req.call_context().cloned();
-        let model = req.model().map(Arc::from);
-        let original = shared.keeps_request.then(|| req.clone());
+        let model = req.model_shared();
+        // Kept in parts, not cloned: a call the primary answers allocates nothing for it.
+        let original = shared.keeps_request.then(|| req.keep());
         // `self.inner` is the service that was driven ready: it takes this call. A clone (made
         // ready again inside the future) takes any later call routed to the primary.
         let primary = shared.uses_primary.then(|| self.inner.clone());

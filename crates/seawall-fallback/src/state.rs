@@ -27,7 +27,7 @@ pub(crate) struct Shared<Req, Resp> {
     /// Some target sends to the wrapped service: each call keeps a clone of it.
     pub(crate) uses_primary: bool,
     /// Some target or the degraded response needs the caller's request: each call keeps a
-    /// clone of it.
+    /// copy of it ([`LlmRequest::keep`](seawall_core::LlmRequest::keep)).
     pub(crate) keeps_request: bool,
 }
 

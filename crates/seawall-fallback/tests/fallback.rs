@@ -1060,3 +1060,64 @@ async fn concurrent_calls_keep_the_cache_bounded_and_never_mix_answers() {
     assert!((1..=16).contains(&entries), "{entries}");
     taken(&log);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_target_gets_the_callers_request_whole_with_only_the_model_switched() {
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Mine(u32);
+    let log = log();
+    // Each call's method, path, headers, own extension, context, and model, as the upstream
+    // saw them; the primary fails so that the target runs.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let upstream = Mock::new("up", &log, move |n, req| {
+        let headers: Vec<_> = req
+            .headers()
+            .iter()
+            .filter(|(n, _)| *n != "content-length")
+            .map(|(n, v)| format!("{n}={}", v.to_str().unwrap()))
+            .collect();
+        record.lock().unwrap().push((
+            req.method().clone(),
+            req.uri().clone(),
+            headers,
+            req.extensions().get::<Mine>().copied(),
+            req.call_context().map(|c| Arc::as_ptr(c) as usize),
+            req.model().map(str::to_owned),
+        ));
+        // The count is shared by the clones: each call's primary attempt is an even one.
+        if n % 2 == 0 {
+            fail(FailureClass::ServerError)
+        } else {
+            ok("fallback")
+        }
+    });
+    let mut svc = FallbackLayer::new([Target::model("small")]).layer(upstream);
+    for extra in [0, 6] {
+        seen.lock().unwrap().clear();
+        let mut req = request("big");
+        req.headers_mut()
+            .append("x-two", HeaderValue::from_static("a"));
+        req.headers_mut()
+            .append("x-two", HeaderValue::from_static("b"));
+        for i in 0..extra {
+            req.headers_mut().append("x-more", HeaderValue::from(i));
+        }
+        if extra > 0 {
+            req.extensions_mut().insert(Mine(extra));
+        }
+        let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(body_of(resp).await, "fallback");
+        let seen = seen.lock().unwrap();
+        let [first, target] = &seen[..] else {
+            panic!("two calls: {seen:?}")
+        };
+        assert_eq!(first.5.as_deref(), Some("big"));
+        assert_eq!(target.5.as_deref(), Some("small"));
+        assert_eq!(
+            (&first.0, &first.1, &first.2, first.3, first.4),
+            (&target.0, &target.1, &target.2, target.3, target.4)
+        );
+        assert_eq!(first.3, (extra > 0).then_some(Mine(extra)));
+    }
+}

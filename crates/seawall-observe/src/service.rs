@@ -89,7 +89,7 @@ where
         if let Some(ext) = req.extensions_mut() {
             ext.insert(context.clone());
         }
-        let model: Option<Arc<str>> = req.model().map(Arc::from);
+        let model: Option<Arc<str>> = req.model_shared();
         let span = tracing::info_span!(
             target: "seawall::observe",
             "gen_ai.call",

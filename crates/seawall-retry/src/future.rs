@@ -9,7 +9,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{Attempt, Deadline, FailureClass, GiveUp, LlmError, LlmRequest};
+use seawall_core::{Attempt, Deadline, FailureClass, GiveUp, KeptRequest, LlmError, LlmRequest};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -48,7 +48,8 @@ pin_project! {
 /// The bookkeeping of one logical call (nothing here is pinned).
 struct Call<S, Req> {
     service: S,
-    request: Req,
+    /// The request as the first attempt was sent, each retry's copy made from it.
+    request: KeptRequest<Req>,
     shared: Arc<Shared>,
     /// When the call started: set lazily, at the first poll that had to wait or the first
     /// failure, so a call answered at once never reads the clock.
@@ -77,7 +78,7 @@ where
     pub(crate) fn new(
         future: S::Future,
         service: S,
-        request: Req,
+        request: KeptRequest<Req>,
         shared: Arc<Shared>,
         deadline: Option<Deadline>,
     ) -> Self {
@@ -103,7 +104,7 @@ where
             timer: None,
             call: Call {
                 service,
-                request,
+                request: KeptRequest::whole(request),
                 shared,
                 start: None,
                 attempts: 0,
@@ -318,7 +319,7 @@ where
     fn next_request(&mut self) -> Req {
         self.attempts += 1;
         let attempt = self.attempts;
-        let mut request = self.request.clone();
+        let mut request = self.request.get();
         if let Some(name) = &self.shared.policy.attempt_header {
             if let Some(headers) = request.headers_mut() {
                 headers.insert(name.clone(), attempt_value(attempt));

@@ -90,11 +90,13 @@
 //!
 //! # What the request type must provide
 //!
-//! `Req: LlmRequest + Clone`. The layer keeps one copy of the request to resend and clones it
-//! for each retry. For `http::Request<Bytes>` the body is a reference-counted `Bytes` and is
-//! never copied; the headers and extensions are (a few small allocations, what
-//! `tower::retry::Retry` pays too). A typed request should make `Clone` cheap the same way
-//! (an `Arc` for the prompt). Headers (idempotency key, attempt number) are written through
+//! `Req: LlmRequest + Clone`. The layer keeps one copy of the request to resend
+//! ([`LlmRequest::keep`]) and makes each retry's request from it. An `http::Request<Bytes>` is
+//! kept in parts that cost no allocation (the body is a reference-counted `Bytes`, a few
+//! headers are kept inline, the extensions seawall puts in by value); the request is rebuilt
+//! only when a retry sends it. A request with many headers or extensions of other types keeps
+//! those maps cloned (a few small allocations, what `tower::retry::Retry` pays). Other request
+//! types are cloned: a typed request should make `Clone` cheap (an `Arc` for the prompt). Headers (idempotency key, attempt number) are written through
 //! [`LlmRequest::headers_mut`]; request types without headers are sent unchanged.
 //!
 //! The inner service must be `Clone` (tower's `mem::replace` pattern keeps a ready service for
@@ -104,7 +106,7 @@
 //!
 //! # Cost of a call that needs no retry
 //!
-//! One request clone and one service clone, as `tower::retry::Retry`; one reference-count
+//! One kept request (above) and one service clone; one reference-count
 //! increment for the layer's shared state; one atomic add for the retry budget (a plain read
 //! once the saved credit is full); no clock read, no timer and no allocation (the idempotency
 //! key, when asked for, is the only one). The clock is read and the one timer armed only when

@@ -93,7 +93,8 @@ where
         if let Some(cx) = req.call_context() {
             cx.update(|facts| facts.attempts += 1);
         }
-        let retained = req.clone();
+        // Kept in parts, not cloned: a call that is never retried allocates nothing for it.
+        let retained = req.keep();
         // tower's contract: `call` only on a service that said it was ready. The one that did
         // makes this attempt and goes with the future for the retries (which poll it ready
         // again first); the fresh clone left here has not been polled, so the caller's next

@@ -820,3 +820,72 @@ async fn dropping_the_call_cancels_the_attempt_in_flight() {
     tokio::time::sleep(secs(30.0)).await;
     assert_eq!(mock.calls(), 1);
 }
+
+/// What an upstream saw of one HTTP attempt.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    method: http::Method,
+    uri: http::Uri,
+    body: Bytes,
+    headers: Vec<(String, String)>,
+    mine: Option<u32>,
+    model: Option<String>,
+    context: bool,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_sends_the_http_request_exactly_as_the_first_attempt() {
+    use seawall_core::LlmRequest;
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Mine(u32);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let upstream = tower::service_fn(move |req: http::Request<Bytes>| {
+        let mut log = log.lock().unwrap();
+        log.push(Seen {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            body: req.body().clone(),
+            headers: req
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+                .collect(),
+            mine: req.extensions().get::<Mine>().map(|m| m.0),
+            model: req.model().map(str::to_owned),
+            context: req.call_context().is_some(),
+        });
+        let answer = if log.len() < 3 {
+            Err(server_error())
+        } else {
+            Ok("ok")
+        };
+        std::future::ready(answer)
+    });
+    let mut svc = builder().build().unwrap().layer(upstream);
+    // Few headers and only seawall's extensions (kept in parts), then many headers and one of
+    // the caller's own (kept whole): every attempt of a call is the same request.
+    let mut few = http_request();
+    few.headers_mut().append("x-two", "a".parse().unwrap());
+    few.headers_mut().append("x-two", "b".parse().unwrap());
+    few.extensions_mut().insert(Arc::new(CallContext::new()));
+    let mut many = http_request();
+    for i in 0..6 {
+        many.headers_mut()
+            .append("x-many", i.to_string().parse().unwrap());
+    }
+    many.extensions_mut().insert(Mine(7));
+    for req in [few, many] {
+        seen.lock().unwrap().clear();
+        ServiceExt::<http::Request<Bytes>>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[0].model.as_deref(), Some("gpt-4o-mini"));
+        assert!(seen[1..].iter().all(|s| *s == seen[0]), "{seen:#?}");
+    }
+}

@@ -42,7 +42,8 @@ impl RequestMeta {
     /// estimate) rather than an error: the upstream, not seawall, rejects bad requests.
     ///
     /// One pass of a typed, borrowing deserializer: the prompt's text is counted as it goes
-    /// by, never copied, so the only allocations are the model and key strings.
+    /// by, never copied; the model and key strings are shared with the thread's earlier
+    /// requests that named the same ones, so a usual call allocates nothing here.
     ///
     /// What is read, and how odd values are taken (never a panic):
     ///
@@ -69,7 +70,14 @@ impl RequestMeta {
     pub fn parse(req: &Request<Bytes>) -> RequestMeta {
         let provider = Provider::detect(req.uri(), req.headers());
         let wire: Wire<'_> = serde_json::from_slice(req.body()).unwrap_or_default();
-        let model: Option<Arc<str>> = wire.model.as_deref().map(Arc::from);
+        let host = req.uri().host().unwrap_or("upstream");
+        let (model, key) = match wire.model.as_deref() {
+            Some(m) => {
+                let (model, key) = names::shared(host, m);
+                (Some(model), Some(key))
+            }
+            None => (None, None),
+        };
         let max_output_tokens = wire.max_output.map(clamp_u32);
         let text = wire.text;
         let estimate = text
@@ -79,12 +87,6 @@ impl RequestMeta {
         let mut media = text.media;
         // Raw data no enclosing part claimed (an unknown kind of part): priced as a file.
         media.files = media.files.saturating_add(text.opaque);
-        let key = model.as_ref().map(|m| {
-            Arc::from(crate::bound_key(&format!(
-                "{}/{m}",
-                req.uri().host().unwrap_or("upstream")
-            )))
-        });
         RequestMeta {
             provider,
             model,
@@ -100,6 +102,126 @@ impl RequestMeta {
 
 fn clamp_u32(n: u64) -> u32 {
     n.min(u64::from(u32::MAX)) as u32
+}
+
+/// The model name and the state key (`host/model`) of a request, shared between the
+/// requests that name the same ones.
+///
+/// Every call of an application names one of a handful of models on one or two hosts, and
+/// building the two strings anew cost three allocations per call (the name, the formatted
+/// key, its shared copy). Each thread keeps the last few pairs it built and hands out clones
+/// of them: a reference count each, no allocation. Only short names are kept (a request is
+/// untrusted input: a megabyte of model name is built for its one call and dropped), and at
+/// most [`KEPT`](names::KEPT) pairs, replaced in turn, so what a thread keeps stays small
+/// whatever the requests name.
+mod names {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    /// Pairs kept per thread.
+    pub(super) const KEPT: usize = 8;
+
+    /// The pairs a thread built last, and which one the next new pair replaces.
+    struct Kept {
+        pairs: Vec<(Arc<str>, Arc<str>)>,
+        next: usize,
+    }
+
+    thread_local! {
+        static KEPT_PAIRS: RefCell<Kept> = const {
+            RefCell::new(Kept { pairs: Vec::new(), next: 0 })
+        };
+    }
+
+    /// Whether `key` is exactly `host/model`.
+    fn is_key_of(key: &str, host: &str, model: &str) -> bool {
+        key.len() == host.len() + 1 + model.len()
+            && key.starts_with(host)
+            && key.as_bytes()[host.len()] == b'/'
+            && key.ends_with(model)
+    }
+
+    /// The model name and its state key, `bound_key("{host}/{model}")`.
+    pub(super) fn shared(host: &str, model: &str) -> (Arc<str>, Arc<str>) {
+        // A key that `bound_key` would cut is built every time (it is never kept, so
+        // `is_key_of` only ever compares keys that were not cut).
+        if host.len() + 1 + model.len() > crate::MAX_KEY_LEN {
+            return build(host, model);
+        }
+        let found = KEPT_PAIRS.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if let Some((m, k)) = kept
+                .pairs
+                .iter()
+                .find(|(m, k)| **m == *model && is_key_of(k, host, model))
+            {
+                return (m.clone(), k.clone());
+            }
+            let pair = build(host, model);
+            let kept = &mut *kept;
+            if kept.pairs.len() < KEPT {
+                kept.pairs.push(pair.clone());
+            } else {
+                kept.pairs[kept.next] = pair.clone();
+                kept.next = (kept.next + 1) % KEPT;
+            }
+            pair
+        });
+        // The thread is exiting (its locals are gone): build them as before.
+        found.unwrap_or_else(|_| build(host, model))
+    }
+
+    fn build(host: &str, model: &str) -> (Arc<str>, Arc<str>) {
+        let key = Arc::from(crate::bound_key(&format!("{host}/{model}")));
+        (Arc::from(model), key)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_same_names_are_shared_not_built_again() {
+            let (m1, k1) = shared("api.openai.com", "gpt-4o");
+            let (m2, k2) = shared("api.openai.com", "gpt-4o");
+            assert_eq!((&*m1, &*k1), ("gpt-4o", "api.openai.com/gpt-4o"));
+            assert!(Arc::ptr_eq(&m1, &m2) && Arc::ptr_eq(&k1, &k2));
+        }
+
+        #[test]
+        fn another_host_or_model_gets_its_own_key() {
+            let (_, k) = shared("a.example", "gpt-4o");
+            let (_, other_host) = shared("b.example", "gpt-4o");
+            let (m, other_model) = shared("a.example", "gpt-4o-mini");
+            assert_eq!(&*k, "a.example/gpt-4o");
+            assert_eq!(&*other_host, "b.example/gpt-4o");
+            assert_eq!(
+                (&*m, &*other_model),
+                ("gpt-4o-mini", "a.example/gpt-4o-mini")
+            );
+            // A host and model that join to the same text are still told apart by the model.
+            let (m, k) = shared("a.example/gpt", "4o");
+            assert_eq!((&*m, &*k), ("4o", "a.example/gpt/4o"));
+        }
+
+        #[test]
+        fn a_thread_keeps_a_bounded_number_of_names() {
+            for i in 0..3 * KEPT {
+                let (m, k) = shared("h", &format!("model-{i}"));
+                assert_eq!(&*k, format!("h/{m}"));
+            }
+            KEPT_PAIRS.with(|kept| assert_eq!(kept.borrow().pairs.len(), KEPT));
+        }
+
+        #[test]
+        fn a_long_key_is_bounded_as_before_and_not_kept() {
+            let model = "m".repeat(crate::MAX_KEY_LEN);
+            let (m, k) = shared("h", &model);
+            assert_eq!(&*m, model);
+            assert_eq!(&*k, &*crate::bound_key(&format!("h/{model}")));
+            KEPT_PAIRS.with(|kept| assert!(kept.borrow().pairs.iter().all(|(m, _)| m.len() < 100)));
+        }
+    }
 }
 
 /// The fields of an OpenAI- or Anthropic-style request body that seawall reads.
