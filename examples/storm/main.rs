@@ -89,8 +89,8 @@ usage: cargo run --release --example storm -- [options]
                     rate limits shared in Redis; in process, on real time (a scaled workload)
   --repeat SHARE    a share of calls (0 to 1, e.g. 0.3) asks one of 40 frequent questions again,
                     word for word, and seawall runs once more with a CacheLayer in its stack
-  --resume          seawall runs once more with a ContinueLayer in its stack: a stream cut after
-                    its first token is resumed where it stopped instead of failing
+  --no-resume       seawall runs once more without the ContinueLayer of its recommended stack:
+                    what resuming streams cut after their first token buys
   --redis URL       the Redis of --replicas (default: start redis-server from the PATH on a
                     free loopback port, without persistence, and stop it at the end)
   -h, --help        this text";
@@ -158,7 +158,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                 args.replicas = Some(number("--replicas", value("--replicas")?)? as usize)
             }
             "--redis" => args.redis = Some(value("--redis")?),
-            "--resume" => args.resume = true,
+            "--no-resume" => args.resume = true,
             "--repeat" => {
                 let v = value("--repeat")?;
                 args.repeat = v
@@ -182,7 +182,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
     }
     if args.resume && args.replicas.is_some() {
         return Err(
-            "--resume is for the single-process run; it does not combine with --replicas".into(),
+            "--no-resume is for the single-process run; it does not combine with --replicas".into(),
         );
     }
     if args.incident != Incident::Storm && args.replicas.is_some() {
@@ -296,11 +296,11 @@ fn run(args: &Args) -> Result<usize, String> {
     } else {
         None
     };
-    // The resumption's run: seawall's stack again, with a ContinueLayer outside fallback.
+    // The run without resumption: seawall's stack again, without its ContinueLayer.
     let resumed = if args.resume {
-        progress.set_message("8 seawall + resume");
+        progress.set_message("8 seawall, no resume");
         let with_resume = SeawallSetup {
-            resume: true,
+            resume: false,
             ..setup.clone()
         };
         let mut run = run_once(
@@ -310,7 +310,7 @@ fn run(args: &Args) -> Result<usize, String> {
             &progress,
             args.http,
         )?;
-        run.label = "8 seawall + resume".to_owned();
+        run.label = "8 seawall, no resume".to_owned();
         Some(run)
     } else {
         None
@@ -337,9 +337,9 @@ fn run(args: &Args) -> Result<usize, String> {
     }
     if resumed.is_some() {
         println!(
-            "  {:<20} the same stack with a ContinueLayer outside fallback: a stream cut after its \
-             first token is resumed",
-            "8 seawall + resume"
+            "  {:<20} the same stack without its ContinueLayer: a stream cut after its first token \
+             fails instead of resuming",
+            "8 seawall, no resume"
         );
     }
     println!();

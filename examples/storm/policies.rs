@@ -105,10 +105,11 @@ impl Policy {
                 "emulated: its timeouts, mid-stream recovery, other deployments per group",
             ],
             Policy::Seawall => &[
-                "observe > fallback (to the backup provider; gpt-4.1 for context-length errors)",
-                "> context guard (the models' windows) > retry > cost budget (the run's limit) >",
-                "breaker > gate (200 permits, the providers' RPM/TPM) > stream timeouts (first",
-                "token 8 s, idle 10 s) > classify; every other setting at its default",
+                "observe > continue (resumes a stream cut after its first token) > fallback (to",
+                "the backup provider; gpt-4.1 for context-length errors) > context guard (the",
+                "models' windows) > retry > cost budget (the run's limit) > breaker > gate (200",
+                "permits, the providers' RPM/TPM) > stream timeouts (idle 10 s) > classify; every",
+                "other setting at its default (first token 60 s)",
             ],
         }
     }
@@ -567,23 +568,25 @@ pub(crate) struct SeawallSetup {
     pub(crate) breaker_state: Option<RedisBreakerState>,
     /// Whether a `CacheLayer` (in memory) sits between observe and fallback (`--repeat`).
     pub(crate) cache: bool,
-    /// Whether a `ContinueLayer` sits just outside fallback (`--resume`): cut streams resumed.
+    /// Whether a `ContinueLayer` sits just outside fallback, as in the recommended stack: cut
+    /// streams resumed (off for `--no-resume`'s extra run).
     pub(crate) resume: bool,
 }
 
 impl SeawallSetup {
     /// One process's setup before the run's limit is known: no budget to speak of (the limit
-    /// is set from the calm run), 200 permits, 8 s to the first token, everything in memory.
+    /// is set from the calm run), 200 permits, the default 60 s to the first token, cut streams
+    /// resumed, everything in memory.
     pub(crate) fn in_process() -> SeawallSetup {
         SeawallSetup {
             budget: Usd::from_dollars(1_000_000),
             concurrency: 200,
-            first_token_timeout: Duration::from_secs(8),
+            first_token_timeout: Duration::from_secs(60),
             budget_store: None,
             breaker_state: None,
             gate_rates: true,
             cache: false,
-            resume: false,
+            resume: true,
         }
     }
 }
