@@ -398,24 +398,66 @@ impl<'a> JsonCursor<'a> {
 
     /// Any JSON value, checked and skipped; `depth` is the nesting of the value.
     pub fn skip(&mut self, depth: u32) -> Option<()> {
+        self.skip_value(depth, false)
+    }
+
+    /// Any JSON value, skipped as a serde derive skips a member it does not know
+    /// (`IgnoredAny`): like [`skip`](Self::skip), but a number only has to follow JSON's
+    /// grammar, since its value is never computed (an exponent or any count of digits).
+    pub fn skip_ignored(&mut self, depth: u32) -> Option<()> {
+        self.skip_value(depth, true)
+    }
+
+    fn skip_value(&mut self, depth: u32, ignored: bool) -> Option<()> {
         match self.kind()? {
             JsonKind::Object => {
                 if depth >= MAX_DEPTH {
                     return None;
                 }
-                self.object(|s, _| s.skip(depth + 1))
+                self.object(|s, _| s.skip_value(depth + 1, ignored))
             }
             JsonKind::Array => {
                 if depth >= MAX_DEPTH {
                     return None;
                 }
-                self.array(|s| s.skip(depth + 1)).map(|_| ())
+                self.array(|s| s.skip_value(depth + 1, ignored)).map(|_| ())
             }
             JsonKind::String => self.string().map(|_| ()),
             JsonKind::Bool => self.boolean().map(|_| ()),
             JsonKind::Null => self.literal(b"null"),
+            JsonKind::Number if ignored => self.any_number(),
             JsonKind::Number => self.number(),
         }
+    }
+
+    /// A number of JSON's grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    fn any_number(&mut self) -> Option<()> {
+        if self.peek()? == b'-' {
+            self.i += 1;
+        }
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.i;
+        self.digits();
+        (self.i > start).then_some(())
     }
 }
 

@@ -14,14 +14,14 @@
 //! nesting below 64 levels), and gives up with `None` on everything else: errors, tool calls,
 //! several choices, unusual spellings. The serde path then decides, and says why not. A test
 //! holds the two to the same verdict and usage on generated and damaged bodies.
+//!
+//! The walking itself is core's [`JsonCursor`], which the classifier reads answers and events
+//! with too; only the answer's shape (which members are stored, which refuse) is here.
 
+use seawall_core::json_scan::{JsonCursor, Seen};
 use seawall_core::{FinishReason, Usage};
 
 use super::Wire;
-use crate::key::fast::plain_prefix;
-
-/// Deeper bodies are left to serde (which stops at 128 levels).
-const MAX_DEPTH: u32 = 64;
 
 /// What the scan found in a body it is sure is a cacheable answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,15 +35,12 @@ pub(crate) struct Facts {
 pub(crate) fn answer(wire: Wire, body: &[u8]) -> Option<Facts> {
     // Valid UTF-8 throughout (stricter than serde, which skips unknown strings unchecked:
     // the doubtful bodies go to serde). Outside strings, non-ASCII is a syntax error anyway.
-    std::str::from_utf8(body).ok()?;
-    let mut s = Scan { b: body, i: 0 };
-    s.ws();
+    let mut s = JsonCursor::new(std::str::from_utf8(body).ok()?);
     let usage = match wire {
-        Wire::OpenAiChat => s.openai()?,
-        Wire::AnthropicMessages => s.anthropic()?,
+        Wire::OpenAiChat => openai(&mut s)?,
+        Wire::AnthropicMessages => anthropic(&mut s)?,
     };
-    s.ws();
-    (s.i == body.len()).then_some(Facts { usage })
+    s.at_end().then_some(Facts { usage })
 }
 
 /// Whether a finish word is one whose answer is stored: a natural stop or the token limit.
@@ -57,494 +54,229 @@ fn storable_finish(word: &[u8]) -> bool {
     )
 }
 
-/// A JSON string's span: its content (between the quotes) and whether it has escapes.
-#[derive(Clone, Copy)]
-struct Str {
-    start: usize,
-    end: usize,
-    escaped: bool,
+/// A string or `null`.
+fn text(c: &mut JsonCursor<'_>) -> Option<()> {
+    if c.null()? {
+        return Some(());
+    }
+    c.string().map(|_| ())
 }
 
-struct Scan<'a> {
-    b: &'a [u8],
-    i: usize,
+/// A count or `null`, which counts as 0 (as an absent `Option<u64>` does).
+fn count_or_zero(c: &mut JsonCursor<'_>) -> Option<u64> {
+    c.count_or_null().map(Option::unwrap_or_default)
 }
 
-/// Known members seen so far in one object, to refuse duplicates (serde's derive rejects a
-/// repeated field; an unknown one may repeat).
-#[derive(Default)]
-struct Seen(u32);
-
-impl Seen {
-    fn first(&mut self, bit: u32) -> Option<()> {
-        let mask = 1 << bit;
-        if self.0 & mask != 0 {
-            return None;
+/// A Chat Completions body.
+fn openai(c: &mut JsonCursor<'_>) -> Option<Usage> {
+    const ID: u32 = 0;
+    const CREATED: u32 = 1;
+    const MODEL: u32 = 2;
+    const CHOICES: u32 = 3;
+    const USAGE: u32 = 4;
+    let mut seen = Seen::default();
+    let mut usage = Usage::default();
+    c.object(|s, name| match name {
+        b"id" => {
+            seen.first(ID)?;
+            text(s)
         }
-        self.0 |= mask;
-        Some(())
-    }
-
-    fn has(&self, bit: u32) -> bool {
-        self.0 & (1 << bit) != 0
-    }
+        b"model" => {
+            seen.first(MODEL)?;
+            text(s)
+        }
+        b"created" => {
+            seen.first(CREATED)?;
+            s.count_or_null().map(|_| ())
+        }
+        b"choices" => {
+            seen.first(CHOICES)?;
+            // Exactly one choice.
+            (s.array(openai_choice)? == 1).then_some(())
+        }
+        b"usage" => {
+            seen.first(USAGE)?;
+            if !s.null()? {
+                usage = openai_usage(s)?;
+            }
+            Some(())
+        }
+        _ => s.skip_ignored(1),
+    })?;
+    seen.has(CHOICES).then_some(usage)
 }
 
-impl<'a> Scan<'a> {
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
-
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
-            self.i += 1;
+fn openai_choice(c: &mut JsonCursor<'_>) -> Option<()> {
+    const MESSAGE: u32 = 0;
+    const LOGPROBS: u32 = 1;
+    const FINISH: u32 = 2;
+    let mut seen = Seen::default();
+    c.object(|s, name| match name {
+        b"message" => {
+            seen.first(MESSAGE)?;
+            openai_message(s)
         }
-    }
-
-    /// Skips whitespace and takes `c`, or gives up.
-    fn eat(&mut self, c: u8) -> Option<()> {
-        self.ws();
-        (self.peek()? == c).then(|| self.i += 1)
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        let end = self.i + word.len();
-        (self.b.get(self.i..end)? == word).then(|| self.i = end)
-    }
-
-    /// `null` next (after whitespace)?
-    fn null(&mut self) -> Option<bool> {
-        self.ws();
-        if self.peek()? == b'n' {
-            self.literal(b"null")?;
-            return Some(true);
-        }
-        Some(false)
-    }
-
-    fn bytes(&self, s: Str) -> &'a [u8] {
-        &self.b[s.start..s.end]
-    }
-
-    /// A string whose `"` is next (after whitespace).
-    fn string(&mut self) -> Option<Str> {
-        self.ws();
-        if self.peek()? != b'"' {
-            return None;
-        }
-        self.i += 1;
-        let start = self.i;
-        let mut escaped = false;
-        loop {
-            let (n, _) = plain_prefix(&self.b[self.i..]);
-            self.i += n;
-            match self.peek()? {
-                b'"' => {
-                    let end = self.i;
-                    self.i += 1;
-                    return Some(Str {
-                        start,
-                        end,
-                        escaped,
-                    });
-                }
-                b'\\' => {
-                    escaped = true;
-                    self.i += 1;
-                    match self.peek()? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
-                        b'u' => {
-                            let hex = self.b.get(self.i + 1..self.i + 5)?;
-                            let hex = std::str::from_utf8(hex).ok()?;
-                            let code = u16::from_str_radix(hex, 16).ok()?;
-                            // `from_str_radix` takes a sign: four hex digits only.
-                            if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-                                return None;
-                            }
-                            // Surrogates (paired or not) are left to serde.
-                            if (0xD800..=0xDFFF).contains(&code) {
-                                return None;
-                            }
-                            self.i += 5;
-                        }
-                        _ => return None,
-                    }
-                }
-                // A control character: serde refuses it.
-                _ => return None,
-            }
-        }
-    }
-
-    /// A string or `null`.
-    fn text(&mut self) -> Option<()> {
-        if self.null()? {
-            return Some(());
-        }
-        self.string().map(|_| ())
-    }
-
-    /// A member's name whose `"` is next, unescaped (an escaped name is left to serde), and
-    /// its `:`.
-    fn key(&mut self) -> Option<&'a [u8]> {
-        let s = self.string()?;
-        if s.escaped {
-            return None;
-        }
-        self.eat(b':')?;
-        Some(self.bytes(s))
-    }
-
-    /// The members of an object whose `{` is next, each handed to `member` with its name;
-    /// `member` reads the value.
-    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        self.ws();
-        if self.peek()? == b'}' {
-            self.i += 1;
-            return Some(());
-        }
-        loop {
-            self.ws();
-            let name = self.key()?;
-            member(self, name)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// An unsigned integer as serde reads a `u64`: digits only, no leading zero, no fraction
-    /// or exponent, no overflow.
-    fn count(&mut self) -> Option<u64> {
-        self.ws();
-        let start = self.i;
-        let mut n: u64 = 0;
-        while let Some(c @ b'0'..=b'9') = self.peek() {
-            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-            self.i += 1;
-        }
-        let len = self.i - start;
-        if len == 0 || (len > 1 && self.b[start] == b'0') {
-            return None;
-        }
-        // `1.0` or `1e3` is a float to serde: refused for a `u64`.
-        if let Some(b'.' | b'e' | b'E') = self.peek() {
-            return None;
-        }
-        Some(n)
-    }
-
-    /// A count or `null`, which counts as 0 (as an absent `Option<u64>` does).
-    fn count_or_null(&mut self) -> Option<u64> {
-        if self.null()? {
-            return Some(0);
-        }
-        self.count()
-    }
-
-    /// Any JSON value, checked as serde checks it and skipped.
-    fn skip(&mut self, depth: u32) -> Option<()> {
-        self.ws();
-        match self.peek()? {
-            b'{' => {
-                if depth >= MAX_DEPTH {
-                    return None;
-                }
-                self.object(|s, _| s.skip(depth + 1))
-            }
-            b'[' => {
-                if depth >= MAX_DEPTH {
-                    return None;
-                }
-                self.array(|s| s.skip(depth + 1)).map(|_| ())
-            }
-            b'"' => self.string().map(|_| ()),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            b'-' | b'0'..=b'9' => self.number(),
-            _ => None,
-        }
-    }
-
-    /// The elements of an array whose `[` is next; gives back how many.
-    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<usize> {
-        self.eat(b'[')?;
-        self.ws();
-        if self.peek()? == b']' {
-            self.i += 1;
-            return Some(0);
-        }
-        let mut n = 0;
-        loop {
-            element(self)?;
-            n += 1;
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(n);
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// A number of JSON's grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
-    fn number(&mut self) -> Option<()> {
-        if self.peek()? == b'-' {
-            self.i += 1;
-        }
-        match self.peek()? {
-            b'0' => self.i += 1,
-            b'1'..=b'9' => self.digits(),
-            _ => return None,
-        }
-        if self.peek() == Some(b'.') {
-            self.i += 1;
-            self.some_digits()?;
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.i += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.i += 1;
-            }
-            self.some_digits()?;
-        }
-        Some(())
-    }
-
-    fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.i += 1;
-        }
-    }
-
-    fn some_digits(&mut self) -> Option<()> {
-        let start = self.i;
-        self.digits();
-        (self.i > start).then_some(())
-    }
-
-    /// A Chat Completions body.
-    fn openai(&mut self) -> Option<Usage> {
-        const ID: u32 = 0;
-        const CREATED: u32 = 1;
-        const MODEL: u32 = 2;
-        const CHOICES: u32 = 3;
-        const USAGE: u32 = 4;
-        let mut seen = Seen::default();
-        let mut usage = Usage::default();
-        self.object(|s, name| match name {
-            b"id" => {
-                seen.first(ID)?;
-                s.text()
-            }
-            b"model" => {
-                seen.first(MODEL)?;
-                s.text()
-            }
-            b"created" => {
-                seen.first(CREATED)?;
-                s.count_or_null().map(|_| ())
-            }
-            b"choices" => {
-                seen.first(CHOICES)?;
-                // Exactly one choice.
-                (s.array(Self::openai_choice)? == 1).then_some(())
-            }
-            b"usage" => {
-                seen.first(USAGE)?;
-                if !s.null()? {
-                    usage = s.openai_usage()?;
-                }
-                Some(())
-            }
-            _ => s.skip(1),
-        })?;
-        seen.has(CHOICES).then_some(usage)
-    }
-
-    fn openai_choice(&mut self) -> Option<()> {
-        const MESSAGE: u32 = 0;
-        const LOGPROBS: u32 = 1;
-        const FINISH: u32 = 2;
-        let mut seen = Seen::default();
-        self.object(|s, name| match name {
-            b"message" => {
-                seen.first(MESSAGE)?;
-                s.openai_message()
-            }
-            b"logprobs" => {
-                seen.first(LOGPROBS)?;
-                // Log probabilities are not replayed: only `null` is stored.
-                s.null()?.then_some(())
-            }
-            b"finish_reason" => {
-                seen.first(FINISH)?;
-                let word = s.string()?;
-                (!word.escaped && storable_finish(s.bytes(word))).then_some(())
-            }
-            _ => s.skip(2),
-        })?;
-        (seen.has(MESSAGE) && seen.has(FINISH)).then_some(())
-    }
-
-    fn openai_message(&mut self) -> Option<()> {
-        const CONTENT: u32 = 0;
-        const TOOL_CALLS: u32 = 1;
-        const FUNCTION_CALL: u32 = 2;
-        const REFUSAL: u32 = 3;
-        const AUDIO: u32 = 4;
-        let mut seen = Seen::default();
-        self.object(|s, name| {
-            let bit = match name {
-                b"content" => {
-                    seen.first(CONTENT)?;
-                    return s.string().map(|_| ());
-                }
-                b"tool_calls" => TOOL_CALLS,
-                b"function_call" => FUNCTION_CALL,
-                b"refusal" => REFUSAL,
-                b"audio" => AUDIO,
-                _ => return s.skip(3),
-            };
-            // Anything but plain text: only `null` (or absent) is stored.
-            seen.first(bit)?;
+        b"logprobs" => {
+            seen.first(LOGPROBS)?;
+            // Log probabilities are not replayed: only `null` is stored.
             s.null()?.then_some(())
-        })?;
-        seen.has(CONTENT).then_some(())
-    }
+        }
+        b"finish_reason" => {
+            seen.first(FINISH)?;
+            let word = s.string()?;
+            (!word.escaped && storable_finish(s.bytes(word))).then_some(())
+        }
+        _ => s.skip_ignored(2),
+    })?;
+    (seen.has(MESSAGE) && seen.has(FINISH)).then_some(())
+}
 
-    fn openai_usage(&mut self) -> Option<Usage> {
-        const PROMPT: u32 = 0;
-        const COMPLETION: u32 = 1;
-        const DETAILS: u32 = 2;
-        let mut seen = Seen::default();
-        let mut usage = Usage::default();
-        self.object(|s, name| match name {
-            b"prompt_tokens" => {
-                seen.first(PROMPT)?;
-                usage.input_tokens = s.count()?;
-                Some(())
-            }
-            b"completion_tokens" => {
-                seen.first(COMPLETION)?;
-                usage.output_tokens = s.count()?;
-                Some(())
-            }
-            b"prompt_tokens_details" => {
-                seen.first(DETAILS)?;
-                if s.null()? {
-                    return Some(());
-                }
-                let mut cached_seen = Seen::default();
-                s.object(|s, name| match name {
-                    b"cached_tokens" => {
-                        cached_seen.first(0)?;
-                        usage.cached_input_tokens = s.count_or_null()?;
-                        Some(())
-                    }
-                    _ => s.skip(3),
-                })
-            }
-            _ => s.skip(2),
-        })?;
-        Some(usage)
-    }
-
-    /// A Messages body.
-    fn anthropic(&mut self) -> Option<Usage> {
-        const ID: u32 = 0;
-        const TYPE: u32 = 1;
-        const MODEL: u32 = 2;
-        const CONTENT: u32 = 3;
-        const STOP: u32 = 4;
-        const USAGE: u32 = 5;
-        let mut seen = Seen::default();
-        let mut usage = Usage::default();
-        self.object(|s, name| match name {
-            b"id" => {
-                seen.first(ID)?;
-                s.text()
-            }
-            b"model" => {
-                seen.first(MODEL)?;
-                s.text()
-            }
-            b"type" => {
-                seen.first(TYPE)?;
-                let kind = s.string()?;
-                (!kind.escaped && s.bytes(kind) == b"message").then_some(())
-            }
+fn openai_message(c: &mut JsonCursor<'_>) -> Option<()> {
+    const CONTENT: u32 = 0;
+    const TOOL_CALLS: u32 = 1;
+    const FUNCTION_CALL: u32 = 2;
+    const REFUSAL: u32 = 3;
+    const AUDIO: u32 = 4;
+    let mut seen = Seen::default();
+    c.object(|s, name| {
+        let bit = match name {
             b"content" => {
                 seen.first(CONTENT)?;
-                // No block, or one text block.
-                (s.array(Self::anthropic_block)? <= 1).then_some(())
+                return s.string().map(|_| ());
             }
-            b"stop_reason" => {
-                seen.first(STOP)?;
-                let word = s.string()?;
-                (!word.escaped && storable_finish(s.bytes(word))).then_some(())
-            }
-            b"usage" => {
-                seen.first(USAGE)?;
-                if !s.null()? {
-                    usage = s.anthropic_usage()?;
-                }
-                Some(())
-            }
-            _ => s.skip(1),
-        })?;
-        (seen.has(TYPE) && seen.has(STOP)).then_some(usage)
-    }
+            b"tool_calls" => TOOL_CALLS,
+            b"function_call" => FUNCTION_CALL,
+            b"refusal" => REFUSAL,
+            b"audio" => AUDIO,
+            _ => return s.skip_ignored(3),
+        };
+        // Anything but plain text: only `null` (or absent) is stored.
+        seen.first(bit)?;
+        s.null()?.then_some(())
+    })?;
+    seen.has(CONTENT).then_some(())
+}
 
-    fn anthropic_block(&mut self) -> Option<()> {
-        let mut seen = Seen::default();
-        self.object(|s, name| match name {
-            b"type" => {
-                seen.first(0)?;
-                let kind = s.string()?;
-                (!kind.escaped && s.bytes(kind) == b"text").then_some(())
-            }
-            b"text" => {
-                seen.first(1)?;
-                s.text()
-            }
-            _ => s.skip(3),
-        })?;
-        seen.has(0).then_some(())
-    }
-
-    fn anthropic_usage(&mut self) -> Option<Usage> {
-        let mut seen = Seen::default();
-        let (mut input, mut output, mut cached) = (0, 0, 0);
-        self.object(|s, name| {
-            let (bit, slot) = match name {
-                b"input_tokens" => (0, &mut input),
-                b"output_tokens" => (1, &mut output),
-                b"cache_read_input_tokens" => (2, &mut cached),
-                _ => return s.skip(2),
-            };
-            seen.first(bit)?;
-            *slot = s.count_or_null()?;
+fn openai_usage(c: &mut JsonCursor<'_>) -> Option<Usage> {
+    const PROMPT: u32 = 0;
+    const COMPLETION: u32 = 1;
+    const DETAILS: u32 = 2;
+    let mut seen = Seen::default();
+    let mut usage = Usage::default();
+    c.object(|s, name| match name {
+        b"prompt_tokens" => {
+            seen.first(PROMPT)?;
+            usage.input_tokens = s.count()?;
             Some(())
-        })?;
-        Some(Usage {
-            // As the serde path counts: the input includes the cache reads.
-            input_tokens: input.saturating_add(cached),
-            output_tokens: output,
-            cached_input_tokens: cached,
-        })
-    }
+        }
+        b"completion_tokens" => {
+            seen.first(COMPLETION)?;
+            usage.output_tokens = s.count()?;
+            Some(())
+        }
+        b"prompt_tokens_details" => {
+            seen.first(DETAILS)?;
+            if s.null()? {
+                return Some(());
+            }
+            let mut cached_seen = Seen::default();
+            s.object(|s, name| match name {
+                b"cached_tokens" => {
+                    cached_seen.first(0)?;
+                    usage.cached_input_tokens = count_or_zero(s)?;
+                    Some(())
+                }
+                _ => s.skip_ignored(3),
+            })
+        }
+        _ => s.skip_ignored(2),
+    })?;
+    Some(usage)
+}
+
+/// A Messages body.
+fn anthropic(c: &mut JsonCursor<'_>) -> Option<Usage> {
+    const ID: u32 = 0;
+    const TYPE: u32 = 1;
+    const MODEL: u32 = 2;
+    const CONTENT: u32 = 3;
+    const STOP: u32 = 4;
+    const USAGE: u32 = 5;
+    let mut seen = Seen::default();
+    let mut usage = Usage::default();
+    c.object(|s, name| match name {
+        b"id" => {
+            seen.first(ID)?;
+            text(s)
+        }
+        b"model" => {
+            seen.first(MODEL)?;
+            text(s)
+        }
+        b"type" => {
+            seen.first(TYPE)?;
+            let kind = s.string()?;
+            (!kind.escaped && s.bytes(kind) == b"message").then_some(())
+        }
+        b"content" => {
+            seen.first(CONTENT)?;
+            // No block, or one text block.
+            (s.array(anthropic_block)? <= 1).then_some(())
+        }
+        b"stop_reason" => {
+            seen.first(STOP)?;
+            let word = s.string()?;
+            (!word.escaped && storable_finish(s.bytes(word))).then_some(())
+        }
+        b"usage" => {
+            seen.first(USAGE)?;
+            if !s.null()? {
+                usage = anthropic_usage(s)?;
+            }
+            Some(())
+        }
+        _ => s.skip_ignored(1),
+    })?;
+    (seen.has(TYPE) && seen.has(STOP)).then_some(usage)
+}
+
+fn anthropic_block(c: &mut JsonCursor<'_>) -> Option<()> {
+    let mut seen = Seen::default();
+    c.object(|s, name| match name {
+        b"type" => {
+            seen.first(0)?;
+            let kind = s.string()?;
+            (!kind.escaped && s.bytes(kind) == b"text").then_some(())
+        }
+        b"text" => {
+            seen.first(1)?;
+            text(s)
+        }
+        _ => s.skip_ignored(3),
+    })?;
+    seen.has(0).then_some(())
+}
+
+fn anthropic_usage(c: &mut JsonCursor<'_>) -> Option<Usage> {
+    let mut seen = Seen::default();
+    let (mut input, mut output, mut cached) = (0, 0, 0);
+    c.object(|s, name| {
+        let (bit, slot) = match name {
+            b"input_tokens" => (0, &mut input),
+            b"output_tokens" => (1, &mut output),
+            b"cache_read_input_tokens" => (2, &mut cached),
+            _ => return s.skip_ignored(2),
+        };
+        seen.first(bit)?;
+        *slot = count_or_zero(s)?;
+        Some(())
+    })?;
+    Some(Usage {
+        // As the serde path counts: the input includes the cache reads.
+        input_tokens: input.saturating_add(cached),
+        output_tokens: output,
+        cached_input_tokens: cached,
+    })
 }
 
 #[cfg(test)]
