@@ -1,13 +1,13 @@
 //! Per-thread helpers that keep the budget's hot path off memory other threads write.
 //!
-//! Every attempt names its model and the key of each budget as `Arc<str>` (the guard keeps
-//! them until the attempt settles, and a [`Charge`](crate::Charge) hands the keys to the
-//! store as a slice), and takes a charge id unique in the process. Done naively, each attempt
-//! allocates the slice and a fresh `Arc<str>` per key, or clones one shared copy (an atomic
-//! write on a count every thread writes), and takes its id from one process-wide counter
-//! (another). Here each thread keeps the few names and key lists it used last, and a block of
-//! ids of its own, so a steady stream of attempts allocates nothing for them and writes no
-//! cache line another thread writes.
+//! Every attempt names the key of each budget as `Arc<str>` (the guard keeps them until the
+//! attempt settles, and a [`Charge`](crate::Charge) hands the keys to the store as a slice),
+//! and takes a charge id unique in the process. Done naively, each attempt allocates the slice
+//! and a fresh `Arc<str>` per key, or clones one shared copy (an atomic write on a count every
+//! thread writes), and takes its id from one process-wide counter (another). Here each thread
+//! keeps the few key lists it used last, and a block of ids of its own, so a steady stream of
+//! attempts allocates nothing for them and writes no cache line another thread writes. (The
+//! model's name comes shared from the request: `LlmRequest::model_shared`.)
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -18,11 +18,10 @@ use seawall_core::MAX_KEY_LEN;
 /// Each budget's key, as a guard keeps them and a charge passes them to the store.
 pub(crate) type KeyList = Arc<[Option<Arc<str>>]>;
 
-/// Names remembered per thread (a model, a tenant, a user: a few per attempt).
+/// Key lists remembered per thread.
 const RECENT: usize = 8;
 
 thread_local! {
-    static NAMES: RefCell<Recent<Arc<str>>> = const { RefCell::new(Recent::new()) };
     static KEYS: RefCell<Recent<KeyList>> = const { RefCell::new(Recent::new()) };
     /// The next id of this thread's block, and the block's end.
     static IDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
@@ -30,7 +29,7 @@ thread_local! {
 
 /// The last few values made, the oldest replaced first.
 struct Recent<T> {
-    names: [Option<T>; RECENT],
+    values: [Option<T>; RECENT],
     /// The slot the next new value replaces.
     next: usize,
 }
@@ -38,34 +37,21 @@ struct Recent<T> {
 impl<T: Clone> Recent<T> {
     const fn new() -> Self {
         Recent {
-            names: [const { None }; RECENT],
+            values: [const { None }; RECENT],
             next: 0,
         }
     }
 
     /// The value `matches` finds, or the one `make` makes (remembered).
     fn get(&mut self, matches: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> T {
-        if let Some(found) = self.names.iter().flatten().find(|n| matches(n)) {
+        if let Some(found) = self.values.iter().flatten().find(|n| matches(n)) {
             return found.clone();
         }
         let new = make();
-        self.names[self.next] = Some(new.clone());
+        self.values[self.next] = Some(new.clone());
         self.next = (self.next + 1) % RECENT;
         new
     }
-}
-
-/// `name` as an `Arc<str>`: this thread's copy when it used the name recently, else a new one
-/// (remembered in place of the oldest). Names longer than a key may be are not remembered, so
-/// a thread holds at most a few short strings.
-pub(crate) fn name(name: &str) -> Arc<str> {
-    if name.len() > MAX_KEY_LEN {
-        return Arc::from(name);
-    }
-    NAMES
-        .try_with(|r| r.borrow_mut().get(|n| **n == *name, || Arc::from(name)))
-        // The thread is being torn down: no cache.
-        .unwrap_or_else(|_| Arc::from(name))
 }
 
 /// The keys `lines` (one per budget, `None` for a global one) as a shared slice: this
@@ -120,16 +106,6 @@ pub(crate) fn next_id() -> u64 {
 mod tests {
     use super::*;
     use std::collections::HashSet;
-
-    #[test]
-    fn a_recent_name_is_the_same_allocation() {
-        let a = name("tenant-a");
-        let b = name("tenant-a");
-        assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(&*name("tenant-b"), "tenant-b");
-        let long = "k".repeat(MAX_KEY_LEN + 1);
-        assert_eq!(*name(&long), *long);
-    }
 
     #[test]
     fn a_recent_key_list_is_the_same_allocation() {

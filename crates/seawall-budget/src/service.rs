@@ -148,12 +148,13 @@ where
             ),
             None => "the request names no model and the price table has no default price".into(),
         };
-        guard.set_model(model.map(Arc::from));
+        guard.set_model(req.model_shared());
         let err = LlmError::new(FailureClass::BudgetExceeded, msg).with_code("unpriced_model");
         return Err(guard.reject(err));
     };
-    // This thread's copy of the name: no allocation, and no count shared with other threads.
-    guard.set_model(model.map(crate::local::name));
+    // The request's shared copy of the name (an HTTP request's `prepare` made it, from a
+    // per-thread cache): no allocation.
+    guard.set_model(req.model_shared());
     guard.set_price(price);
     let max_output = match (req.max_output_tokens(), core.missing_max) {
         (Some(n), _) => n,
