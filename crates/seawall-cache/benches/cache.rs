@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Parts: `key` (the key alone), `hit`, `miss`, `bare` (the inner service alone, the miss's
-//! baseline). Requests are built before the loop, so the counts are the cache's own; with
+//! baseline), `key_fresh` (the key of each of the miss's new questions) and `none` (its
+//! requests dropped uncalled, `key_fresh`'s baseline). Requests are built before the loop, so the counts are the cache's own; with
 //! `CACHE_PROFILE_BUILD=each` each is built just before its call instead, for CPU time with
 //! requests as warm in the caches as a request just received (see `profile`).
 
@@ -313,13 +314,25 @@ fn profile_part(
             });
             assert_eq!(calls.load(Ordering::Relaxed), n);
         }
+        "key_fresh" => {
+            // The key of each new question: the part of a miss that a hit makes too.
+            let keys = KeyDeriver::new();
+            profile_loop(fresh, |req| {
+                std::hint::black_box(keys.key(&req, None).unwrap());
+            });
+        }
+        "none" => {
+            // The requests built and dropped, nothing else: what every part spends outside
+            // its calls, to subtract from `key_fresh`.
+            profile_loop(fresh, |req| drop(std::hint::black_box(req)));
+        }
         "bare" => {
             let mut svc = upstream(answer_json(8), Arc::default());
             profile_loop(fresh, |req| {
                 run(&mut svc, req);
             });
         }
-        other => panic!("CACHE_PROFILE: no part {other:?} (key, hit, miss, bare)"),
+        other => panic!("CACHE_PROFILE: no part {other:?} (key, key_fresh, none, hit, miss, bare)"),
     }
 }
 

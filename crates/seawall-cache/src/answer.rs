@@ -12,6 +12,10 @@
 //! to a request of its own format). A rebuilt stream carries the whole text in one delta: a
 //! valid stream, which clients assemble like any other.
 //!
+//! A miss into the in-memory store keeps a JSON answer *unchecked* (`Answer::unchecked`):
+//! not even scanned when its body ends, it is checked, and its usage read, at its first use
+//! (`Answer::checked`), by the same scan and serde path; see the crate docs.
+//!
 //! Only plain text answers with one choice are assembled: tool calls, thinking blocks,
 //! several choices, errors and unknown shapes make an answer not cacheable (the call is
 //! passed through).
@@ -79,7 +83,10 @@ impl Format {
 #[derive(Debug)]
 pub struct Answer {
     wire: Wire,
-    usage: Usage,
+    /// The usage of an answer known to be storable, or `None` inside for one found not to be.
+    /// Set at once, except for an answer a miss put in the in-memory store unchecked (see
+    /// [`Answer::unchecked`]): its raw body is checked, and its usage read, on its first use.
+    checked: OnceLock<Option<Usage>>,
     raw: Option<Bytes>,
     /// The parts and renderings: set at once, or (an answer from a raw body) parsed from `raw`
     /// at the first use. Boxed: an answer replayed in the form it came in (the usual case)
@@ -124,7 +131,7 @@ impl Clone for Answer {
         }
         Answer {
             wire: self.wire,
-            usage: self.usage,
+            checked: self.checked.clone(),
             raw: self.raw.clone(),
             lazy,
         }
@@ -133,7 +140,8 @@ impl Clone for Answer {
 
 impl PartialEq for Answer {
     fn eq(&self, o: &Self) -> bool {
-        (self.wire, self.usage, &self.raw, self.parts()) == (o.wire, o.usage, &o.raw, o.parts())
+        (self.wire, self.checked(), &self.raw, self.parts())
+            == (o.wire, o.checked(), &o.raw, o.parts())
     }
 }
 
@@ -165,7 +173,7 @@ impl Answer {
     fn of_parts(wire: Wire, parts: Parts, usage: Usage) -> Self {
         Answer {
             wire,
-            usage,
+            checked: OnceLock::from(Some(usage)),
             raw: None,
             lazy: OnceLock::from(Lazy::new(parts)),
         }
@@ -176,10 +184,54 @@ impl Answer {
     fn of_raw(wire: Wire, raw: Bytes, usage: Usage) -> Self {
         Answer {
             wire,
-            usage,
+            checked: OnceLock::from(Some(usage)),
             raw: Some(raw),
             lazy: OnceLock::new(),
         }
+    }
+
+    /// A complete JSON body kept *unchecked*: whether it is a storable answer (one choice of
+    /// plain text, a natural finish) and its usage are found at its first use
+    /// ([`checked`](Self::checked)), not when its miss ends. Most stored answers are never
+    /// used again, and the check is the larger part of what a miss adds after the key.
+    ///
+    /// Only the in-memory store is handed these (by the layer, which knows it is one): its
+    /// lookup checks before it gives an answer out and drops one that fails, and the flight's
+    /// waiters check before they are served, so nothing is ever served that the check at the
+    /// miss would have refused. Every other store (a remote one, shared by a fleet, that
+    /// encodes the answer's parts) is handed checked answers only.
+    pub(crate) fn unchecked(wire: Wire, raw: Bytes) -> Self {
+        Answer {
+            wire,
+            checked: OnceLock::new(),
+            raw: Some(raw),
+            lazy: OnceLock::new(),
+        }
+    }
+
+    /// The answer's usage if it is storable (an answer from a [`Assembler::finish`] or made
+    /// from its parts always is; one kept [`unchecked`](Self::unchecked) is checked here, the
+    /// first time, by the same scan and serde path), `None` if it is not and must never be
+    /// served.
+    pub(crate) fn checked(&self) -> Option<Usage> {
+        *self.checked.get_or_init(|| self.check())
+    }
+
+    /// The check a miss would have made at its body's end (`Assembler::finish`).
+    fn check(&self) -> Option<Usage> {
+        let raw = self.raw.as_deref()?;
+        if let Some(facts) = scan::answer(self.wire, raw) {
+            return Some(facts.usage);
+        }
+        let (parts, usage) = json_parts(self.wire, raw).ok()?;
+        if !matches!(
+            FinishReason::from_provider(&parts.finish),
+            FinishReason::Stop | FinishReason::Length
+        ) {
+            return None;
+        }
+        let _ = self.lazy.set(Lazy::new(parts));
+        Some(usage)
     }
 
     fn parts(&self) -> &Parts {
@@ -237,7 +289,7 @@ impl Answer {
 
     /// The usage the answer cost when it was made.
     pub fn usage(&self) -> Usage {
-        self.usage
+        self.checked().unwrap_or_default()
     }
 
     /// The raw JSON body, when the answer came as one.
@@ -280,7 +332,7 @@ impl Answer {
     fn json(&self) -> Bytes {
         let p = self.parts();
         let mut b = Writer::with_capacity(256 + p.text.len());
-        let u = self.usage;
+        let u = self.usage();
         match self.wire {
             Wire::OpenAiChat => {
                 b.raw("{\"id\":").s(&p.id);
@@ -315,7 +367,7 @@ impl Answer {
     fn sse(&self, include_usage: bool) -> Bytes {
         let p = self.parts();
         let mut b = Writer::with_capacity(768 + p.text.len());
-        let u = self.usage;
+        let u = self.usage();
         match self.wire {
             Wire::OpenAiChat => {
                 let chunk = |b: &mut Writer| {
@@ -552,12 +604,26 @@ impl Assembler {
 
     /// The answer, once the body has ended.
     pub fn finish(self) -> Result<Answer, NotCacheable> {
+        self.finish_as(false)
+    }
+
+    /// The answer, once the body has ended, a JSON one kept [unchecked](Answer::unchecked):
+    /// only what a miss must know at once is checked here (the body complete, no error, not
+    /// too large); the rest at the answer's first use.
+    pub(crate) fn finish_unchecked(self) -> Result<Answer, NotCacheable> {
+        self.finish_as(true)
+    }
+
+    fn finish_as(self, unchecked: bool) -> Result<Answer, NotCacheable> {
         if let Some(why) = self.failed {
             return Err(why);
         }
         let answer = match self.state {
             Assembly::Json(buf) => {
                 let raw = Bytes::from(buf);
+                if unchecked {
+                    return Ok(Answer::unchecked(self.wire, raw));
+                }
                 // The common case, a complete text answer, recognised without building it.
                 if let Some(facts) = scan::answer(self.wire, &raw) {
                     return Ok(Answer::of_raw(self.wire, raw, facts.usage));
@@ -1012,9 +1078,9 @@ impl Answer {
         }
         for n in [
             p.created,
-            self.usage.input_tokens,
-            self.usage.output_tokens,
-            self.usage.cached_input_tokens,
+            self.usage().input_tokens,
+            self.usage().output_tokens,
+            self.usage().cached_input_tokens,
         ] {
             put_varint(&mut out, n);
         }

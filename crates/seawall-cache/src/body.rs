@@ -164,8 +164,19 @@ impl Filler {
         } = self;
         // The classifier's report, when there is one, must agree the stream finished.
         let finished = report.as_ref().is_none_or(|r| r.is_finished());
-        let answer = match assembler.finish() {
-            Ok(answer) if finished => Arc::new(answer),
+        // The in-memory store takes a JSON answer unchecked: what a miss must know (complete,
+        // no error, not too large) is known here, the rest is checked at its first use (see
+        // `Answer::unchecked`). The semantic index is not given an answer it would search
+        // for nothing: with a ticket, the check is made now.
+        let memory = shared.memory.as_ref();
+        let finished_answer = match memory {
+            Some(_) => assembler.finish_unchecked(),
+            None => assembler.finish(),
+        };
+        let answer = match finished_answer {
+            Ok(answer) if finished && (ticket.is_none() || answer.checked().is_some()) => {
+                Arc::new(answer)
+            }
             Ok(_) | Err(_) => {
                 if let Some(lead) = lead {
                     lead.failed();
@@ -173,11 +184,25 @@ impl Filler {
                 return;
             }
         };
-        let landing = lead.map(|l| l.done(answer.clone()));
-        // At once when the store can (the in-memory one), else through its future.
-        match shared.store.put_now(&key, answer, shared.ttl) {
-            None => drop(landing),
-            Some(answer) => store(shared.store.put(&key, answer, shared.ttl), landing),
+        match memory {
+            // Stored at once, then the flight ends and lands in one step.
+            Some(memory) => match lead {
+                Some(lead) => {
+                    memory.insert(&key, answer.clone(), shared.ttl);
+                    lead.landed(answer);
+                }
+                None => {
+                    memory.insert(&key, answer, shared.ttl);
+                }
+            },
+            None => {
+                let landing = lead.map(|l| l.done(answer.clone()));
+                // At once when the store can, else through its future.
+                match shared.store.put_now(&key, answer, shared.ttl) {
+                    None => drop(landing),
+                    Some(answer) => store(shared.store.put(&key, answer, shared.ttl), landing),
+                }
+            }
         }
         if let Some(ticket) = ticket {
             ticket.index(&shared, &key);

@@ -6,7 +6,10 @@
 //!
 //! - **done**: the leader's answer was complete and stored; every waiter is served it, as a
 //!   hit. The flight stays in the table, already done, until the store has the answer, so a
-//!   caller arriving meanwhile is served at once too;
+//!   caller arriving meanwhile is served at once too (a store that stores at once, the
+//!   in-memory one, has it first, and the flight then ends and lands in one step). An answer
+//!   the in-memory store took unchecked is checked by a waiter before it is served; one that
+//!   fails makes the waiters call on their own, as a failed flight does;
 //! - **abandoned**: the leader went away (its future or its body dropped) before the answer
 //!   was complete. The waiters join again: the first becomes the new leader, the rest wait
 //!   for it. Nothing hangs and nobody pays for the dropped call twice;
@@ -176,6 +179,25 @@ impl Lead {
             flights: self.flights.clone(),
             key: self.key,
             id,
+        }
+    }
+
+    /// The answer is complete and already in the store (the in-memory one, which stores at
+    /// once): the flight ends and lands in one step, and the waiters are served the answer.
+    /// (A waiter checks an answer stored unchecked before it is served it.)
+    pub(crate) fn landed(mut self, answer: Arc<Answer>) {
+        let id = std::mem::take(&mut self.id);
+        let flights = &self.flights;
+        let mut table = flights.lock();
+        let tx = match table.flights.entry(self.key) {
+            Slot::Occupied(slot) if slot.get().id == id => slot.remove().tx,
+            _ => None,
+        };
+        // Counted under the lock, as a `Landing` counts it.
+        flights.landed.fetch_add(1, Ordering::SeqCst);
+        drop(table);
+        if let Some(tx) = tx {
+            tx.send_replace(FlightState::Done(answer));
         }
     }
 

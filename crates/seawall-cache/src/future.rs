@@ -246,10 +246,13 @@ where
                         seawall_core::polled_after_completion();
                     };
                     match state {
-                        FlightState::Done(answer) => {
+                        // An answer stored unchecked is checked before it is served; one
+                        // that fails is a failed flight's (see `Answer::unchecked`).
+                        FlightState::Done(answer) if answer.checked().is_some() => {
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Hit)));
                         }
+                        FlightState::Done(_) => p.may_wait = false,
                         FlightState::Similar(answer, score) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Semantic(score))));

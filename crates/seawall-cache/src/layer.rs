@@ -90,12 +90,15 @@ impl std::fmt::Debug for CacheLayer {
 impl CacheLayer {
     /// A layer over `store` with the defaults.
     pub fn new(store: impl CacheStore) -> Self {
-        CacheBuilder::new(Arc::new(store)).finish()
+        CacheLayer::builder(store).finish()
     }
 
     /// A builder over `store`, starting from the defaults.
     pub fn builder(store: impl CacheStore) -> CacheBuilder {
-        CacheBuilder::new(Arc::new(store))
+        let memory = in_memory(&store);
+        let mut builder = CacheBuilder::new(Arc::new(store));
+        builder.memory = memory;
+        builder
     }
 
     /// How long answers are kept.
@@ -123,11 +126,22 @@ impl<S> Layer<S> for CacheLayer {
     }
 }
 
+/// The store as the in-memory one, when it is: the layer then calls it directly and hands it
+/// answers unchecked (see `Answer::unchecked`), which it checks at their first use. Any other
+/// store is only ever handed checked answers.
+fn in_memory(store: &dyn std::any::Any) -> Option<MemoryStore> {
+    store
+        .downcast_ref::<MemoryStore>()
+        .or_else(|| store.downcast_ref::<Arc<MemoryStore>>().map(|s| &**s))
+        .cloned()
+}
+
 /// Settings of a [`CacheLayer`]; every setting starts at the default documented on its method,
 /// and [`build`](Self::build) checks them.
 #[derive(Clone)]
 pub struct CacheBuilder {
     store: Arc<dyn CacheStore>,
+    memory: Option<MemoryStore>,
     ttl: Duration,
     keys: KeyDeriver,
     partition: Partition,
@@ -156,6 +170,7 @@ impl CacheBuilder {
     fn new(store: Arc<dyn CacheStore>) -> Self {
         CacheBuilder {
             store,
+            memory: None,
             ttl: Duration::from_secs(600),
             keys: KeyDeriver::new(),
             partition: Partition::Credentials,
@@ -314,6 +329,7 @@ impl CacheBuilder {
         CacheLayer {
             shared: Arc::new(Shared {
                 store: self.store,
+                memory: self.memory,
                 flights: Default::default(),
                 keys: self.keys,
                 partition: self.partition,

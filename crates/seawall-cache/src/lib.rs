@@ -60,6 +60,21 @@
 //! wire format, ending with `[DONE]` or `message_stop`) from a non-streamed answer, and a
 //! non-streamed request a JSON body from a streamed one.
 //!
+//! When a check is made is a matter of cost, not of what is stored or served. A miss checks at
+//! once what it must know to keep the answer at all: the status, the content type, the body
+//! read to its end without an error and within the entry bound, the fallback and the
+//! classifier's report. The rest, for a JSON answer going to the [`MemoryStore`] (one choice
+//! of plain text, the finish reason, the usage), is checked at the answer's first use: the
+//! store's lookup and a waiting caller of the same flight check it before it is served, once,
+//! and an answer that fails is never served, leaves the store, and its call is a miss as it
+//! always was. Most stored answers are never used again (hit rates are often low), and the
+//! check was the largest part of a miss after the key. Such an answer holds its place and its
+//! bytes (its raw body, counted as before) until its first use or its eviction, so answers
+//! that turn out not storable can push the oldest entries out a little earlier than before.
+//! Any other store, a remote one shared by a fleet, is handed checked answers only: a remote
+//! write costs a round trip and an encoding of the answer's parts anyway, every instance of
+//! the fleet would read an unchecked entry, and its readers are not all this layer.
+//!
 //! # What is passed through (`bypass`)
 //!
 //! Neither read nor written, counted as `bypass` in the call record:

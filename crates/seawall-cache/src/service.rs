@@ -20,6 +20,8 @@ use crate::store::{CacheStore, MemoryStore};
 /// The state every clone of one layer's services shares.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn CacheStore>,
+    /// The same store when it is the in-memory one (see `Answer::unchecked`).
+    pub(crate) memory: Option<MemoryStore>,
     pub(crate) flights: Arc<Flights>,
     pub(crate) keys: KeyDeriver,
     pub(crate) partition: Partition,

@@ -8,6 +8,7 @@
 //! A store that fails (a remote one that does not answer) is never the caller's problem: the
 //! layer treats a failed `get` as a miss and a failed `put` as not stored, and logs both.
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -107,6 +108,10 @@ impl<T: CacheStore + ?Sized> CacheStore for Arc<T> {
 /// The in-memory store: bounded by a number of entries and a total size, each entry alive for
 /// its time to live on tokio's clock (so tests on paused time see entries expire).
 ///
+/// A JSON answer the layer stores here after a miss is checked at its first use, not at the
+/// miss (see the [crate docs](crate)): a lookup never gives out an answer that fails the check,
+/// and drops it.
+///
 /// When a bound is reached the oldest entries go first. An answer larger than the byte bound
 /// is not stored. Expired entries are dropped when looked up and, oldest first, when new ones
 /// come in. Defaults: 10,000 entries, 64 MiB.
@@ -127,10 +132,35 @@ struct Inner {
 struct State {
     map: HashMap<CacheKey, Entry, KeyHash>,
     /// Keys in the order they were stored, with the generation stored (an older generation of
-    /// a replaced key is skipped).
-    order: VecDeque<(CacheKey, u64)>,
+    /// a replaced key is skipped) and when it expires.
+    order: VecDeque<Place>,
     bytes: usize,
     generation: u64,
+}
+
+/// A key's place in the order of storing.
+#[derive(Clone, Copy)]
+struct Place {
+    key: CacheKey,
+    generation: u64,
+    expires: Instant,
+}
+
+/// The answers an insert pushed out, dropped once the lock is let go. One is the usual case
+/// (a full store drops its oldest for each new answer): no allocation for it.
+#[derive(Default)]
+struct Evicted {
+    one: Option<Arc<Answer>>,
+    more: Vec<Arc<Answer>>,
+}
+
+impl Evicted {
+    fn push(&mut self, answer: Arc<Answer>) {
+        match self.one {
+            None => self.one = Some(answer),
+            Some(_) => self.more.push(answer),
+        }
+    }
 }
 
 struct Entry {
@@ -189,14 +219,38 @@ impl MemoryStore {
     /// The answer under `key`, looked up at once (what [`CacheStore::get`] resolves to).
     pub fn lookup(&self, key: &CacheKey) -> Option<Arc<Answer>> {
         let now = Instant::now();
-        let mut s = self.inner.lock();
-        let entry = s.map.get(key)?;
-        if entry.expires > now {
-            return Some(entry.answer.clone());
+        let answer = {
+            let mut s = self.inner.lock();
+            let entry = s.map.get(key)?;
+            if entry.expires > now {
+                entry.answer.clone()
+            } else {
+                let bytes = entry.bytes;
+                let gone = s.map.remove(key);
+                s.bytes -= bytes;
+                drop(s);
+                drop(gone);
+                return None;
+            }
+        };
+        // An answer a miss stored unchecked is checked at its first use, outside the lock
+        // (then it is marked, and this is a load): one that fails is never given out, and
+        // leaves the store.
+        if answer.checked().is_some() {
+            return Some(answer);
         }
-        let bytes = entry.bytes;
-        s.map.remove(key);
-        s.bytes -= bytes;
+        let mut s = self.inner.lock();
+        if s.map
+            .get(key)
+            .is_some_and(|e| Arc::ptr_eq(&e.answer, &answer))
+        {
+            let gone = s.map.remove(key);
+            if let Some(e) = &gone {
+                s.bytes -= e.bytes;
+            }
+            drop(s);
+            drop(gone);
+        }
         None
     }
 
@@ -212,6 +266,9 @@ impl MemoryStore {
         let mut s = inner.lock();
         s.generation += 1;
         let generation = s.generation;
+        // What leaves the store is dropped after the lock is let go: dropping an answer
+        // touches its memory (cold by then) and frees it.
+        let mut gone = Evicted::default();
         if let Some(old) = s.map.insert(
             *key,
             Entry {
@@ -222,31 +279,48 @@ impl MemoryStore {
             },
         ) {
             s.bytes -= old.bytes;
+            gone.push(old.answer);
         }
         s.bytes += bytes;
-        s.order.push_back((*key, generation));
-        // Drop from the oldest: the expired, then whatever the bounds need.
-        while let Some(&(oldest, generation)) = s.order.front() {
-            let live = s.map.get(&oldest).filter(|e| e.generation == generation);
+        s.order.push_back(Place {
+            key: *key,
+            generation,
+            expires,
+        });
+        // Drop from the oldest: the expired, then whatever the bounds need. The oldest's
+        // place says when it expires, so while nothing is over a bound and the oldest is
+        // alive, its entry is not looked up (a cache miss in a large map).
+        while let Some(&Place {
+            key: oldest,
+            generation,
+            expires,
+        }) = s.order.front()
+        {
             let over = s.map.len() > inner.max_entries || s.bytes > inner.max_bytes;
-            match live {
-                None => {
-                    s.order.pop_front();
+            if !over && expires > now {
+                break;
+            }
+            s.order.pop_front();
+            // Only the entry this place was made for (not a newer one under the same key),
+            // found and removed in one probe.
+            if let Slot::Occupied(e) = s.map.entry(oldest) {
+                if e.get().generation == generation {
+                    let e = e.remove();
+                    s.bytes -= e.bytes;
+                    gone.push(e.answer);
                 }
-                Some(e) if over || e.expires <= now => {
-                    let freed = e.bytes;
-                    s.map.remove(&oldest);
-                    s.bytes -= freed;
-                    s.order.pop_front();
-                }
-                Some(_) => break,
             }
         }
         // Keys replaced many times leave stale places behind: compact when they dominate.
         if s.order.len() > 2 * s.map.len() + 64 {
             let State { map, order, .. } = &mut *s;
-            order.retain(|(k, g)| map.get(k).is_some_and(|e| e.generation == *g));
+            order.retain(|p| {
+                map.get(&p.key)
+                    .is_some_and(|e| e.generation == p.generation)
+            });
         }
+        drop(s);
+        drop(gone);
         true
     }
 }
@@ -334,6 +408,28 @@ mod tests {
         assert_eq!(store.usage(), (2, one * 2));
         assert!(!store.insert(&key(9), answer(&"x".repeat(5000)), Duration::from_secs(10)));
         assert!(store.lookup(&key(9)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_oldest_entry_leaves_when_a_new_one_comes_in() {
+        let store = MemoryStore::new();
+        store.insert(&key(1), answer("a"), Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        store.insert(&key(2), answer("b"), Duration::from_secs(10));
+        assert_eq!(store.usage(), (1, answer("b").size()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replaced_key_is_evicted_by_its_newest_place_not_its_first() {
+        let store = MemoryStore::with_bounds(2, usize::MAX);
+        store.insert(&key(1), answer("a"), Duration::from_secs(10));
+        store.insert(&key(2), answer("b"), Duration::from_secs(10));
+        store.insert(&key(1), answer("c"), Duration::from_secs(10));
+        // Key 1's first place is the oldest, but stale: key 2 is the oldest entry.
+        store.insert(&key(3), answer("d"), Duration::from_secs(10));
+        assert!(store.lookup(&key(2)).is_none());
+        assert_eq!(store.lookup(&key(1)).unwrap().text(), "c");
+        assert!(store.lookup(&key(3)).is_some());
     }
 
     #[tokio::test(start_paused = true)]
