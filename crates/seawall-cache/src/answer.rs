@@ -217,6 +217,11 @@ impl Answer {
         *self.checked.get_or_init(|| self.check())
     }
 
+    /// Whether the answer's check was made (or was not needed).
+    pub(crate) fn is_checked(&self) -> bool {
+        self.checked.get().is_some()
+    }
+
     /// The check a miss would have made at its body's end (`Assembler::finish`).
     fn check(&self) -> Option<Usage> {
         let raw = self.raw.as_deref()?;

@@ -67,7 +67,9 @@
 //! of plain text, the finish reason, the usage), is checked at the answer's first use: the
 //! store's lookup and a waiting caller of the same flight check it before it is served, once,
 //! and an answer that fails is never served, leaves the store, and its call is a miss as it
-//! always was. Most stored answers are never used again (hit rates are often low), and the
+//! always was; and it replaces an answer already stored only if it passes the check then, so
+//! a `no-cache` refresh that brings back a tool call keeps the stored answer, as before. Most
+//! stored answers are never used again (hit rates are often low), and the
 //! check was the largest part of a miss after the key. Such an answer holds its place and its
 //! bytes (its raw body, counted as before) until its first use or its eviction, so answers
 //! that turn out not storable can push the oldest entries out a little earlier than before.

@@ -264,6 +264,16 @@ impl MemoryStore {
         let now = Instant::now();
         let expires = seawall_core::instant_after(now, ttl);
         let mut s = inner.lock();
+        if !answer.is_checked() && s.map.contains_key(key) {
+            // An answer stored unchecked replaces an entry only if it passes the check, as
+            // it would have had to before it was stored: a refresh (`no-cache`) that brings
+            // back a tool call keeps the stored answer. Checked outside the lock; rare.
+            drop(s);
+            if answer.checked().is_none() {
+                return false;
+            }
+            s = inner.lock();
+        }
         s.generation += 1;
         let generation = s.generation;
         // What leaves the store is dropped after the lock is let go: dropping an answer
@@ -408,6 +418,27 @@ mod tests {
         assert_eq!(store.usage(), (2, one * 2));
         assert!(!store.insert(&key(9), answer(&"x".repeat(5000)), Duration::from_secs(10)));
         assert!(store.lookup(&key(9)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unchecked_answer_replaces_a_stored_one_only_if_it_passes_its_check() {
+        let store = MemoryStore::new();
+        let unchecked = |body: &'static str| {
+            Arc::new(Answer::unchecked(
+                Wire::OpenAiChat,
+                bytes::Bytes::from_static(body.as_bytes()),
+            ))
+        };
+        store.insert(&key(1), answer("a"), Duration::from_secs(10));
+        assert!(!store.insert(&key(1), unchecked("{}"), Duration::from_secs(10)));
+        assert_eq!(store.lookup(&key(1)).unwrap().text(), "a");
+        let good = r#"{"choices":[{"message":{"content":"b"},"finish_reason":"stop"}]}"#;
+        assert!(store.insert(&key(1), unchecked(good), Duration::from_secs(10)));
+        assert_eq!(store.lookup(&key(1)).unwrap().text(), "b");
+        // Where nothing is stored, it is stored unchecked, and checked at its first use.
+        assert!(store.insert(&key(2), unchecked("{}"), Duration::from_secs(10)));
+        assert!(store.lookup(&key(2)).is_none());
+        assert_eq!(store.usage().0, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -28,7 +28,7 @@ const TOOL_CALL: &str = r#"{"id":"c2","object":"chat.completion","created":1,"mo
 /// An upstream answering `body` as JSON, after `delay`, counting its calls.
 #[derive(Clone)]
 struct Fixed {
-    body: &'static str,
+    body: Arc<Mutex<&'static str>>,
     delay: Duration,
     calls: Arc<AtomicUsize>,
 }
@@ -36,7 +36,7 @@ struct Fixed {
 impl Fixed {
     fn new(body: &'static str) -> Self {
         Fixed {
-            body,
+            body: Arc::new(Mutex::new(body)),
             delay: Duration::ZERO,
             calls: Arc::default(),
         }
@@ -58,7 +58,7 @@ impl Service<Request<Bytes>> for Fixed {
 
     fn call(&mut self, _: Request<Bytes>) -> Self::Future {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let (body, delay) = (self.body, self.delay);
+        let (body, delay) = (*self.body.lock().unwrap(), self.delay);
         Box::pin(async move {
             tokio::time::sleep(delay).await;
             let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
@@ -80,6 +80,16 @@ fn request() -> Request<Bytes> {
         .unwrap()
 }
 
+/// The same request with `Cache-Control: no-cache` (read through, refresh the stored answer).
+fn refresh() -> Request<Bytes> {
+    let mut req = request();
+    req.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    req
+}
+
 fn key() -> CacheKey {
     KeyDeriver::new().key(&request(), None).unwrap().0
 }
@@ -90,7 +100,16 @@ where
     S: Service<Request<Bytes>, Response = Response<seawall_cache::CacheBody<Full<Bytes>>>> + Clone,
     S::Error: std::fmt::Debug,
 {
-    let resp = svc.clone().oneshot(request()).await.unwrap();
+    call_with(svc, request()).await
+}
+
+/// The same for `req`.
+async fn call_with<S>(svc: &S, req: Request<Bytes>) -> (String, Option<Usage>, Bytes)
+where
+    S: Service<Request<Bytes>, Response = Response<seawall_cache::CacheBody<Full<Bytes>>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let resp = svc.clone().oneshot(req).await.unwrap();
     let status = resp.headers()[seawall_cache::CACHE_HEADER]
         .to_str()
         .unwrap()
@@ -138,6 +157,22 @@ async fn a_storable_answer_stored_unchecked_is_served_with_its_usage() {
         assert_eq!(&body[..], TEXT.as_bytes());
     }
     assert_eq!(up.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refresh_that_brings_back_an_unstorable_answer_keeps_the_stored_one() {
+    let up = Fixed::new(TEXT);
+    let svc = CacheLayer::new(MemoryStore::new()).layer(up.clone());
+    call(&svc).await;
+    *up.body.lock().unwrap() = TOOL_CALL;
+    let (status, _, body) = call_with(&svc, refresh()).await;
+    assert_eq!(
+        (status.as_str(), &body[..]),
+        ("bypass", TOOL_CALL.as_bytes())
+    );
+    let (status, _, body) = call(&svc).await;
+    assert_eq!((status.as_str(), &body[..]), ("hit", TEXT.as_bytes()));
+    assert_eq!(up.calls(), 2);
 }
 
 #[tokio::test(start_paused = true)]
