@@ -195,7 +195,7 @@ pub(crate) fn openai(data: &[u8]) -> Seen<'_> {
 }
 
 /// Reads an OpenAI chunk with serde's derive.
-fn openai_serde(data: &[u8]) -> Seen<'_> {
+pub(crate) fn openai_serde(data: &[u8]) -> Seen<'_> {
     let Ok(chunk) = serde_json::from_slice::<OaChunk<'_>>(data) else {
         return Seen::default();
     };
@@ -296,7 +296,7 @@ pub(crate) fn anthropic<'a>(name: &[u8], data: &'a [u8]) -> Seen<'a> {
 }
 
 /// Reads an Anthropic event's `data` with serde's derive.
-fn anthropic_serde<'a>(data: &'a [u8]) -> Seen<'a> {
+pub(crate) fn anthropic_serde<'a>(data: &'a [u8]) -> Seen<'a> {
     let Ok(ev) = serde_json::from_slice::<AnEvent<'a>>(data) else {
         return Seen::default();
     };
