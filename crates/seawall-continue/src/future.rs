@@ -463,7 +463,11 @@ mod tests {
     }
 
     fn wire(anthropic: bool) -> Wire {
-        if anthropic { Wire::Anthropic } else { Wire::OpenAi }
+        if anthropic {
+            Wire::Anthropic
+        } else {
+            Wire::OpenAi
+        }
     }
 
     const FINISHES: &[&str] = &[
@@ -476,7 +480,13 @@ mod tests {
         "null",
         "7",
     ];
-    const TEXTS: &[&str] = &["", "Hello", "caf\u{e9} \\\"quoted\\\"", "a\\nb\\u00e9", "\\ud83d\\ude00"];
+    const TEXTS: &[&str] = &[
+        "",
+        "Hello",
+        "caf\u{e9} \\\"quoted\\\"",
+        "a\\nb\\u00e9",
+        "\\ud83d\\ude00",
+    ];
     const EXTRAS: &[&str] = &[
         "",
         r#","system_fingerprint":"fp""#,

@@ -28,39 +28,44 @@ type Cur<'a> = JsonCursor<'a>;
 
 /// The text of a string span: borrowed when it has no escapes, decoded by serde (the rare
 /// case) when it has.
-fn decode<'a>(text: &'a str, c: &Cur<'a>, s: JsonStr) -> Option<Cow<'a, str>> {
+fn decode<'a>(c: &Cur<'a>, s: JsonStr) -> Option<Cow<'a, str>> {
     if let Some(plain) = c.plain(s) {
         return Some(Cow::Borrowed(plain));
     }
-    // With its quotes: a JSON string serde decodes.
-    let raw = text.get(s.start - 1..s.end + 1)?;
-    serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+    // With its quotes: a JSON string serde decodes (the rare case, so the copy is fine).
+    let inner = std::str::from_utf8(c.bytes(s)).ok()?;
+    serde_json::from_str::<String>(&format!("\"{inner}\""))
+        .ok()
+        .map(Cow::Owned)
 }
 
 /// A string or `null` (`None` inside); anything else is left to serde.
 // The outer `None`: not sure (serde decides); the inner one: `null`.
 #[allow(clippy::option_option)]
-fn text<'a>(text: &'a str, c: &mut Cur<'a>) -> Option<Option<Cow<'a, str>>> {
+fn text<'a>(c: &mut Cur<'a>) -> Option<Option<Cow<'a, str>>> {
     if c.null()? {
         return Some(None);
     }
     let s = c.string()?;
-    decode(text, c, s).map(Some)
+    decode(c, s).map(Some)
 }
 
 /// Any value but `null`, built (only usage and stop sequences, once or twice per stream).
 // The outer `None`: not sure (serde decides); the inner one: `null`.
 #[allow(clippy::option_option)]
-fn value(text: &str, c: &mut Cur<'_>, depth: u32) -> Option<Option<Value>> {
+fn value(c: &mut Cur<'_>, depth: u32) -> Option<Option<Value>> {
     if c.null()? {
         return Some(None);
     }
-    c.ws();
-    let start = c.pos();
-    c.skip(depth)?;
-    serde_json::from_str(text.get(start..c.pos())?)
-        .ok()
-        .map(Some)
+    let mut end = c.clone();
+    end.skip(depth)?;
+    let raw = c.bytes(JsonStr {
+        start: c.pos(),
+        end: end.pos(),
+        escaped: false,
+    });
+    *c = end;
+    serde_json::from_slice(raw).ok().map(Some)
 }
 
 /// A member serde's derive does not know (or does not keep): skipped as it skips one.
@@ -87,29 +92,150 @@ fn object_or_null(c: &mut Cur<'_>) -> Option<bool> {
     }
 }
 
-/// The document's text, and a cursor at its start.
-fn start(data: &[u8]) -> Option<(&str, Cur<'_>)> {
-    let text = std::str::from_utf8(data).ok()?;
-    Some((text, JsonCursor::new(text)))
+/// The longest a remembered prefix may be.
+const MEMO_MAX: usize = 1024;
+
+/// What an event's leading members were read as, for the next events that repeat them byte
+/// for byte.
+///
+/// The events of one stream start alike: an OpenAI chunk repeats its id, object, creation
+/// time, model and system fingerprint (two thirds of a content chunk's bytes), an Anthropic
+/// delta its type and index. Reading JSON left to right is deterministic, so an event whose
+/// bytes start with the prefix an earlier event was read through is, at the end of that
+/// prefix, in the same state: the members it skipped there were checked then, and the few
+/// it keeps (`Keep`: the id, the model, the type...) are read again from where they are. The
+/// prefix ends after a top-level `,`, before the first member the reader reads deeply
+/// (`Stop`), and is at most [`MEMO_MAX`] bytes. One memo per stream and wire format.
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    prefix: Vec<u8>,
+    /// The kept members inside the prefix: their name's span and their value's start.
+    keep: [(u32, u32, u32); MEMO_KEEP],
+    kept: usize,
+}
+
+/// The most kept members a prefix holds.
+const MEMO_KEEP: usize = 4;
+
+/// What the reader does with a top-level member.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Member {
+    /// Not read (checked and skipped): a prefix may pass over it.
+    Skip,
+    /// Read shallowly (a string or a number): a prefix may hold it, it is read again.
+    Keep,
+    /// Read deeply: a prefix ends before it.
+    Stop,
+}
+
+/// Walks the top-level object of `t`, handing each member to `member` as `JsonCursor::object`
+/// does, but starting after the prefix `memo` holds when `t` starts with it, and remembering
+/// the prefix of `t` for the next event. `None` when not sure (or not an object).
+fn root<'a>(
+    t: &'a str,
+    memo: &mut Memo,
+    class: impl Fn(&[u8]) -> Member,
+    mut member: impl FnMut(&mut Cur<'a>, &'a [u8]) -> Option<()>,
+) -> Option<()> {
+    let b = t.as_bytes();
+    let mut keep = [(0u32, 0u32, 0u32); MEMO_KEEP];
+    let mut kept = 0;
+    let resumed = !memo.prefix.is_empty() && b.starts_with(&memo.prefix);
+    let base = if resumed {
+        for &(ns, ne, vs) in &memo.keep[..memo.kept] {
+            let name = b.get(ns as usize..ne as usize)?;
+            member(&mut JsonCursor::new(t.get(vs as usize..)?), name)?;
+        }
+        keep = memo.keep;
+        kept = memo.kept;
+        memo.prefix.len()
+    } else {
+        let mut c = JsonCursor::new(t);
+        c.eat(b'{')?;
+        c.ws();
+        if c.peek()? == b'}' {
+            c.eat(b'}')?;
+            return c.at_end().then_some(());
+        }
+        c.pos()
+    };
+    // Positions in `c` are from `base`.
+    let mut c = JsonCursor::new(t.get(base..)?);
+    let mut open = true;
+    // Where the prefix to remember ends, and the kept members inside it.
+    let mut end = None;
+    let mut kept_in_end = kept;
+    loop {
+        c.ws();
+        let name_start = base + c.pos() + 1;
+        let name = c.key()?;
+        c.ws();
+        let value_start = base + c.pos();
+        member(&mut c, name)?;
+        match class(name) {
+            Member::Skip => {}
+            Member::Keep if open && kept < MEMO_KEEP => {
+                // Member names are unescaped (`key` refuses others): their bytes are theirs.
+                let span = |n: usize| u32::try_from(n).ok();
+                keep[kept] = (
+                    span(name_start)?,
+                    span(name_start + name.len())?,
+                    span(value_start)?,
+                );
+                kept += 1;
+            }
+            Member::Keep | Member::Stop => open = false,
+        }
+        c.ws();
+        match c.peek()? {
+            b',' => {
+                c.eat(b',')?;
+                if open {
+                    end = Some(base + c.pos());
+                    kept_in_end = kept;
+                }
+            }
+            b'}' => {
+                c.eat(b'}')?;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    if !c.at_end() {
+        return None;
+    }
+    match end {
+        Some(end) if end <= MEMO_MAX && !(resumed && end == memo.prefix.len()) => {
+            memo.prefix.clear();
+            memo.prefix.extend_from_slice(b.get(..end)?);
+            memo.keep = keep;
+            memo.kept = kept_in_end;
+        }
+        _ => {}
+    }
+    Some(())
 }
 
 /// An OpenAI chunk, as `events::openai`'s derive reads it; `None` when not sure.
-pub(crate) fn openai(data: &[u8]) -> Option<Seen<'_>> {
-    let (t, mut c) = start(data)?;
-    if c.kind()? != JsonKind::Object {
-        return None;
-    }
+pub(crate) fn openai<'a>(data: &'a [u8], memo: &mut Memo) -> Option<Seen<'a>> {
+    let t = std::str::from_utf8(data).ok()?;
     let mut once = Once::default();
     let mut seen = Seen::default();
     let mut error = false;
     // The first choice read: the one that counts (every one is read: a bad one fails the
     // chunk).
     let mut first: Option<Choice<'_>> = None;
-    c.object(|c, name| {
+    let class = |name: &[u8]| match name {
+        b"id" | b"created" | b"model" => Member::Keep,
+        b"choices" | b"usage" | b"error" => Member::Stop,
+        _ => Member::Skip,
+    };
+    root(t, memo, class, |c, name| {
         match name {
             b"id" => {
                 once.first(0)?;
-                seen.id = text(t, c)?;
+                seen.id = text(c)?;
             }
             b"created" => {
                 once.first(1)?;
@@ -117,7 +243,7 @@ pub(crate) fn openai(data: &[u8]) -> Option<Seen<'_>> {
             }
             b"model" => {
                 once.first(2)?;
-                seen.model = text(t, c)?;
+                seen.model = text(c)?;
             }
             b"choices" => {
                 once.first(3)?;
@@ -125,14 +251,14 @@ pub(crate) fn openai(data: &[u8]) -> Option<Seen<'_>> {
                     return Some(());
                 }
                 c.array(|c| {
-                    let read = choice(t, c)?;
+                    let read = choice(c)?;
                     first.get_or_insert(read);
                     Some(())
                 })?;
             }
             b"usage" => {
                 once.first(4)?;
-                seen.usage = value(t, c, 1)?;
+                seen.usage = value(c, 1)?;
             }
             b"error" => {
                 once.first(5)?;
@@ -142,9 +268,6 @@ pub(crate) fn openai(data: &[u8]) -> Option<Seen<'_>> {
         }
         Some(())
     })?;
-    if !c.at_end() {
-        return None;
-    }
     if error {
         seen.kind = Kind::Error;
         return Some(seen);
@@ -175,7 +298,7 @@ pub(crate) fn openai(data: &[u8]) -> Option<Seen<'_>> {
 /// finish reason.
 type Choice<'a> = (u64, bool, Option<Cow<'a, str>>, Option<Cow<'a, str>>);
 
-fn choice<'a>(t: &'a str, c: &mut Cur<'a>) -> Option<Choice<'a>> {
+fn choice<'a>(c: &mut Cur<'a>) -> Option<Choice<'a>> {
     if c.kind()? != JsonKind::Object {
         return None;
     }
@@ -189,7 +312,7 @@ fn choice<'a>(t: &'a str, c: &mut Cur<'a>) -> Option<Choice<'a>> {
             }
             b"finish_reason" => {
                 once.first(1)?;
-                finish = text(t, c)?;
+                finish = text(c)?;
             }
             b"delta" => {
                 once.first(2)?;
@@ -201,7 +324,7 @@ fn choice<'a>(t: &'a str, c: &mut Cur<'a>) -> Option<Choice<'a>> {
                     match name {
                         b"content" => {
                             inner.first(0)?;
-                            content = text(t, c)?;
+                            content = text(c)?;
                         }
                         b"tool_calls" | b"function_call" => {
                             inner.first(if name == b"tool_calls" { 1 } else { 2 })?;
@@ -221,11 +344,8 @@ fn choice<'a>(t: &'a str, c: &mut Cur<'a>) -> Option<Choice<'a>> {
 
 /// An Anthropic event's `data` (its name is not `error`), as `events::anthropic`'s derive
 /// reads it; `None` when not sure.
-pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
-    let (t, mut c) = start(data)?;
-    if c.kind()? != JsonKind::Object {
-        return None;
-    }
+pub(crate) fn anthropic<'a>(data: &'a [u8], memo: &mut Memo) -> Option<Seen<'a>> {
+    let t = std::str::from_utf8(data).ok()?;
     let mut once = Once::default();
     let mut seen = Seen::default();
     let mut kind = None;
@@ -235,12 +355,17 @@ pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
     let mut message_model = None;
     let mut usage = None;
     let (mut stop_reason, mut stop_sequence) = (None, None);
-    c.object(|c, name| {
+    let class = |name: &[u8]| match name {
+        b"type" | b"index" => Member::Keep,
+        b"delta" | b"content_block" | b"message" | b"usage" => Member::Stop,
+        _ => Member::Skip,
+    };
+    root(t, memo, class, |c, name| {
         match name {
             b"type" => {
                 once.first(0)?;
                 let s = c.string()?;
-                kind = Some(decode(t, c, s)?);
+                kind = Some(decode(c, s)?);
             }
             b"index" => {
                 once.first(1)?;
@@ -256,19 +381,19 @@ pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
                     match name {
                         b"type" => {
                             inner.first(0)?;
-                            delta_kind = text(t, c)?;
+                            delta_kind = text(c)?;
                         }
                         b"text" => {
                             inner.first(1)?;
-                            delta_text = text(t, c)?;
+                            delta_text = text(c)?;
                         }
                         b"stop_reason" => {
                             inner.first(2)?;
-                            stop_reason = text(t, c)?;
+                            stop_reason = text(c)?;
                         }
                         b"stop_sequence" => {
                             inner.first(3)?;
-                            stop_sequence = value(t, c, 2)?;
+                            stop_sequence = value(c, 2)?;
                         }
                         _ => ignored(c, 2)?,
                     }
@@ -285,7 +410,7 @@ pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
                     if name == b"type" {
                         inner.first(0)?;
                         let s = c.string()?;
-                        block_kind = Some(decode(t, c, s)?);
+                        block_kind = Some(decode(c, s)?);
                     } else {
                         ignored(c, 2)?;
                     }
@@ -304,11 +429,11 @@ pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
                     match name {
                         b"model" => {
                             inner.first(0)?;
-                            message_model = text(t, c)?;
+                            message_model = text(c)?;
                         }
                         b"usage" => {
                             inner.first(1)?;
-                            message_usage = value(t, c, 2)?;
+                            message_usage = value(c, 2)?;
                         }
                         _ => ignored(c, 2)?,
                     }
@@ -317,15 +442,12 @@ pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
             }
             b"usage" => {
                 once.first(5)?;
-                usage = value(t, c, 1)?;
+                usage = value(c, 1)?;
             }
             _ => ignored(c, 1)?,
         }
         Some(())
     })?;
-    if !c.at_end() {
-        return None;
-    }
     // `type` is required.
     let kind = kind?;
     seen.kind = match &*kind {
@@ -368,7 +490,8 @@ pub(crate) fn anthropic(data: &[u8]) -> Option<Seen<'_>> {
 // The outer `None`: not sure (serde decides); the inner one: no finish reason.
 #[allow(clippy::option_option)]
 pub(crate) fn answer_finish(wire: Wire, data: &[u8]) -> Option<Option<FinishReason>> {
-    let (t, mut c) = start(data)?;
+    let t = std::str::from_utf8(data).ok()?;
+    let mut c = JsonCursor::new(t);
     if c.kind()? != JsonKind::Object {
         // A `Value` that is not an object has no finish reason: parsed (rare) to be sure it
         // is valid at all, which changes nothing either way but keeps this scan simple.
@@ -420,7 +543,7 @@ pub(crate) fn answer_finish(wire: Wire, data: &[u8]) -> Option<Option<FinishReas
     }
     match word {
         None => Some(None),
-        Some(s) => Some(Some(FinishReason::from_provider(&decode(t, &c, s)?))),
+        Some(s) => Some(Some(FinishReason::from_provider(&decode(&c, s)?))),
     }
 }
 
@@ -507,6 +630,8 @@ mod tests {
         framer.push(&data.slice(..split), |e| events.push(e));
         framer.push(&data.slice(split..), |e| events.push(e));
         let (mut sure, mut all) = (0, 0);
+        // One memo for the stream, as the layer has; the scan alone with a fresh one.
+        let mut memo = Memo::default();
         for raw in events {
             let mut decoder = SseDecoder::default();
             let _ = decoder.feed(&raw, |item| {
@@ -514,18 +639,20 @@ mod tests {
                     all += 1;
                     if anthropic {
                         if e.name != b"error" {
-                            sure += usize::from(super::anthropic(e.data).is_some());
+                            sure += usize::from(
+                                super::anthropic(e.data, &mut Memo::default()).is_some(),
+                            );
                             assert_eq!(
-                                events::anthropic(e.name, e.data),
+                                events::anthropic(e.name, e.data, &mut memo),
                                 events::anthropic_serde(e.data),
                                 "{}",
                                 String::from_utf8_lossy(e.data)
                             );
                         }
                     } else if e.data.trim_ascii() != b"[DONE]" {
-                        sure += usize::from(super::openai(e.data).is_some());
+                        sure += usize::from(super::openai(e.data, &mut Memo::default()).is_some());
                         assert_eq!(
-                            events::openai(e.data),
+                            events::openai(e.data, &mut memo),
                             events::openai_serde(e.data),
                             "{}",
                             String::from_utf8_lossy(e.data)
@@ -551,13 +678,83 @@ mod tests {
     #[test]
     fn a_finish_word_inside_a_text_is_text() {
         let data = br#"{"choices":[{"index":0,"delta":{"content":"{\"finish_reason\":\"length\"}"},"finish_reason":null}]}"#;
-        let seen = openai(data).expect("plain");
+        let seen = openai(data, &mut Memo::default()).expect("plain");
         assert_eq!(seen.kind, Kind::Content);
         assert_eq!(seen.text.as_deref(), Some(r#"{"finish_reason":"length"}"#));
     }
 
+    #[test]
+    fn the_leading_members_of_a_stream_are_read_once() {
+        let o = openai_stream(&["Hello", " world"], false, "\"stop\"");
+        let mut memo = Memo::default();
+        let events: Vec<&str> = o
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .collect();
+        let first = openai(events[0].as_bytes(), &mut memo).unwrap();
+        // The id, object, created, model and fingerprint.
+        assert!(
+            memo.prefix.ends_with(br#""system_fingerprint":"fp_1","#),
+            "{:?}",
+            String::from_utf8_lossy(&memo.prefix)
+        );
+        assert_eq!(memo.kept, 3);
+        let second = openai(events[1].as_bytes(), &mut memo).unwrap();
+        assert_eq!(
+            (second.id, second.model, second.created),
+            (first.id, first.model, first.created)
+        );
+        assert_eq!(second.text.as_deref(), Some("Hello"));
+        // A different id: read whole, and remembered instead.
+        let other = events[2].replace("chatcmpl-1", "chatcmpl-2");
+        let third = openai(other.as_bytes(), &mut memo).unwrap();
+        assert_eq!(third.id.as_deref(), Some("chatcmpl-2"));
+        assert!(memo.prefix.starts_with(br#"{"id":"chatcmpl-2""#));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// An event read after another, whose leading members the memo holds, is read as
+        /// serde reads it however it differs from the first (a byte changed, added or cut
+        /// anywhere, the leading members included).
+        #[test]
+        fn an_event_read_through_a_remembered_prefix_is_read_as_serde_reads_it(
+            anthropic in any::<bool>(),
+            which in any::<prop::sample::Index>(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            mode in 0u8..3,
+        ) {
+            let sse = if anthropic {
+                anthropic_stream(&["Hi", "caf\u{e9}"], true, "\"max_tokens\"")
+            } else {
+                openai_stream(&["Hi", "caf\u{e9}"], true, "\"length\"")
+            };
+            let events: Vec<Vec<u8>> = sse
+                .split("\n\n")
+                .filter_map(|e| e.split("data: ").nth(1))
+                .filter(|d| *d != "[DONE]")
+                .map(|d| d.as_bytes().to_vec())
+                .collect();
+            let mut memo = Memo::default();
+            for e in &events {
+                let _ = if anthropic { super::anthropic(e, &mut memo) } else { super::openai(e, &mut memo) };
+            }
+            let mut data = which.get(&events).clone();
+            match mode {
+                0 => data.truncate(at.index(data.len() + 1)),
+                1 => { let i = at.index(data.len()); data[i] = byte; }
+                _ => { let i = at.index(data.len() + 1); data.insert(i, byte); }
+            }
+            if anthropic {
+                if let Some(s) = super::anthropic(&data, &mut memo) {
+                    prop_assert_eq!(s, events::anthropic_serde(&data));
+                }
+            } else if let Some(s) = super::openai(&data, &mut memo) {
+                prop_assert_eq!(s, events::openai_serde(&data));
+            }
+        }
 
         /// The splice decides (pass on, hold, continue, resume) and builds its follow-up
         /// request from what each event is read as, and nothing else: the lean reading gives

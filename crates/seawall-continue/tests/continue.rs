@@ -350,7 +350,10 @@ async fn a_stream_cut_after_more_text_than_the_layer_keeps_is_not_resumed() {
     }
     // Within the bound, the same cut is resumed.
     let up = Up::new(cutting(5), profile());
-    let layer = ContinueLayer::builder().max_text_bytes(4096).build().unwrap();
+    let layer = ContinueLayer::builder()
+        .max_text_bytes(4096)
+        .build()
+        .unwrap();
     let (svc, _) = stack(&up, layer);
     let (_, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
     assert!(err.is_none(), "{err:?}");
