@@ -165,11 +165,15 @@ fn spliced<S, F, B: Body>(job: Job<S>, resp: Response<B>) -> Response<ContinueBo
 /// The first answer, parsed, and its text, when a follow-up is made for it: it finished with
 /// `length` and holds only text.
 ///
-/// Its finish reason is scanned first, and an answer the scan is sure did not stop at
-/// `length` (nearly every answer) is never parsed: parsing it into a tree was most of the
-/// layer's cost (some forty allocations) on answers it has nothing to do with. Anything the
-/// scan is unsure of, and every `length` answer, is parsed as before ([`first_answer_parsed`]).
+/// An answer that holds no word meaning `length` (nearly every answer) is settled by a marker
+/// scan ([`scan::may_be_length`]); one that does (a `length` finish, or the word elsewhere)
+/// has its finish reason read by a cursor; only a `length` answer, or one the cursor is unsure
+/// of, is parsed, as before ([`first_answer_parsed`]). Parsing every answer into a tree was
+/// most of the layer's cost (some forty allocations) on answers it has nothing to do with.
 fn first_answer(wire: Wire, data: &[u8]) -> Option<(Value, String)> {
+    if !scan::may_be_length(data) {
+        return None;
+    }
     if let Some(finish) = scan::answer_finish(wire, data) {
         if finish != Some(FinishReason::Length) {
             return None;
@@ -473,6 +477,8 @@ mod tests {
     const FINISHES: &[&str] = &[
         "\"stop\"",
         "\"length\"",
+        "\"max_output_tokens\"",
+        "\"model_context_window_exceeded\"",
         "\"max_tokens\"",
         "\"end_turn\"",
         "\"tool_calls\"",
@@ -486,6 +492,8 @@ mod tests {
         "caf\u{e9} \\\"quoted\\\"",
         "a\\nb\\u00e9",
         "\\ud83d\\ude00",
+        "the \\\"length\\\" and max_tokens",
+        "a\\\\",
     ];
     const EXTRAS: &[&str] = &[
         "",
@@ -494,6 +502,7 @@ mod tests {
         r#","big":1e400"#,
         r#","n":123456789012345678901"#,
         r#","choices":{"0":{"finish_reason":"length"}}"#,
+        r#","note":"length""#,
     ];
 
     #[test]

@@ -15,6 +15,9 @@
 //! spans it needs (a few hundred instructions an event instead of several thousand).
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 
 use seawall_core::FinishReason;
 use seawall_core::json_scan::{JsonCursor, JsonKind, JsonStr, Seen as Once};
@@ -481,6 +484,35 @@ pub(crate) fn anthropic<'a>(data: &'a [u8], memo: &mut Memo) -> Option<Seen<'a>>
     Some(seen)
 }
 
+/// The words [`FinishReason::from_provider`] reads as [`FinishReason::Length`].
+const LENGTH_WORDS: [&str; 4] = [
+    "length",
+    "max_tokens",
+    "max_output_tokens",
+    "model_context_window_exceeded",
+];
+
+/// What [`may_be_length`] looks for: a `\u` escape, and each of [`LENGTH_WORDS`] as a whole
+/// JSON string (`"max_` for the two that start alike).
+static MARKERS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
+    [
+        Finder::new("\\u"),
+        Finder::new("\"length\""),
+        Finder::new("\"max_"),
+        Finder::new("\"model_context_window_exceeded\""),
+    ]
+});
+
+/// Whether a whole answer may have finished with `length`; `false` only when it surely did
+/// not: when it holds none of [`LENGTH_WORDS`] as a whole string and no `\u` escape (which
+/// could spell one). Its finish reason, if the answer is valid JSON at all, is one of its
+/// strings, written as it reads unless escaped (and a letter or `_` is escaped only by `\u`);
+/// an answer that is not valid JSON is not continued either way, so nothing else is checked.
+/// This marker scan settles nearly every answer in a few searches over its bytes.
+pub(crate) fn may_be_length(data: &[u8]) -> bool {
+    MARKERS.iter().any(|m| m.find(data).is_some())
+}
+
 /// A whole (non-streamed) answer's finish reason, as `answer::finish` reads it from the
 /// answer parsed into a `serde_json::Value` (`None` inside when it has none); the outer `None`
 /// when not sure, and the answer is then parsed.
@@ -673,6 +705,36 @@ mod tests {
         assert_eq!(read_both(false, o.as_bytes(), 0), (8, 9));
         let a = anthropic_stream(&texts, false, "\"end_turn\"");
         assert_eq!(read_both(true, a.as_bytes(), 0), (11, 11));
+    }
+
+    #[test]
+    fn the_length_words_are_the_ones_core_reads_as_length() {
+        for word in LENGTH_WORDS {
+            assert_eq!(FinishReason::from_provider(word), FinishReason::Length);
+            let answer = format!(r#"{{"finish_reason":"{word}"}}"#);
+            assert!(may_be_length(answer.as_bytes()), "{answer}");
+        }
+        for (answer, may) in [
+            (
+                &br#"{"finish_reason":"stop","content":"the length"}"#[..],
+                false,
+            ),
+            (
+                br#"{"content":"say \"length\"","finish_reason":"stop"}"#,
+                false,
+            ),
+            (br#"{"content":"a\\","finish_reason":"length"}"#, true),
+            (br#"{"stop_reason":"max_tokens"}"#, true),
+            (br#"{"stop_reason":"end_turn","x":"\u0041"}"#, true),
+            (br#"{"stop_reason":"end_turn"}\"#, false),
+        ] {
+            assert_eq!(
+                may_be_length(answer),
+                may,
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
     }
 
     #[test]
