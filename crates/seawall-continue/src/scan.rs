@@ -484,16 +484,10 @@ pub(crate) fn anthropic<'a>(data: &'a [u8], memo: &mut Memo) -> Option<Seen<'a>>
     Some(seen)
 }
 
-/// The words [`FinishReason::from_provider`] reads as [`FinishReason::Length`].
-const LENGTH_WORDS: [&str; 4] = [
-    "length",
-    "max_tokens",
-    "max_output_tokens",
-    "model_context_window_exceeded",
-];
-
-/// What [`may_be_length`] looks for: a `\u` escape, and each of [`LENGTH_WORDS`] as a whole
-/// JSON string (`"max_` for the two that start alike).
+/// What [`may_be_length`] looks for: a `\u` escape, and each word
+/// [`FinishReason::from_provider`] reads as [`FinishReason::Length`] (`length`, `max_tokens`,
+/// `max_output_tokens`, `model_context_window_exceeded`) as a whole JSON string (`"max_` for
+/// the two that start alike). A test holds the list to core's.
 static MARKERS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
     [
         Finder::new("\\u"),
@@ -504,7 +498,7 @@ static MARKERS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| {
 });
 
 /// Whether a whole answer may have finished with `length`; `false` only when it surely did
-/// not: when it holds none of [`LENGTH_WORDS`] as a whole string and no `\u` escape (which
+/// not: when it holds none of those words as a whole string and no `\u` escape (which
 /// could spell one). Its finish reason, if the answer is valid JSON at all, is one of its
 /// strings, written as it reads unless escaped (and a letter or `_` is escaped only by `\u`);
 /// an answer that is not valid JSON is not continued either way, so nothing else is checked.
@@ -706,6 +700,14 @@ mod tests {
         let a = anthropic_stream(&texts, false, "\"end_turn\"");
         assert_eq!(read_both(true, a.as_bytes(), 0), (11, 11));
     }
+
+    /// The words core's `FinishReason::from_provider` reads as `Length`.
+    const LENGTH_WORDS: [&str; 4] = [
+        "length",
+        "max_tokens",
+        "max_output_tokens",
+        "model_context_window_exceeded",
+    ];
 
     #[test]
     fn the_length_words_are_the_ones_core_reads_as_length() {
