@@ -42,6 +42,7 @@ use tower_service::Service;
 use crate::events::{self, Framer, Kind, OpenAiHead, Seen};
 use crate::layer::Config;
 use crate::request::{Template, Wire};
+use crate::scan::Memo;
 use crate::trim::Trim;
 use crate::usage;
 
@@ -198,6 +199,10 @@ pub(crate) struct Splice<S, F, B: Body> {
     state: State<F, B>,
     framer: Framer,
     decoder: SseDecoder,
+    /// The decoder is between events with nothing held (see [`plain_event`]).
+    decoder_clean: bool,
+    /// What the last events' shared leading members were read as.
+    memo: Memo,
     /// Frames for the caller, in order.
     out: VecDeque<Bytes>,
     /// The error to give after `out`, ending the body.
@@ -256,6 +261,8 @@ impl<S, F, B: Body> Splice<S, F, B> {
             state: State::Body(Box::pin(body)),
             framer: Framer::default(),
             decoder: SseDecoder::default(),
+            decoder_clean: false,
+            memo: Memo::default(),
             out: VecDeque::new(),
             failed: None,
             text: String::new(),
@@ -307,6 +314,16 @@ impl<S, F, B: Body> Splice<S, F, B> {
 
     /// Reads one whole event's bytes.
     fn piece(&mut self, raw: Bytes) {
+        if self.decoder_clean {
+            if let Some((name, data)) = plain_event(&raw, self.decoder.max()) {
+                self.event(&raw, name, data);
+                return;
+            }
+        }
+        // Whatever the piece held, the decoder is clean after a piece that ends with a blank
+        // line of LFs (the first piece of an attempt always goes through it: a byte order
+        // mark is dropped there).
+        self.decoder_clean = raw.ends_with(b"\n\n") && raw.len() < self.decoder.max();
         let mut decoder = std::mem::take(&mut self.decoder);
         let mut any = false;
         let _ = decoder.feed(&raw, |item| {
@@ -325,8 +342,8 @@ impl<S, F, B: Body> Splice<S, F, B> {
 
     fn event(&mut self, raw: &Bytes, name: &[u8], data: &[u8]) {
         let seen = match self.wire() {
-            Wire::OpenAi => events::openai(data),
-            Wire::Anthropic => events::anthropic(name, data),
+            Wire::OpenAi => events::openai(data, &mut self.memo),
+            Wire::Anthropic => events::anthropic(name, data, &mut self.memo),
         };
         if self.hold_rest {
             // After a length finish that will be continued: only the usage counts.
@@ -578,6 +595,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
         }
         self.framer = Framer::default();
         self.decoder = SseDecoder::default();
+        self.decoder_clean = false;
         self.hold_rest = false;
         self.pending_stop = None;
         self.attempt_deltas = 0;
@@ -671,6 +689,33 @@ impl<S, F, B: Body> Splice<S, F, B> {
     }
 }
 
+/// The event name and data of an event laid out the usual way, `data: ...` or
+/// `event: ...\ndata: ...`, each line ending in LF and a blank line ending the event:
+/// exactly what the SSE decoder would hand on for it when it holds nothing (between events,
+/// after its first line), without copying the data out. `None` for any other layout (the
+/// decoder reads those, and events of `max` bytes or more, which it may refuse).
+fn plain_event(raw: &[u8], max: usize) -> Option<(&[u8], &[u8])> {
+    if raw.len() >= max {
+        return None;
+    }
+    let body = raw.strip_suffix(b"\n\n")?;
+    let (name, data_line) = match body.strip_prefix(b"event:") {
+        Some(rest) => {
+            let nl = memchr::memchr(b'\n', rest)?;
+            let name = &rest[..nl];
+            (name.strip_prefix(b" ").unwrap_or(name), &rest[nl + 1..])
+        }
+        None => (&b""[..], body),
+    };
+    let data = data_line.strip_prefix(b"data:")?;
+    let data = data.strip_prefix(b" ").unwrap_or(data);
+    // One line each: no other line break, and no CR anywhere (the name's line included).
+    if memchr::memchr2(b'\n', b'\r', data).is_some() || memchr::memchr(b'\r', name).is_some() {
+        return None;
+    }
+    Some((name, data))
+}
+
 impl<S, F, B> Splice<S, F, B>
 where
     S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
@@ -724,6 +769,82 @@ where
                         self.give_up();
                     }
                 },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a decoder between events hands on for `piece`.
+    fn decoded(piece: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut d = SseDecoder::default();
+        let _ = d.feed(b"data: first\n\n", |_| ControlFlow::<()>::Continue(()));
+        let mut out = Vec::new();
+        let _ = d.feed(piece, |item| {
+            match item {
+                SseItem::Event(e) => out.push((e.name.to_vec(), e.data.to_vec())),
+                _ => out.push((b"?".to_vec(), Vec::new())),
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        out
+    }
+
+    #[test]
+    fn the_usual_layouts_are_read_without_the_decoder() {
+        for piece in [
+            &b"data: {\"a\":1}\n\n"[..],
+            b"event: content_block_delta\ndata: {\"type\":\"x\"}\n\n",
+            b"data:[DONE]\n\n",
+            b"event:\ndata:\n\n",
+        ] {
+            let (name, data) = plain_event(piece, 1 << 20).expect("plain");
+            assert_eq!(decoded(piece), vec![(name.to_vec(), data.to_vec())]);
+        }
+        for piece in [
+            &b"data: a\r\n\r\n"[..],
+            b"data: a\ndata: b\n\n",
+            b": comment\n\n",
+            b"id: 1\ndata: a\n\n",
+            b"data: a\n",
+        ] {
+            assert!(plain_event(piece, 1 << 20).is_none());
+        }
+        assert!(plain_event(b"data: abc\n\n", 11).is_none());
+    }
+
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        let part = prop_oneof![
+            Just(&b"event"[..]),
+            Just(&b"data"[..]),
+            Just(&b":"[..]),
+            Just(&b" "[..]),
+            Just(&b"\n"[..]),
+            Just(&b"\r"[..]),
+            Just(&b"id"[..]),
+            Just(&b"{\"x\":1}"[..]),
+            Just(&b"\xEF\xBB\xBF"[..]),
+        ];
+        proptest::collection::vec(part, 0..10).prop_map(|p| {
+            let mut v = p.concat();
+            v.extend_from_slice(b"\n\n");
+            v
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Where the layer reads an event without the decoder, the decoder (between events)
+        /// would have handed on exactly that one event.
+        #[test]
+        fn an_event_read_without_the_decoder_is_what_the_decoder_reads(p in piece()) {
+            if let Some((name, data)) = plain_event(&p, 1 << 20) {
+                prop_assert_eq!(decoded(&p), vec![(name.to_vec(), data.to_vec())]);
             }
         }
     }

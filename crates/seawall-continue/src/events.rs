@@ -181,21 +181,21 @@ struct OaDelta<'a> {
 }
 
 /// Reads an OpenAI chunk (`data` of one event): by the scan, else by serde.
-pub(crate) fn openai(data: &[u8]) -> Seen<'_> {
+pub(crate) fn openai<'a>(data: &'a [u8], memo: &mut crate::scan::Memo) -> Seen<'a> {
     if data.trim_ascii() == b"[DONE]" {
         return Seen {
             kind: Kind::Done,
             ..Seen::default()
         };
     }
-    if let Some(seen) = crate::scan::openai(data) {
+    if let Some(seen) = crate::scan::openai(data, memo) {
         return seen;
     }
     openai_serde(data)
 }
 
 /// Reads an OpenAI chunk with serde's derive.
-fn openai_serde(data: &[u8]) -> Seen<'_> {
+pub(crate) fn openai_serde(data: &[u8]) -> Seen<'_> {
     let Ok(chunk) = serde_json::from_slice::<OaChunk<'_>>(data) else {
         return Seen::default();
     };
@@ -282,21 +282,21 @@ struct AnMessage<'a> {
 }
 
 /// Reads an Anthropic event (its name and `data`): by the scan, else by serde.
-pub(crate) fn anthropic<'a>(name: &[u8], data: &'a [u8]) -> Seen<'a> {
+pub(crate) fn anthropic<'a>(name: &[u8], data: &'a [u8], memo: &mut crate::scan::Memo) -> Seen<'a> {
     if name == b"error" {
         return Seen {
             kind: Kind::Error,
             ..Seen::default()
         };
     }
-    if let Some(seen) = crate::scan::anthropic(data) {
+    if let Some(seen) = crate::scan::anthropic(data, memo) {
         return seen;
     }
     anthropic_serde(data)
 }
 
 /// Reads an Anthropic event's `data` with serde's derive.
-fn anthropic_serde<'a>(data: &'a [u8]) -> Seen<'a> {
+pub(crate) fn anthropic_serde<'a>(data: &'a [u8]) -> Seen<'a> {
     let Ok(ev) = serde_json::from_slice::<AnEvent<'a>>(data) else {
         return Seen::default();
     };
@@ -435,6 +435,14 @@ fn json_str(s: &str) -> String {
 mod tests {
     use super::*;
 
+    fn oa(data: &[u8]) -> Seen<'_> {
+        openai(data, &mut crate::scan::Memo::default())
+    }
+
+    fn an<'a>(name: &[u8], data: &'a [u8]) -> Seen<'a> {
+        anthropic(name, data, &mut crate::scan::Memo::default())
+    }
+
     fn pieces(chunks: &[&[u8]]) -> (Vec<String>, usize) {
         let mut f = Framer::default();
         let mut out = Vec::new();
@@ -457,29 +465,29 @@ mod tests {
 
     #[test]
     fn both_formats_are_read() {
-        let s = openai(
+        let s = oa(
             br#"{"id":"c1","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#,
         );
         assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("hi")));
-        let s = openai(br#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#);
+        let s = oa(br#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#);
         assert_eq!(
             (s.kind, s.finish.as_deref()),
             (Kind::Finish, Some("length"))
         );
-        assert_eq!(openai(b"[DONE]").kind, Kind::Done);
-        assert_eq!(openai(br#"{"error":{"message":"x"}}"#).kind, Kind::Error);
+        assert_eq!(oa(b"[DONE]").kind, Kind::Done);
+        assert_eq!(oa(br#"{"error":{"message":"x"}}"#).kind, Kind::Error);
         assert_eq!(
-            openai(br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#).kind,
+            oa(br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#).kind,
             Kind::Unsupported
         );
-        let s = anthropic(b"content_block_delta", br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"yo"}}"#);
+        let s = an(b"content_block_delta", br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"yo"}}"#);
         assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("yo")));
-        let s = anthropic(b"message_delta", br#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}"#);
+        let s = an(b"message_delta", br#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}"#);
         assert_eq!(
             (s.kind, s.finish.as_deref()),
             (Kind::Finish, Some("max_tokens"))
         );
-        assert_eq!(anthropic(b"x", b"not json").kind, Kind::Other);
+        assert_eq!(an(b"x", b"not json").kind, Kind::Other);
     }
 
     const OPENAI: &[&str] = &[
@@ -501,10 +509,10 @@ mod tests {
 
     /// The scan reads an event only as serde's derive does.
     fn agree(data: &[u8]) {
-        if let Some(s) = crate::scan::openai(data) {
+        if let Some(s) = crate::scan::openai(data, &mut Default::default()) {
             assert_eq!(s, openai_serde(data), "{}", String::from_utf8_lossy(data));
         }
-        if let Some(s) = crate::scan::anthropic(data) {
+        if let Some(s) = crate::scan::anthropic(data, &mut Default::default()) {
             assert_eq!(
                 s,
                 anthropic_serde(data),
@@ -517,15 +525,23 @@ mod tests {
     #[test]
     fn the_usual_events_are_read_by_the_scan_as_serde_reads_them() {
         for e in OPENAI {
-            assert!(crate::scan::openai(e.as_bytes()).is_some(), "{e}");
+            assert!(
+                crate::scan::openai(e.as_bytes(), &mut Default::default()).is_some(),
+                "{e}"
+            );
             agree(e.as_bytes());
         }
         for e in ANTHROPIC {
-            assert!(crate::scan::anthropic(e.as_bytes()).is_some(), "{e}");
+            assert!(
+                crate::scan::anthropic(e.as_bytes(), &mut Default::default()).is_some(),
+                "{e}"
+            );
             agree(e.as_bytes());
         }
         // A repeated field is left to serde (which refuses it).
-        assert!(crate::scan::openai(br#"{"model":"a","model":"b"}"#).is_none());
+        assert!(
+            crate::scan::openai(br#"{"model":"a","model":"b"}"#, &mut Default::default()).is_none()
+        );
     }
 
     fn value(depth: u32) -> BoxedStrategy<String> {

@@ -17,7 +17,8 @@ use tower_service::Service;
 use crate::answer;
 use crate::body::{ContinueBody, Splice};
 use crate::layer::Config;
-use crate::request::Template;
+use crate::request::{Template, Wire};
+use crate::scan;
 use crate::trim::Trim;
 use crate::usage;
 
@@ -129,7 +130,7 @@ where
                             job: *job,
                             parts: Some(parts),
                             step: Step::Read(Box::pin(body)),
-                            buf: Vec::new(),
+                            buf: Collected::default(),
                             answer: None,
                             first: Bytes::new(),
                             text: String::new(),
@@ -161,6 +162,71 @@ fn spliced<S, F, B: Body>(job: Job<S>, resp: Response<B>) -> Response<ContinueBo
     Response::from_parts(parts, ContinueBody::stream(splice))
 }
 
+/// The first answer, parsed, and its text, when a follow-up is made for it: it finished with
+/// `length` and holds only text.
+///
+/// An answer that holds no word meaning `length` (nearly every answer) is settled by a marker
+/// scan ([`scan::may_be_length`]); one that does (a `length` finish, or the word elsewhere)
+/// has its finish reason read by a cursor; only a `length` answer, or one the cursor is unsure
+/// of, is parsed, as before ([`first_answer_parsed`]). Parsing every answer into a tree was
+/// most of the layer's cost (some forty allocations) on answers it has nothing to do with.
+fn first_answer(wire: Wire, data: &[u8]) -> Option<(Value, String)> {
+    if !scan::may_be_length(data) {
+        return None;
+    }
+    if let Some(finish) = scan::answer_finish(wire, data) {
+        if finish != Some(FinishReason::Length) {
+            return None;
+        }
+    }
+    first_answer_parsed(wire, data)
+}
+
+/// [`first_answer`] by the parsed answer alone.
+fn first_answer_parsed(wire: Wire, data: &[u8]) -> Option<(Value, String)> {
+    let v: Value = serde_json::from_slice(data).ok()?;
+    if answer::finish(wire, &v) != Some(FinishReason::Length) {
+        return None;
+    }
+    let text = answer::text(wire, &v)?;
+    Some((v, text))
+}
+
+/// A body's bytes as they are read: a body of one frame (most answers) is kept as that frame,
+/// shared, not copied; more frames are joined.
+#[derive(Debug, Default)]
+struct Collected {
+    one: Bytes,
+    more: Vec<u8>,
+}
+
+impl Collected {
+    fn push(&mut self, data: Bytes) {
+        if self.more.is_empty() && self.one.is_empty() {
+            self.one = data;
+            return;
+        }
+        if !self.one.is_empty() {
+            let one = std::mem::take(&mut self.one);
+            self.more.extend_from_slice(&one);
+        }
+        self.more.extend_from_slice(&data);
+    }
+
+    fn len(&self) -> usize {
+        self.one.len() + self.more.len()
+    }
+
+    /// The bytes read so far, leaving it empty.
+    fn take(&mut self) -> Bytes {
+        if self.more.is_empty() {
+            std::mem::take(&mut self.one)
+        } else {
+            Bytes::from(std::mem::take(&mut self.more))
+        }
+    }
+}
+
 enum Step<F, B> {
     Read(Pin<Box<B>>),
     Ready(Option<Box<Request<Bytes>>>),
@@ -173,7 +239,7 @@ struct Merge<S, F, B> {
     parts: Option<http::response::Parts>,
     step: Step<F, B>,
     /// The body being read.
-    buf: Vec<u8>,
+    buf: Collected,
     /// The answer joined so far (after the first is read).
     answer: Option<Value>,
     /// The first answer's bytes, given back unchanged when nothing is added to them.
@@ -199,12 +265,12 @@ where
                 Step::Read(body) => match ready!(body.as_mut().poll_frame(cx)) {
                     Some(Ok(frame)) => {
                         if let Ok(data) = frame.into_data() {
-                            self.buf.extend_from_slice(&data);
+                            self.buf.push(data);
                         }
                         if self.buf.len() > self.job.config.max_body_bytes {
                             if self.answer.is_none() {
                                 // Too large to look into: passed on as it is.
-                                let head = Bytes::from(std::mem::take(&mut self.buf));
+                                let head = self.buf.take();
                                 let Step::Read(body) =
                                     std::mem::replace(&mut self.step, Step::Ready(None))
                                 else {
@@ -222,7 +288,7 @@ where
                     }
                     Some(Err(e)) => {
                         if self.answer.is_none() {
-                            let data = Bytes::from(std::mem::take(&mut self.buf));
+                            let data = self.buf.take();
                             let parts = self.parts.take().expect("the head is kept until the end");
                             return Poll::Ready(Response::from_parts(
                                 parts,
@@ -258,22 +324,16 @@ where
 
     /// A body was read whole: the first answer, or a follow-up's.
     fn read(&mut self) -> Option<Response<ContinueBody<S, F, B>>> {
-        let data = std::mem::take(&mut self.buf);
+        let data = self.buf.take();
         let wire = self.job.template.wire;
         let Some(answer) = self.answer.as_mut() else {
-            let parsed: Option<Value> = serde_json::from_slice(&data).ok();
-            let first = Bytes::from(data);
-            let usable = parsed.filter(|v| {
-                answer::finish(wire, v) == Some(FinishReason::Length)
-                    && answer::text(wire, v).is_some()
-            });
-            let Some(v) = usable else {
-                self.first = first;
+            let usable = first_answer(wire, &data);
+            self.first = data;
+            let Some((v, text)) = usable else {
                 return Some(self.joined());
             };
-            self.text = answer::text(wire, &v).unwrap_or_default();
+            self.text = text;
             self.answer = Some(v);
-            self.first = first;
             return self.next();
         };
         let Some(next) = serde_json::from_slice::<Value>(&data).ok() else {
@@ -359,5 +419,159 @@ where
         report.set_finished();
         parts.extensions.insert(report);
         Response::from_parts(parts, ContinueBody::full(bytes, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An answer in one of the two formats, finishing with `finish` (a JSON value), with
+    /// `text` (JSON string content), sometimes a tool call, extra members and a repeated
+    /// finish.
+    fn answer(
+        anthropic: bool,
+        finish: &str,
+        text: &str,
+        tool: bool,
+        extra: &str,
+        repeat: Option<&str>,
+    ) -> String {
+        let again = repeat.map_or(String::new(), |r| {
+            if anthropic {
+                format!(",\"stop_reason\":{r}")
+            } else {
+                format!(",\"finish_reason\":{r}")
+            }
+        });
+        if anthropic {
+            let block = if tool {
+                r#"{"type":"tool_use","id":"t","name":"f","input":{}}"#.to_owned()
+            } else {
+                format!(r#"{{"type":"text","text":"{text}"}}"#)
+            };
+            format!(
+                r#"{{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[{block}],"stop_reason":{finish}{again},"stop_sequence":null{extra},"usage":{{"input_tokens":12,"output_tokens":6}}}}"#
+            )
+        } else {
+            let tools = if tool {
+                r#","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]"#
+            } else {
+                ""
+            };
+            format!(
+                r#"{{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-4o"{extra},"choices":[{{"index":0,"message":{{"role":"assistant","content":"{text}"{tools}}},"logprobs":null,"finish_reason":{finish}{again}}}],"usage":{{"prompt_tokens":12,"completion_tokens":6,"total_tokens":18}}}}"#
+            )
+        }
+    }
+
+    fn wire(anthropic: bool) -> Wire {
+        if anthropic {
+            Wire::Anthropic
+        } else {
+            Wire::OpenAi
+        }
+    }
+
+    const FINISHES: &[&str] = &[
+        "\"stop\"",
+        "\"length\"",
+        "\"max_output_tokens\"",
+        "\"model_context_window_exceeded\"",
+        "\"max_tokens\"",
+        "\"end_turn\"",
+        "\"tool_calls\"",
+        "\"len\\u0067th\"",
+        "null",
+        "7",
+    ];
+    const TEXTS: &[&str] = &[
+        "",
+        "Hello",
+        "caf\u{e9} \\\"quoted\\\"",
+        "a\\nb\\u00e9",
+        "\\ud83d\\ude00",
+        "the \\\"length\\\" and max_tokens",
+        "a\\\\",
+    ];
+    const EXTRAS: &[&str] = &[
+        "",
+        r#","system_fingerprint":"fp""#,
+        r#","x":[1,2.5,-3,{"y":null}],"z":true"#,
+        r#","big":1e400"#,
+        r#","n":123456789012345678901"#,
+        r#","choices":{"0":{"finish_reason":"length"}}"#,
+        r#","note":"length""#,
+    ];
+
+    #[test]
+    fn a_usual_answer_that_needs_nothing_is_decided_by_the_scan_alone() {
+        for anthropic in [false, true] {
+            for finish in ["\"stop\"", "\"end_turn\"", "\"tool_calls\"", "null"] {
+                let a = answer(anthropic, finish, "Hello, world!", false, "", None);
+                assert_eq!(
+                    scan::answer_finish(wire(anthropic), a.as_bytes())
+                        .map(|f| f == Some(FinishReason::Length)),
+                    Some(false),
+                    "{a}"
+                );
+                assert!(first_answer(wire(anthropic), a.as_bytes()).is_none());
+            }
+            let a = answer(anthropic, "\"length\"", "Hello", false, "", None);
+            assert!(first_answer(wire(anthropic), a.as_bytes()).is_some());
+        }
+    }
+
+    #[test]
+    fn bodies_of_several_frames_are_joined_and_one_frame_is_kept_as_it_is() {
+        let mut c = Collected::default();
+        let one = Bytes::from_static(b"{\"a\":1}");
+        c.push(one.clone());
+        assert_eq!(c.len(), 7);
+        let got = c.take();
+        assert_eq!(got.as_ptr(), one.as_ptr(), "the frame itself, not a copy");
+        c.push(Bytes::from_static(b"{\"a\""));
+        c.push(Bytes::from_static(b":1"));
+        c.push(Bytes::from_static(b"}"));
+        assert_eq!(c.len(), 7);
+        assert_eq!(c.take(), one);
+        assert_eq!(c.len(), 0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The lean reading (a scan of the finish, the answer parsed only when it may be
+        /// `length`) finds the same answers to continue, with the same parsed answer and the
+        /// same text (so the same follow-up request), as parsing every answer did, on
+        /// generated answers in both formats, whole, cut at any point or with a byte changed.
+        #[test]
+        fn the_lean_reading_continues_exactly_the_answers_the_full_reading_did(
+            anthropic in any::<bool>(),
+            finish in proptest::sample::select(FINISHES),
+            text in proptest::sample::select(TEXTS),
+            tool in any::<bool>(),
+            extra in proptest::sample::select(EXTRAS),
+            repeat in proptest::option::of(proptest::sample::select(FINISHES)),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            mode in 0u8..4,
+        ) {
+            let mut data = answer(anthropic, finish, text, tool, extra, repeat).into_bytes();
+            match mode {
+                0 => {}
+                1 => data.truncate(at.index(data.len() + 1)),
+                2 => { let i = at.index(data.len()); data[i] = byte; }
+                _ => { let i = at.index(data.len() + 1); data.insert(i, byte); }
+            }
+            let w = wire(anthropic);
+            prop_assert_eq!(first_answer(w, &data), first_answer_parsed(w, &data));
+            // Where the scan is sure, it reads the finish as the parsed answer does.
+            if let Some(finish) = scan::answer_finish(w, &data) {
+                let v: Value = serde_json::from_slice(&data).expect("the scan is sure it is JSON");
+                prop_assert_eq!(finish, answer::finish(w, &v));
+            }
+        }
     }
 }

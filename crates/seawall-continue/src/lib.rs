@@ -70,11 +70,14 @@
 //!
 //! # Cost
 //!
-//! A request the layer may continue is copied (headers, extensions and a reference to the
-//! body) before it is sent, and the service is cloned. A non-streamed answer whose finish
-//! reason the classifier already read passes through untouched; without a classifier the
-//! answer is read whole to look for `length`. A stream is read event by event (one small
-//! JSON parse per event) to keep the text delivered.
+//! A request the layer may continue is kept (core's `KeptRequest`: its parts, without
+//! allocating) and rebuilt only when a follow-up is made; the service is cloned. A
+//! non-streamed answer whose finish reason the classifier already read passes through
+//! untouched; without a classifier, the answer's finish reason is scanned from its bytes
+//! (nothing built, a body of one frame not copied), and the answer is parsed only when it
+//! finished with `length`. A stream is read event by event, each in one pass of a byte cursor
+//! that keeps only what the layer needs (the text, the finish reason, whether it is a tool
+//! call, the usage once); anything that pass is unsure of is read by serde as before.
 #![doc(html_root_url = "https://docs.rs/seawall-continue/0.1.0")]
 
 mod answer;

@@ -2,8 +2,8 @@
 //! last turn, in the style the upstream understands.
 
 use bytes::Bytes;
-use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
-use seawall_core::{LlmRequest, RequestMeta};
+use http::{Method, Request};
+use seawall_core::{KeptRequest, LlmRequest, RequestMeta};
 use serde_json::{Map, Value};
 
 use crate::layer::{Config, ContinuationStyle};
@@ -35,13 +35,12 @@ impl Wire {
 }
 
 /// What a follow-up request is built from: a copy of the original request.
+///
+/// Kept as core's [`KeptRequest`], which holds the parts without allocating and rebuilds the
+/// request only when a follow-up is made: nearly every answer needs none, and a clone of the
+/// header and extension maps was a handful of allocations on every call.
 pub(crate) struct Template {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-    extensions: Extensions,
-    body: Bytes,
+    kept: KeptRequest<Request<Bytes>>,
     pub(crate) wire: Wire,
     pub(crate) style: ContinuationStyle,
     /// The prompt's estimated tokens, for the usage of an attempt cut before its usage.
@@ -65,12 +64,7 @@ impl Template {
             Wire::OpenAi => config.openai_style,
         };
         Template {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            headers: req.headers().clone(),
-            extensions: req.extensions().clone(),
-            body: req.body().clone(),
+            kept: req.keep(),
             wire,
             style,
             estimated_input: u64::from(req.estimated_input_tokens()),
@@ -85,7 +79,8 @@ impl Template {
         partial: &str,
         instruction: &str,
     ) -> Option<(Request<Bytes>, Trim)> {
-        let mut body: Value = serde_json::from_slice(&self.body).ok()?;
+        let original = self.kept.get();
+        let mut body: Value = serde_json::from_slice(original.body()).ok()?;
         let map = body.as_object_mut()?;
         let messages = map.get_mut("messages")?.as_array_mut()?;
         let trim = match self.style {
@@ -131,16 +126,12 @@ impl Template {
             }
         };
         let bytes = Bytes::from(serde_json::to_vec(&body).ok()?);
-        let mut req = Request::new(bytes);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.version_mut() = self.version;
-        *req.headers_mut() = self.headers.clone();
+        let (parts, _) = original.into_parts();
+        let mut req = Request::from_parts(parts, bytes);
         if req.headers().contains_key(http::header::CONTENT_LENGTH) {
             let len = http::HeaderValue::from(req.body().len());
             req.headers_mut().insert(http::header::CONTENT_LENGTH, len);
         }
-        *req.extensions_mut() = self.extensions.clone();
         // The body changed: what was parsed from the old one is parsed again.
         req.extensions_mut().remove::<RequestMeta>();
         req.prepare();

@@ -332,3 +332,55 @@ async fn the_record_keeps_the_callers_time_to_first_token() {
     assert_eq!(r.resumed, 1);
     assert_eq!(r.time_to_first_token, Some(Duration::from_millis(400)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_after_more_text_than_the_layer_keeps_is_not_resumed() {
+    // The text delivered before the cut (5 words) is longer than the layer keeps: it is not
+    // kept, and the cut is the caller's, as without the layer.
+    for anthropic_wire in [false, true] {
+        let up = Up::new(cutting(5), profile());
+        let layer = ContinueLayer::builder().max_text_bytes(8).build().unwrap();
+        let (svc, records) = stack(&up, layer);
+        let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
+        let (sse, err) = drain(resp.into_body()).await;
+        assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+        assert_eq!(streamed_text(&sse).split(' ').count(), 5);
+        assert_eq!(up.calls(), 1);
+        assert_eq!(records.lock().unwrap()[0].resumed, 0);
+    }
+    // Within the bound, the same cut is resumed.
+    let up = Up::new(cutting(5), profile());
+    let layer = ContinueLayer::builder()
+        .max_text_bytes(4096)
+        .build()
+        .unwrap();
+    let (svc, _) = stack(&up, layer);
+    let (_, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(up.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_larger_than_the_layer_reads_passes_through_uncontinued() {
+    // A `length` answer over `max_body_bytes` is not read for its finish: passed on whole,
+    // byte for byte, and no follow-up is made.
+    let direct = seawall_mock::MockUpstream::new(profile())
+        .oneshot(anthropic(false, 6))
+        .await
+        .unwrap();
+    let want = direct.into_body().collect().await.unwrap().to_bytes();
+    let up = Up::single(profile());
+    let layer = ContinueLayer::builder().max_body_bytes(64).build().unwrap();
+    let (svc, records) = stack(&up, layer);
+    let resp = svc.oneshot(anthropic(false, 6)).await.unwrap();
+    let got = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(got, want);
+    assert_eq!(up.calls(), 1);
+    assert_eq!(records.lock().unwrap()[0].continuations, 0);
+    // Within the bound, the same answer is continued.
+    let up = Up::single(profile());
+    let (svc, _) = stack(&up, ContinueLayer::new());
+    let v = json_of(svc.oneshot(anthropic(false, 6)).await.unwrap()).await;
+    assert_eq!(up.calls(), 3);
+    assert_eq!(v["stop_reason"], "end_turn");
+}
