@@ -760,3 +760,55 @@ pub(crate) fn banner(addr: SocketAddr, upstreams: &str, settings: &Settings) -> 
     let _ = writeln!(b, "Ctrl-C stops it.");
     b
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// Answers 200 at once and counts how often it was cloned.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Clone for Counted {
+        fn clone(&self) -> Self {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Counted(Arc::clone(&self.0))
+        }
+    }
+
+    impl tower::Service<http::Request<Bytes>> for Counted {
+        type Response = http::Response<ProxyBody>;
+        type Error = LlmError;
+        type Future = std::future::Ready<Result<Self::Response, LlmError>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<Bytes>) -> Self::Future {
+            let resp = http::Response::new(http_body_util::Empty::<Bytes>::new());
+            std::future::ready(Ok(errors::proxy_response(
+                resp.map(|b| http_body_util::BodyExt::map_err(b, |e| match e {})),
+                Dialect::OpenAi,
+            )))
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_one_after_another_reuse_one_pooled_stack_instead_of_cloning_each_time() {
+        let clones = Arc::new(AtomicUsize::new(0));
+        let clients = Clients::new(BoxCloneSyncService::new(Counted(Arc::clone(&clones))));
+        for _ in 0..10 {
+            let state = clients.clone();
+            let resp = state.call(http::Request::new(Bytes::new())).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+        assert_eq!(
+            clones.load(Ordering::Relaxed),
+            1,
+            "one clone, when the pool was empty"
+        );
+    }
+}
