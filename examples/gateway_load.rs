@@ -13,15 +13,24 @@
 //! example in front of it, each on loopback and on a tokio runtime of its own (1 and 2 worker
 //! threads; `--gateway-threads`), and a client on a third (1 thread, `--client-threads`).
 //! The gateway logs as `cargo run --example gateway` does (`RUST_LOG`, default `info`, to
-//! stderr).
+//! stderr through its writer thread, a record per call).
 //!
 //! **Open loop** (the default): for each mode (non-streamed, streamed) and each rate, requests
-//! leave at fixed intervals whether or not earlier ones have answered, first straight to the
-//! upstream, then through the gateway; each call's latency is counted from when it was due to
-//! leave (so a stalled client or server counts against itself rather than sending less), to
-//! the end of its body. The table gives p50/p99/p99.9 of both and the latency the gateway
-//! adds, percentile by percentile (gateway minus direct), then the highest rate held: every
-//! call answered 200, the rate reached, and p99 added at most 1 ms.
+//! leave at fixed intervals whether or not earlier ones have answered, taking turns: one
+//! through the gateway, the next straight to the upstream, and so on, each target at the
+//! rate (so twice the rate leaves the client). Each call's latency is counted from when it
+//! was due to leave (so a stalled client or server counts against itself rather than sending
+//! less), to the end of its body. The table gives p50/p99/p99.9 of both and the latency the
+//! gateway adds, percentile by percentile (gateway minus direct), then the highest rate held:
+//! every call answered 200, the rate reached, and p99 added at most 1 ms.
+//!
+//! Why in turns: the client, the gateway and the upstream share the machine's cores (and, on
+//! a shared machine, with whatever else runs), so a scheduling stall of a few milliseconds
+//! lands on whichever calls are in flight. Measured one after the other, the direct run and
+//! the gateway run each see their own stalls, and their difference at p99 is mostly which
+//! run was unluckier; in turns, both see the same seconds of the same machine, and the
+//! difference is what the gateway adds. The runtimes are not pinned to cores: with two cores
+//! and three runtimes, pinning would only decide which of them waits.
 //!
 //! **Closed loop** (`--clients N`): N clients each send a streamed call as soon as their last
 //! one ended, against an upstream that takes a while (20 ms to its head, 100 ms to the first
@@ -179,10 +188,7 @@ fn start_upstream(rt: &Runtime, upstream: MockUpstream) -> Result<SocketAddr, Bo
     rt.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        // `seawall::mock::serve` without Nagle's algorithm, which would hold each small SSE
-        // event of a stream until the reader's delayed ACK (some 40 ms).
-        let app = seawall::mock::router(upstream);
-        tokio::spawn(async move { axum::serve(listener.tap_io(gateway::no_delay), app).await });
+        tokio::spawn(seawall::mock::serve(listener, upstream));
         Ok(addr)
     })
 }
@@ -260,26 +266,34 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
 }
 
-/// Sends `rate` calls per second to `url` for `warmup + duration`, on a fixed schedule, and
-/// records the calls of the measured part.
+/// Sends `rate` calls per second to each of `urls` for `warmup + duration`, on one fixed
+/// schedule that takes the targets in turn (call `i` goes to `urls[i % n]`, at `n * rate`
+/// calls a second in all), and records the calls of the measured part, one outcome per
+/// target. Taking turns, every target sees the same scheduling noise of the shared machine
+/// over the same seconds, where runs one after the other would each see their own.
 async fn open_loop(
     client: &HttpClient,
-    url: &str,
+    urls: &[&str],
     mode: Mode,
     rate: u32,
     warmup: Duration,
     duration: Duration,
-) -> Outcome {
-    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
-    let total = ((warmup + duration).as_secs_f64() * f64::from(rate)).round() as u64;
-    let skip = (warmup.as_secs_f64() * f64::from(rate)).round() as u64;
-    let url: Arc<str> = url.into();
+) -> Vec<Outcome> {
+    let n = urls.len();
+    let all = f64::from(rate) * n as f64;
+    let interval = Duration::from_secs_f64(1.0 / all);
+    let total = ((warmup + duration).as_secs_f64() * all).round() as u64;
+    let skip = (warmup.as_secs_f64() * all).round() as u64;
+    let urls: Vec<Arc<str>> = urls.iter().map(|&u| u.into()).collect();
     let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity((total - skip) as usize);
+    let mut tasks: Vec<Vec<_>> = (0..n)
+        .map(|_| Vec::with_capacity((total - skip) as usize / n + 1))
+        .collect();
     for i in 0..total {
         let due = start + interval.mul_f64(i as f64);
         tokio::time::sleep_until(due).await;
-        let (client, url) = (client.clone(), url.clone());
+        let target = (i % n as u64) as usize;
+        let (client, url) = (client.clone(), urls[target].clone());
         let task = tokio::spawn(async move {
             let out = call(&client, &url, mode.body()).await;
             (
@@ -288,30 +302,38 @@ async fn open_loop(
             )
         });
         if i >= skip {
-            tasks.push(task);
+            tasks[target].push(task);
         }
     }
-    let sent_in = start.elapsed().saturating_sub(warmup);
-    let mut outcome = Outcome {
-        hist: histogram(),
-        errors: 0,
-        first_error: None,
-        achieved: tasks.len() as f64 / sent_in.as_secs_f64().max(1e-9),
-    };
-    for t in tasks {
-        let (out, took) = t.await.expect("a call task panicked");
-        match out {
-            Ok(()) => {
-                let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
-                let _ = outcome.hist.record(us.min(100_000_000));
-            }
-            Err(e) => {
-                outcome.errors += 1;
-                outcome.first_error.get_or_insert(e);
+    let sent_in = start
+        .elapsed()
+        .saturating_sub(warmup)
+        .as_secs_f64()
+        .max(1e-9);
+    let mut outcomes = Vec::with_capacity(n);
+    for tasks in tasks {
+        let mut outcome = Outcome {
+            hist: histogram(),
+            errors: 0,
+            first_error: None,
+            achieved: tasks.len() as f64 / sent_in,
+        };
+        for t in tasks {
+            let (out, took) = t.await.expect("a call task panicked");
+            match out {
+                Ok(()) => {
+                    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+                    let _ = outcome.hist.record(us.min(100_000_000));
+                }
+                Err(e) => {
+                    outcome.errors += 1;
+                    outcome.first_error.get_or_insert(e);
+                }
             }
         }
+        outcomes.push(outcome);
     }
-    outcome
+    outcomes
 }
 
 /// `clients` callers, each sending its next streamed call when the last one ended.
@@ -391,18 +413,23 @@ fn open_loop_report(args: &Args, client_rt: &Runtime, direct: &str, gw: &str) {
     for &mode in &args.modes {
         let mut held = None;
         for &rate in &args.rates {
-            let run = |url: &str| {
-                client_rt.block_on(open_loop(
+            let urls: &[&str] = if args.gateway_only {
+                &[gw]
+            } else {
+                &[gw, direct]
+            };
+            let mut outcomes = client_rt
+                .block_on(open_loop(
                     &client,
-                    url,
+                    urls,
                     mode,
                     rate,
                     args.warmup,
                     args.duration,
                 ))
-            };
-            let d = (!args.gateway_only).then(|| run(direct));
-            let g = run(gw);
+                .into_iter();
+            let g = outcomes.next().expect("one outcome per target");
+            let d = outcomes.next();
             let q = |o: &Outcome| QUANTILES.map(|q| o.hist.value_at_quantile(q));
             let gq = q(&g);
             let dq = d.as_ref().map(q);

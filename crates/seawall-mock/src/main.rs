@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use axum::serve::ListenerExt;
 use seawall_mock::{MockUpstream, Profile};
 
 const USAGE: &str = "\
@@ -166,6 +167,11 @@ async fn run(addr: SocketAddr, profile: Profile, name: Option<String>) -> std::i
         name.as_deref().unwrap_or("default (no faults)"),
         upstream.profile().seed
     );
+    // Without Nagle's algorithm, which would hold each small SSE event of a stream until the
+    // reader's delayed ACK (some 40 ms).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, seawall_mock::router(upstream))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
