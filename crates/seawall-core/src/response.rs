@@ -166,7 +166,9 @@ impl BodyReport {
 
     /// Records the model that served (first write wins).
     pub fn set_model(&self, model: &str) {
-        let _ = self.model.set(crate::inline::shared_name(model));
+        if self.model.get().is_none() {
+            let _ = self.model.set(crate::inline::shared_name(model));
+        }
     }
 
     /// Records the finish reason (first write wins).
