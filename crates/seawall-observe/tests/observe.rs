@@ -372,6 +372,26 @@ fn summary_and_metrics_recorders() {
     assert_eq!(counter("seawall.attempts"), 20);
 }
 
+/// Makes `n` calls one after the other, each read to the end of its body.
+async fn call_to_the_end<S, B>(mut svc: S, n: usize)
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    for _ in 0..n {
+        let resp = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request(false))
+            .await
+            .unwrap();
+        resp.into_body().collect().await.unwrap();
+    }
+}
+
 /// The layer reuses a finished call's context for the next call on the thread: the next call
 /// must start from empty facts, and a context still held elsewhere must not be handed out.
 #[tokio::test(start_paused = true)]
@@ -400,17 +420,7 @@ async fn a_reused_context_starts_empty_and_a_held_one_is_left_alone() {
             Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
         }
     });
-    let mut svc = layer(&records).layer(inner);
-    for _ in 0..3 {
-        let resp = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request(false))
-            .await
-            .unwrap();
-        resp.into_body().collect().await.unwrap();
-    }
+    call_to_the_end(layer(&records).layer(inner), 3).await;
     let records = records.lock().unwrap();
     assert_eq!(records.len(), 3);
     assert_eq!((records[0].attempts, records[0].cost_usd), (2, Some(0.5)));
@@ -442,17 +452,7 @@ async fn a_released_context_is_reused_empty() {
             Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
         }
     });
-    let mut svc = layer(&records).layer(inner);
-    for _ in 0..2 {
-        let resp = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request(false))
-            .await
-            .unwrap();
-        resp.into_body().collect().await.unwrap();
-    }
+    call_to_the_end(layer(&records).layer(inner), 2).await;
     let addrs = addrs.lock().unwrap();
     assert_eq!(addrs[0], addrs[1], "the first call's context was reused");
     let records = records.lock().unwrap();
