@@ -1,14 +1,13 @@
 //! [`ClassifiedBody`]: passes a successful body through untouched while filling its
 //! [`BodyReport`].
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use seawall_core::{BodyReport, BoxError, LlmError};
+use seawall_core::{BodyReport, BoxError, FrameQueue, LlmError};
 
 use crate::parse::Parser;
 
@@ -44,7 +43,7 @@ pin_project_lite::pin_project! {
         pending: Option<LlmError>,
         done: bool,
         // Frames read (and parsed) before the response was handed on, passed on first.
-        replay: VecDeque<Frame<Bytes>>,
+        replay: FrameQueue<Bytes>,
         // The inner body ended while it was read ahead: it is not polled again.
         inner_ended: bool,
     }
@@ -58,7 +57,7 @@ impl<B> ClassifiedBody<B> {
             parser,
             pending: None,
             done: false,
-            replay: VecDeque::new(),
+            replay: FrameQueue::new(),
             inner_ended: false,
         }
     }
@@ -69,7 +68,7 @@ impl<B> ClassifiedBody<B> {
         inner: B,
         report: Arc<BodyReport>,
         parser: Parser,
-        replay: VecDeque<Frame<Bytes>>,
+        replay: FrameQueue<Bytes>,
         inner_ended: bool,
     ) -> Self {
         ClassifiedBody {
@@ -169,12 +168,7 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held: u64 = self
-            .replay
-            .iter()
-            .filter_map(Frame::data_ref)
-            .map(|d| d.len() as u64)
-            .sum();
+        let held: u64 = self.replay.data().map(|d| d.len() as u64).sum();
         if self.inner_ended {
             return SizeHint::with_exact(held);
         }

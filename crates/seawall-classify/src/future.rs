@@ -1,7 +1,6 @@
 //! The response future of [`Classify`](crate::Classify): turns the transport's outcome into one
 //! class, reading a small JSON answer ahead when a `200` may carry an error inside it.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,7 +10,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::{HeaderMap, Response};
 use http_body::{Body, Frame};
-use seawall_core::{BodyReport, BoxError, LlmError};
+use seawall_core::{BodyReport, BoxError, FrameQueue, LlmError};
 use tokio::time::Instant;
 
 use crate::body::ClassifiedBody;
@@ -57,7 +56,7 @@ pin_project_lite::pin_project! {
             head: Option<http::response::Parts>,
             body: Option<B>,
             report: Arc<BodyReport>,
-            frames: VecDeque<Frame<Bytes>>,
+            frames: FrameQueue<Bytes>,
             len: usize,
         },
         Done,
@@ -137,14 +136,14 @@ fn is_small_json<B: Body>(headers: &HeaderMap, body: &B, limit: usize) -> bool {
 }
 
 /// Joins the data of frames read ahead (one frame, the usual case, is not copied).
-fn joined(frames: &VecDeque<Frame<Bytes>>) -> Bytes {
-    let mut data = frames.iter().filter_map(Frame::data_ref);
+fn joined(frames: &FrameQueue<Bytes>) -> Bytes {
+    let mut data = frames.data();
     match (data.next(), data.next()) {
         (None, _) => Bytes::new(),
         (Some(one), None) => one.clone(),
         _ => {
             let mut all = Vec::new();
-            for d in frames.iter().filter_map(Frame::data_ref) {
+            for d in frames.data() {
                 all.extend_from_slice(d);
             }
             all.into()
@@ -187,6 +186,8 @@ where
                         continue;
                     }
                     let report = Arc::new(BodyReport::starting_at(*this.started));
+                    // The layers above add their own values: one table for them all.
+                    seawall_core::reserve_extensions(&mut parts.extensions);
                     if let Some(snap) = hints::rate_limits(&parts.headers, SystemTime::now()) {
                         parts.extensions.insert(snap);
                     }
@@ -197,7 +198,7 @@ where
                             head: Some(parts),
                             body: Some(body),
                             report,
-                            frames: VecDeque::new(),
+                            frames: FrameQueue::new(),
                             len: 0,
                         });
                         continue;
@@ -301,7 +302,7 @@ fn answer<B>(
     parts: http::response::Parts,
     inner: B,
     report: Arc<BodyReport>,
-    mut frames: VecDeque<Frame<Bytes>>,
+    mut frames: FrameQueue<Bytes>,
     whole: bool,
     failed: Option<BoxError>,
 ) -> Result<Response<ClassifiedBody<B>>, LlmError> {
@@ -311,7 +312,7 @@ fn answer<B>(
         let err = match verdict {
             Some(Verdict::Answer) => {
                 // Read and reported: replay it as one frame, with any trailers after it.
-                frames.retain(|f| !f.is_data());
+                frames.retain_non_data();
                 if !data.is_empty() {
                     frames.push_front(Frame::data(data));
                 }
@@ -332,7 +333,7 @@ fn answer<B>(
         return Err(response.decorate(err));
     }
     let mut parser = Parser::json();
-    for data in frames.iter().filter_map(Frame::data_ref) {
+    for data in frames.data() {
         parser.feed(data, &report);
     }
     let mut body = ClassifiedBody::read_ahead(inner, report, parser, frames, false);

@@ -5,6 +5,7 @@
 //! the budget the cost, the stream layer the time to first token) writes it there. When no
 //! observer is stacked there is no context, and reporting is one failed extension lookup.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -169,6 +170,14 @@ pub struct CallFacts {
     pub resumed: u32,
 }
 
+/// Contexts each thread keeps for reuse (a few: the calls finishing on it between two new ones).
+const RECYCLED_PER_THREAD: usize = 4;
+
+thread_local! {
+    /// Contexts of finished calls, which [`CallContext::shared`] reuses once no one else holds them.
+    static RECYCLED: RefCell<Vec<Arc<CallContext>>> = const { RefCell::new(Vec::new()) };
+}
+
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.
 #[derive(Debug, Default)]
 pub struct CallContext {
@@ -189,6 +198,45 @@ impl CallContext {
     /// A copy of the facts.
     pub fn snapshot(&self) -> CallFacts {
         self.lock().clone()
+    }
+
+    /// A new, empty context behind an `Arc`, for an observing layer to put into a request.
+    ///
+    /// It reuses the allocation of a context a finished call on this thread gave back with
+    /// [`recycle`](Self::recycle) once nothing else holds it, so a steady stream of calls
+    /// allocates none. The context is as empty as [`new`](Self::new)'s.
+    pub fn shared() -> Arc<CallContext> {
+        RECYCLED
+            .try_with(|r| {
+                let mut r = r.borrow_mut();
+                // Only a context no one else holds: the layers' bodies and hooks that shared
+                // it are gone, so no one can see it being emptied and handed out again.
+                let i = r
+                    .iter_mut()
+                    .position(|cx| Arc::get_mut(cx).is_some_and(|c| c.facts.get_mut().is_ok()))?;
+                let mut cx = r.swap_remove(i);
+                if let Some(facts) = Arc::get_mut(&mut cx).and_then(|c| c.facts.get_mut().ok()) {
+                    *facts = CallFacts::default();
+                }
+                Some(cx)
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Gives a finished call's context back for [`shared`](Self::shared) to reuse once nothing
+    /// else holds it (the inner layers' bodies and hooks may still hold it while the call's
+    /// record is written; a user's clone keeps it alive and unchanged). Each thread keeps the
+    /// last few; an older one is dropped for a newer one.
+    pub fn recycle(this: Arc<CallContext>) {
+        let _ = RECYCLED.try_with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= RECYCLED_PER_THREAD {
+                r.remove(0);
+            }
+            r.push(this);
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, CallFacts> {
@@ -227,6 +275,26 @@ mod tests {
         ContextAction::Skipped.note(&mut f);
         ContextAction::Fits.note(&mut f);
         assert_eq!(f.context_guard, Some(ContextAction::Skipped));
+    }
+
+    #[test]
+    fn a_recycled_context_comes_back_empty_and_a_held_one_is_not_reused() {
+        let cx = CallContext::shared();
+        cx.update(|f| {
+            f.attempts = 3;
+            f.rejections.push(FailureClass::GateRejected);
+        });
+        let ptr = Arc::as_ptr(&cx);
+        // Given back while an inner body still holds it: not reused until that is gone.
+        let inner = Arc::clone(&cx);
+        CallContext::recycle(cx);
+        let other = CallContext::shared();
+        assert_ne!(Arc::as_ptr(&other), ptr);
+        assert_eq!(inner.snapshot().attempts, 3);
+        drop(inner);
+        let again = CallContext::shared();
+        assert_eq!(Arc::as_ptr(&again), ptr);
+        assert_eq!(again.snapshot(), CallFacts::default());
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod deadline;
 mod error;
 mod finish;
 mod future;
+mod inline;
 pub mod json_scan;
 mod key;
 mod model_map;
@@ -57,6 +58,7 @@ pub use context::{CacheStatus, CallContext, CallFacts, ContextAction, ServedBy};
 pub use deadline::{Deadline, TIMEOUT_HEADER, parse_grpc_timeout};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
+pub use inline::{FrameQueue, shared_name};
 pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};
 pub use model_map::{ModelMap, TableFormat, read_table_file};
 pub use random::{Random, SeededRandom};
@@ -67,7 +69,7 @@ pub use request::{
 };
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
-    as_llm_error,
+    as_llm_error, reserve_extensions,
 };
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use time::instant_after;

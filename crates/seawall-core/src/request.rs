@@ -363,6 +363,9 @@ impl LlmRequest for Request<Bytes> {
     fn prepare(&mut self) {
         if meta(self).is_none() {
             let m = RequestMeta::parse(self);
+            // The layers after this add a few values of their own (a call context, a queue
+            // time, ...): one table with room for them all.
+            crate::response::reserve_extensions(self.extensions_mut());
             self.extensions_mut().insert(m);
             // A timeout header becomes a deadline once, here, so every layer sees one instant.
             if self.extensions().get::<Deadline>().is_none() {

@@ -48,6 +48,55 @@ use http_body::{Body, Frame, SizeHint};
 use crate::error::{BoxError, LlmError};
 use crate::ratelimit::RateLimitSnapshot;
 
+/// How many values [`reserve_extensions`] makes room for.
+const EXTENSIONS_ROOM: usize = 7;
+
+/// Gives an empty `Extensions` room for a handful of values in one table, so that the layers
+/// of a stack which each insert one (the classifier's report, the stream layer's stats, the
+/// gate's queue time, the fallback's served-by) fill it without the table growing on the way.
+///
+/// An `Extensions` starts with room for three values; the fourth insert reallocates its table.
+/// Every seawall layer that inserts into a response calls this first: the first of them (the
+/// one nearest the transport) sizes the table once, and for the others it is a length check.
+/// A map that already holds something is left as it is. It changes no value: only the
+/// capacity.
+///
+/// ```
+/// let mut ext = http::Extensions::new();
+/// seawall_core::reserve_extensions(&mut ext);
+/// assert!(ext.is_empty());
+/// ext.insert(1u8);
+/// seawall_core::reserve_extensions(&mut ext); // not empty: untouched
+/// assert_eq!(ext.get::<u8>(), Some(&1));
+/// ```
+pub fn reserve_extensions(ext: &mut Extensions) {
+    /// Zero-sized markers: inserting them allocates no box, only the table.
+    #[derive(Clone, Copy)]
+    struct Room<const N: usize>;
+    thread_local! {
+        /// An empty map whose table has room for [`EXTENSIONS_ROOM`] values: cloning it is
+        /// one allocation for the map and one for the table, as a first insert would be.
+        static ROOMY: Extensions = {
+            let mut e = Extensions::new();
+            e.insert(Room::<0>);
+            e.insert(Room::<1>);
+            e.insert(Room::<2>);
+            e.insert(Room::<3>);
+            e.insert(Room::<4>);
+            e.insert(Room::<5>);
+            e.insert(Room::<6>);
+            debug_assert_eq!(e.len(), EXTENSIONS_ROOM);
+            e.clear();
+            e
+        };
+    }
+    if ext.is_empty() {
+        // `try_with` fails only while the thread is being torn down: then the map just grows
+        // as it would have.
+        let _ = ROOMY.try_with(|r| *ext = r.clone());
+    }
+}
+
 /// Token usage reported by the upstream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Usage {
@@ -86,7 +135,9 @@ pub enum FinishReason {
 #[derive(Debug, Default)]
 pub struct BodyReport {
     usage: OnceLock<Usage>,
-    model: OnceLock<Box<str>>,
+    /// Shared per thread ([`shared_name`](crate::shared_name)): a served model's name costs
+    /// no allocation once the thread has seen it.
+    model: OnceLock<Arc<str>>,
     finish_reason: OnceLock<FinishReason>,
     finished: OnceLock<()>,
     first_content: OnceLock<tokio::time::Instant>,
@@ -115,7 +166,9 @@ impl BodyReport {
 
     /// Records the model that served (first write wins).
     pub fn set_model(&self, model: &str) {
-        let _ = self.model.set(model.into());
+        if self.model.get().is_none() {
+            let _ = self.model.set(crate::inline::shared_name(model));
+        }
     }
 
     /// Records the finish reason (first write wins).

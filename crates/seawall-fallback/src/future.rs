@@ -170,6 +170,7 @@ where
             cx.update(|f| f.served_by = Some(served));
         }
         if let Some(ext) = resp.extensions_mut() {
+            seawall_core::reserve_extensions(ext);
             ext.insert(served);
             if let Some(last) = last {
                 ext.insert(last);
@@ -181,7 +182,8 @@ where
         // The name the request asked for is reused when the upstream echoes it back.
         let model = match (resp.served_model(), &self.current_model) {
             (Some(served), Some(asked)) if served == &**asked => Some(asked.clone()),
-            (Some(served), _) => Some(Arc::from(served)),
+            // Another name (a dated version of the one asked for): shared per thread.
+            (Some(served), _) => Some(seawall_core::shared_name(served)),
             (None, asked) => asked.clone(),
         };
         let served = ServedBy {

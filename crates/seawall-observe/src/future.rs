@@ -135,6 +135,8 @@ impl Pending {
         };
         fill_span(&self.span, &record);
         self.recorder.record(&record);
+        // Recorded: the context goes back for the next call (if nothing else holds it).
+        CallContext::recycle(self.context);
     }
 }
 

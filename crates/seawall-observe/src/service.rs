@@ -85,7 +85,8 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
-        let context = Arc::new(CallContext::new());
+        // Reuses a finished call's context on this thread when there is one.
+        let context = CallContext::shared();
         if let Some(ext) = req.extensions_mut() {
             ext.insert(context.clone());
         }

@@ -371,3 +371,90 @@ fn summary_and_metrics_recorders() {
     assert_eq!(counter("seawall.retries"), 10);
     assert_eq!(counter("seawall.attempts"), 20);
 }
+
+/// Makes `n` calls one after the other, each read to the end of its body.
+async fn call_to_the_end<S, B>(mut svc: S, n: usize)
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    for _ in 0..n {
+        let resp = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request(false))
+            .await
+            .unwrap();
+        resp.into_body().collect().await.unwrap();
+    }
+}
+
+/// The layer reuses a finished call's context for the next call on the thread: the next call
+/// must start from empty facts, and a context still held elsewhere must not be handed out.
+#[tokio::test(start_paused = true)]
+async fn a_reused_context_starts_empty_and_a_held_one_is_left_alone() {
+    let records = Records::default();
+    let kept: Arc<Mutex<Vec<Arc<CallContext>>>> = Arc::default();
+    let seen = kept.clone();
+    let inner = service_fn(move |req: http::Request<Bytes>| {
+        let cx = context(&req);
+        let seen = seen.clone();
+        async move {
+            let first = {
+                let mut seen = seen.lock().unwrap();
+                seen.push(cx.clone());
+                seen.len() == 1
+            };
+            // Only the first call writes facts; the later ones must not inherit them.
+            assert_eq!(cx.snapshot().attempts, 0, "a new call's context is empty");
+            if first {
+                cx.update(|f| {
+                    f.attempts = 2;
+                    f.cost_usd = Some(0.5);
+                    f.rejections.push(FailureClass::GateRejected);
+                });
+            }
+            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
+        }
+    });
+    call_to_the_end(layer(&records).layer(inner), 3).await;
+    let records = records.lock().unwrap();
+    assert_eq!(records.len(), 3);
+    assert_eq!((records[0].attempts, records[0].cost_usd), (2, Some(0.5)));
+    for r in &records[1..] {
+        assert_eq!((r.attempts, r.cost_usd), (1, None));
+    }
+    // The test kept every context, so none could be reused: three distinct ones, the first
+    // still with its facts.
+    let kept = kept.lock().unwrap();
+    assert!(!Arc::ptr_eq(&kept[0], &kept[1]) && !Arc::ptr_eq(&kept[1], &kept[2]));
+    assert_eq!(kept[0].snapshot().attempts, 2);
+}
+
+/// Without anything else holding it, the next call gets the previous call's context back,
+/// emptied.
+#[tokio::test(start_paused = true)]
+async fn a_released_context_is_reused_empty() {
+    let records = Records::default();
+    let addrs: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let seen = addrs.clone();
+    let inner = service_fn(move |req: http::Request<Bytes>| {
+        let cx = context(&req);
+        let seen = seen.clone();
+        async move {
+            assert_eq!(cx.snapshot(), seawall_core::CallFacts::default());
+            seen.lock().unwrap().push(Arc::as_ptr(&cx) as usize);
+            cx.update(|f| f.cost_usd = Some(1.0));
+            drop(cx);
+            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
+        }
+    });
+    call_to_the_end(layer(&records).layer(inner), 2).await;
+    let addrs = addrs.lock().unwrap();
+    assert_eq!(addrs[0], addrs[1], "the first call's context was reused");
+    let records = records.lock().unwrap();
+    assert!(records.iter().all(|r| r.cost_usd == Some(1.0)));
+}

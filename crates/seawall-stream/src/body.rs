@@ -1,6 +1,5 @@
 //! The body handed to the caller after the commit point.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +8,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
-use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, LlmError};
+use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, FrameQueue, LlmError};
 use tokio::time::{Instant, Sleep};
 
 use crate::config::{Deadline, Reason, StreamTimeouts, deadline, earliest};
@@ -71,7 +70,7 @@ fn interrupted(e: LlmError) -> LlmError {
 /// upstream body at once too, so the work stops.
 pub struct TimedBody<B> {
     inner: Option<B>,
-    replay: VecDeque<Frame<Bytes>>,
+    replay: FrameQueue<Bytes>,
     pending_error: Option<LlmError>,
     timer: Timer,
     config: StreamTimeouts,
@@ -86,7 +85,7 @@ pub struct TimedBody<B> {
 /// Everything the future hands to the body at the commit point.
 pub(crate) struct Committed<B> {
     pub(crate) inner: Option<B>,
-    pub(crate) replay: VecDeque<Frame<Bytes>>,
+    pub(crate) replay: FrameQueue<Bytes>,
     pub(crate) timer: Timer,
     pub(crate) config: StreamTimeouts,
     pub(crate) start: Instant,
@@ -236,12 +235,7 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held: u64 = self
-            .replay
-            .iter()
-            .filter_map(Frame::data_ref)
-            .map(|d| d.remaining() as u64)
-            .sum();
+        let held: u64 = self.replay.data().map(|d| d.remaining() as u64).sum();
         let mut hint = match &self.inner {
             Some(b) => b.size_hint(),
             None => SizeHint::with_exact(0),

@@ -1,6 +1,5 @@
 //! The response future: waits for the head, then for the first real content (the commit point).
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -10,9 +9,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::Response;
 use http::response::Parts;
-use http_body::{Body, Frame};
+use http_body::Body;
 use pin_project_lite::pin_project;
-use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, LlmError};
+use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, FrameQueue, LlmError};
 use tokio::time::Instant;
 
 use crate::body::{Committed, TimedBody, Timer, llm_error};
@@ -135,7 +134,7 @@ enum Step {
 struct Waiting<B> {
     parts: Parts,
     body: B,
-    held: VecDeque<Frame<Bytes>>,
+    held: FrameQueue<Bytes>,
     held_bytes: usize,
     sse: bool,
     scan: Option<SseScan>,
@@ -169,7 +168,7 @@ where
         Waiting {
             parts,
             body,
-            held: VecDeque::new(),
+            held: FrameQueue::new(),
             held_bytes: 0,
             sse,
             scan,
@@ -250,6 +249,7 @@ where
         }
         let stats = Arc::new(StreamStats::new(ttft, self.sse, self.report.clone()));
         let mut parts = self.parts;
+        seawall_core::reserve_extensions(&mut parts.extensions);
         parts.extensions.insert(Arc::clone(&stats));
         let inner = match step {
             Step::Ended => None,

@@ -112,6 +112,7 @@ impl AdmitGuard for GatePermit {
             }
         }
         if let Some(ext) = resp.extensions_mut() {
+            seawall_core::reserve_extensions(ext);
             ext.insert(QueueWait(self.wait));
         }
     }
