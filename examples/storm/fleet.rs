@@ -30,7 +30,7 @@ use seawall::redis::{
 use seawall_test_support::RedisServer;
 use tower::layer::util::Identity;
 
-use crate::policies::{self, Outcome, Providers, SeawallSetup, classified};
+use crate::policies::{self, Outcome, Providers, Reading, SeawallSetup, classified};
 use crate::report::{self, FleetRow, Row, RunResult};
 use crate::scenario::{ClientPlan, Scenario};
 use crate::{Args, drive, epoch, progress_bar, providers_saw, result};
@@ -339,7 +339,7 @@ fn run_fleet(
 /// Every replica's clients at once, each replica through its own stack.
 async fn drive_fleet(
     plans: &[Vec<ClientPlan>],
-    asks: &[impl AsyncFn(http::Request<bytes::Bytes>) -> Outcome],
+    asks: &[impl AsyncFn(http::Request<bytes::Bytes>) -> Reading],
     progress: &indicatif::ProgressBar,
 ) -> Vec<(Duration, Outcome)> {
     let replicas = plans

@@ -16,15 +16,17 @@
 //! router with cooldowns and fallbacks; seawall's recommended stack), and once against a calm
 //! upstream for the reference latency. The three policies with a fallback get the same backup
 //! provider, which has stream faults of its own, and the same larger-context model.
-//! `--scenario outage` runs the second incident instead: a three-minute outage of the primary,
-//! then its key out of quota, with 3% of prompts too long for the model. Everything runs on a paused tokio
-//! clock against `seawall-mock`'s in-process upstream, so minutes of traffic take seconds and
-//! every run prints the same table. The table counts what a user feels: how many calls got a
-//! complete answer, how long that took, how much load the policy added upstream, what it cost
-//! and what it wasted (in all and per delivered answer), and how far it went over the run's spend
-//! limit. Under the table the demo checks its goals for seawall's row (best success, P95 and
-//! P99, no overrun, waste per answer no worse than the best row that delivers 95%) and prints
-//! PASS or FAIL for each; `--check` makes a FAIL the exit status.
+//! `--scenario outage` runs the second incident instead: the primary's key out of quota early in
+//! the run, a three-minute outage of the primary, 3% of prompts too long for the model. Everything
+//! runs on a paused tokio clock against `seawall-mock`'s in-process upstream, so minutes of traffic
+//! take seconds and every run prints the same table. The table counts what a user feels: how many
+//! calls got a complete answer, how long that took, how much load the policy added upstream, what
+//! it cost and what it wasted (in all and per delivered answer: what was billed beyond the clean
+//! cost of the answers delivered, the same measure for every row, explained per row under the table
+//! from a ledger of every upstream attempt), and how far it went over the run's spend limit. Under
+//! the table the demo checks its goals for seawall's row (best success, P95 and P99, no overrun,
+//! waste per answer no worse than the best row that delivers 95%) and prints PASS or FAIL for each;
+//! `--check` makes a FAIL the exit status.
 //!
 //! `--repeat SHARE` makes a share of the calls ask one of 40 frequent questions again, word for
 //! word, and runs seawall's stack once more with a `CacheLayer` (in memory) between observe
@@ -45,6 +47,7 @@ mod fleet;
 mod policies;
 mod report;
 mod scenario;
+mod tally;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -65,9 +68,10 @@ use seawall::observe::Summary;
 use tower::Service;
 use tower::layer::util::Identity;
 
-use policies::{Outcome, Policy, Providers, SeawallSetup, classified};
+use policies::{Delivered, Outcome, Policy, Providers, Reading, SeawallSetup, classified};
 use report::{Row, RunResult, dollars};
 use scenario::{ClientPlan, Incident, Scenario};
+use tally::{CallId, Ledger, Tally};
 
 const USAGE: &str = "\
 usage: cargo run --release --example storm -- [options]
@@ -77,7 +81,7 @@ usage: cargo run --release --example storm -- [options]
                     --replicas)
   --scenario NAME   the incident: storm (default; a bad minute: a 503/529 burst, RPM/TPM
                     limits, slow first tokens, cut streams) or outage (the primary down for
-                    three minutes, then its key out of quota; 3% of prompts too long for the
+                    three minutes, its key out of quota early on; 3% of prompts too long for the
                     model, which a larger-context model serves)
   --check           exit with status 1 when a goal for seawall's row is not met
   --seed N          the seed of the workload and the upstream (default 2024)
@@ -356,8 +360,9 @@ fn run(args: &Args) -> Result<usize, String> {
         "upstream/call  requests the providers received per logical call (amplification)",
         "P50/P95/P99    time from the call to the end of a complete answer; a call that never got one counts as",
         "               slower than any answer (\"no answer\" when the percentile falls on such calls)",
-        "spend, wasted  billed by the providers; wasted: billed for answers the caller did not get whole (cut,",
-        "               failed or abandoned streams, and the broken first tries of answers asked again)",
+        "spend, wasted  billed by the providers; wasted: billed beyond what the complete answers delivered would",
+        "               have cost in one clean call each (their prompt and text): failed calls whole, the broken",
+        "               first tries of answers asked again, the follow-ups' prompts of resumed answers",
         "wasted/1k      wasted per 1,000 complete answers: what the waste bought (raw waste is lowest for a",
         "               policy that gives up early)",
         "over budget    spend above the run's limit",
@@ -455,6 +460,7 @@ fn run_once(
             .build()
     }
     .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
+    let ledger = Ledger::default();
     runtime.block_on(async {
         let primary = MockUpstream::with_epoch(scenario.primary_profile(policy.is_some()), epoch());
         let backup = MockUpstream::with_epoch(scenario.backup_profile(), epoch());
@@ -467,15 +473,25 @@ fn run_once(
             }
             out?
         } else {
-            let transport = Providers {
+            let providers = Providers {
                 primary: primary.clone(),
                 backup: backup.clone(),
             };
+            let transport = Tally::new(providers, ledger.clone());
             run_policy(scenario, policy, transport, setup, progress).await?
         };
         let (p, b) = (primary.stats(), backup.stats());
         notes.push(providers_saw(&p, &b));
-        Ok(result(label, calls, notes, &p, &b))
+        let mut run = result(label, calls, notes, &p, &b);
+        if !http {
+            let outcomes: Vec<Outcome> = run.calls.iter().map(|(_, o)| *o).collect();
+            run.notes.push(format!(
+                "waste ${:.4}: {}",
+                run.wasted,
+                ledger.explain(&outcomes, run.spend)
+            ));
+        }
+        Ok(run)
     })
 }
 
@@ -504,6 +520,12 @@ fn providers_saw(p: &Stats, b: &Stats) -> String {
 }
 
 /// A run's result from its calls and the providers' counts.
+///
+/// The waste is the caller's view, the same for every row: what the providers billed, less
+/// what the complete answers delivered would have cost in one clean call each (their prompt
+/// and their text). The providers' own count (a stream that did not end with its finish
+/// marker billed as waste in full) also counts the text of a stream cut and then resumed,
+/// which the caller did get, and misses the prompt its follow-up sends again.
 fn result(
     label: String,
     calls: Vec<(Duration, Outcome)>,
@@ -511,20 +533,37 @@ fn result(
     p: &Stats,
     b: &Stats,
 ) -> RunResult {
+    let spend = dollars(
+        p.input_tokens + b.input_tokens,
+        p.output_tokens + b.output_tokens,
+    );
+    let delivered: f64 = calls
+        .iter()
+        .filter_map(|(_, o)| o.ok())
+        .map(|d| dollars(u64::from(d.input), u64::from(d.output)))
+        .sum();
     RunResult {
         label,
         calls,
         upstream_calls: p.requests + b.requests,
-        spend: dollars(
-            p.input_tokens + b.input_tokens,
-            p.output_tokens + b.output_tokens,
-        ),
-        wasted: dollars(
-            p.wasted_input_tokens + b.wasted_input_tokens,
-            p.wasted_output_tokens + b.wasted_output_tokens,
-        ),
+        spend,
+        wasted: (spend - delivered).max(0.0),
         notes,
     }
+}
+
+/// Sends one call through a policy: the request carries its [`CallId`], and a complete answer
+/// is priced by its prompt's tokens and the text the caller read.
+pub(crate) async fn ask_one(
+    ask: &impl AsyncFn(Request<Bytes>) -> Reading,
+    mut req: Request<Bytes>,
+    id: u32,
+) -> Outcome {
+    use seawall::core::LlmRequest as _;
+    req.prepare();
+    let input = req.estimated_input_tokens();
+    req.extensions_mut().insert(CallId(id));
+    ask(req).await.map(|output| Delivered { input, output })
 }
 
 fn server_errors(s: &Stats) -> u64 {
@@ -624,32 +663,40 @@ where
     Ok((calls, notes))
 }
 
-/// Runs every client's plan at once; returns each call's latency and outcome.
+/// Runs every client's plan at once; returns each call's latency and outcome, in the order of
+/// the plans (a call's index is its [`CallId`]).
 async fn drive(
     plans: &[ClientPlan],
-    ask: &impl AsyncFn(Request<Bytes>) -> Outcome,
+    ask: &impl AsyncFn(Request<Bytes>) -> Reading,
     progress: &ProgressBar,
 ) -> Vec<(Duration, Outcome)> {
+    let mut first = 0u32;
     let mut clients: FuturesUnordered<_> = plans
         .iter()
-        .map(|plan| async move {
-            let mut out = Vec::with_capacity(plan.calls.len());
-            tokio::time::sleep(plan.start).await;
-            for call in &plan.calls {
-                let start = tokio::time::Instant::now();
-                let outcome = ask(call.request()).await;
-                out.push((start.elapsed(), outcome));
-                progress.inc(1);
-                tokio::time::sleep(call.think).await;
+        .enumerate()
+        .map(|(i, plan)| {
+            let base = first;
+            first += plan.calls.len() as u32;
+            async move {
+                let mut out = Vec::with_capacity(plan.calls.len());
+                tokio::time::sleep(plan.start).await;
+                for (j, call) in plan.calls.iter().enumerate() {
+                    let start = tokio::time::Instant::now();
+                    let outcome = ask_one(ask, call.request(), base + j as u32).await;
+                    out.push((start.elapsed(), outcome));
+                    progress.inc(1);
+                    tokio::time::sleep(call.think).await;
+                }
+                (i, out)
             }
-            out
         })
         .collect();
     let mut all = Vec::new();
     while let Some(calls) = clients.next().await {
-        all.extend(calls);
+        all.push(calls);
     }
-    all
+    all.sort_unstable_by_key(|(i, _)| *i);
+    all.into_iter().flat_map(|(_, calls)| calls).collect()
 }
 
 #[cfg(test)]
@@ -685,6 +732,34 @@ mod tests {
             // Every call long: a few may still meet a cut stream or a 500 at the backup.
             assert!(success(policy) >= 0.85, "{policy:?}");
         }
+    }
+
+    #[test]
+    fn waste_is_what_was_billed_beyond_the_clean_cost_of_the_answers_delivered() {
+        // A resumed answer: a first attempt cut after 40 of 100 words (prompt 100), and a
+        // follow-up with the prompt, the 40 words and an instruction (170 in all) giving the
+        // other 60; and a failed call whose one attempt was cut after 10 words (prompt 200).
+        let mut p = Stats::default();
+        p.input_tokens = 100 + 170 + 200;
+        p.output_tokens = 40 + 60 + 10;
+        // The providers count every broken stream whole: 40 delivered words among them.
+        p.wasted_input_tokens = 100 + 200;
+        p.wasted_output_tokens = 40 + 10;
+        let calls = vec![
+            (
+                Duration::from_secs(1),
+                Ok(Delivered {
+                    input: 100,
+                    output: 100,
+                }),
+            ),
+            (Duration::from_secs(1), Err("stream_interrupted")),
+        ];
+        let run = result("r".into(), calls, Vec::new(), &p, &Stats::default());
+        // Waste: the follow-up's prompt, and the failed call whole; not the 40 words delivered.
+        let expected = dollars(170 + 200, 10);
+        assert!((run.wasted - expected).abs() < 1e-12, "{}", run.wasted);
+        assert!(run.wasted < dollars(300, 50));
     }
 
     #[test]

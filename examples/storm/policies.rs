@@ -42,8 +42,45 @@ use crate::scenario::{
     BACKUP_MODEL, CONTEXT_WINDOW, LARGE_MODEL, PRICE_IN, PRICE_OUT, PRIMARY_MODEL, Scenario,
 };
 
-/// How a logical call ended: `Ok` when the whole answer arrived, else why not.
-pub(crate) type Outcome = Result<(), &'static str>;
+/// How a policy's call ended: the content tokens of the whole answer when it arrived, else
+/// why not.
+pub(crate) type Reading = Result<u32, &'static str>;
+
+/// How a logical call ended: the answer delivered whole, else why not.
+pub(crate) type Outcome = Result<Delivered, &'static str>;
+
+/// A complete answer as the caller got it: its prompt's tokens and the content tokens it read.
+/// What it would have cost in one clean call is what it was worth; anything billed beyond
+/// that is waste, for every row alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Delivered {
+    pub(crate) input: u32,
+    pub(crate) output: u32,
+}
+
+/// Content tokens in a piece of a stream: the words of the text its deltas carry (each token
+/// of the mock's answers is one word; a layer may join several into one delta, as the
+/// continuation does with the text it held while trimming an overlap).
+pub(crate) fn content_tokens(bytes: &[u8]) -> u32 {
+    const DELTA: &[u8] = br#""delta":{"content":""#;
+    let mut words = 0;
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(DELTA.len()).position(|w| w == DELTA) {
+        rest = &rest[at + DELTA.len()..];
+        // The text runs to the first quote not escaped (the mock's words hold none).
+        let end = rest
+            .iter()
+            .enumerate()
+            .position(|(i, b)| *b == b'"' && (i == 0 || rest[i - 1] != b'\\'))
+            .unwrap_or(rest.len());
+        words += rest[..end]
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty())
+            .count() as u32;
+        rest = &rest[end..];
+    }
+    words
+}
 
 /// The policies, in table order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,19 +184,25 @@ where
     }
 }
 
-/// Reads a body to its end; its first error is the outcome.
-pub(crate) async fn read_to_end<B>(body: B) -> Outcome
+/// Reads a body to its end, counting the content tokens; its first error is the outcome.
+pub(crate) async fn read_to_end<B>(body: B) -> Reading
 where
-    B: Body,
+    B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     let mut body = pin!(body);
+    let mut tokens = 0;
     while let Some(frame) = body.frame().await {
-        if let Err(e) = frame {
-            return Err(class_of(e.into()));
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    tokens += content_tokens(data);
+                }
+            }
+            Err(e) => return Err(class_of(e.into())),
         }
     }
-    Ok(())
+    Ok(tokens)
 }
 
 fn class_of(e: BoxError) -> &'static str {
@@ -167,10 +210,10 @@ fn class_of(e: BoxError) -> &'static str {
 }
 
 /// Sends one request through `svc` and reads the answer.
-async fn once<S, B>(svc: S, req: Request<Bytes>) -> Outcome
+async fn once<S, B>(svc: S, req: Request<Bytes>) -> Reading
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError>,
-    B: Body,
+    B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     match svc.oneshot(req).await {
@@ -180,24 +223,24 @@ where
 }
 
 /// Policy 1: no retries.
-pub(crate) fn no_retry<S, B>(classified: S) -> impl AsyncFn(Request<Bytes>) -> Outcome
+pub(crate) fn no_retry<S, B>(classified: S) -> impl AsyncFn(Request<Bytes>) -> Reading
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone,
-    B: Body,
+    B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     async move |req| once(classified.clone(), req).await
 }
 
 /// Policy 2, naive: retry every error (the stream's too), three times, after a fixed second.
-pub(crate) fn naive<S, B>(classified: S) -> impl AsyncFn(Request<Bytes>) -> Outcome
+pub(crate) fn naive<S, B>(classified: S) -> impl AsyncFn(Request<Bytes>) -> Reading
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone,
-    B: Body,
+    B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     async move |req: Request<Bytes>| {
-        let mut last = Ok(());
+        let mut last = Ok(0);
         for attempt in 0..4 {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -212,10 +255,10 @@ where
 }
 
 /// Policy 3: the openai-python SDK's retry rules (v1.x `_base_client.py`).
-pub(crate) fn openai<S, B>(classified: S, seed: u64) -> impl AsyncFn(Request<Bytes>) -> Outcome
+pub(crate) fn openai<S, B>(classified: S, seed: u64) -> impl AsyncFn(Request<Bytes>) -> Reading
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone,
-    B: Body,
+    B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     let random = Arc::new(SeededRandom::new(seed));
@@ -332,11 +375,11 @@ where
 pub(crate) fn tower_resilience<S, B>(
     classified: S,
     concurrency: usize,
-) -> Result<impl AsyncFn(Request<Bytes>) -> Outcome, String>
+) -> Result<impl AsyncFn(Request<Bytes>) -> Reading, String>
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    B: Body + Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
     let primary = tr_stack(classified.clone(), concurrency)?;
@@ -477,10 +520,10 @@ impl GroupError {
 /// one deployment per model group, each with its [`Cooldown`]; retries with the openai-python
 /// rules inside a group; `fallbacks` to the backup provider's group after the retries, and
 /// `context_window_fallbacks` to the larger-context model for a context-length error.
-pub(crate) fn litellm<S, B>(classified: S, seed: u64) -> impl AsyncFn(Request<Bytes>) -> Outcome
+pub(crate) fn litellm<S, B>(classified: S, seed: u64) -> impl AsyncFn(Request<Bytes>) -> Reading
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone,
-    B: Body,
+    B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     let random = Arc::new(SeededRandom::new(seed));
@@ -625,7 +668,7 @@ pub(crate) fn seawall<T, B, F, FB>(
     setup: &SeawallSetup,
     summary: Arc<Summary>,
     fleet: F,
-) -> Result<impl AsyncFn(Request<Bytes>) -> Outcome + use<T, B, F, FB>, String>
+) -> Result<impl AsyncFn(Request<Bytes>) -> Reading + use<T, B, F, FB>, String>
 where
     T: Service<Request<Bytes>, Response = Response<B>> + Clone + Send + Sync + 'static,
     T::Error: Into<BoxError> + Send + Sync + 'static,
@@ -744,6 +787,20 @@ mod tests {
     use super::*;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn content_tokens_counts_the_words_of_text_deltas_joined_or_not() {
+        let one =
+            br#"data: {"choices":[{"index":0,"delta":{"content":" storm"},"finish_reason":null}]}"#;
+        let role = br#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+        // A continuation's held text comes as one delta of several words.
+        let joined =
+            br#"data: {"choices":[{"index":0,"delta":{"content":" the \"calm\" water"}}]}"#;
+        assert_eq!(content_tokens(one), 1);
+        assert_eq!(content_tokens(role), 0);
+        assert_eq!(content_tokens(joined), 3);
+        assert_eq!(content_tokens(&[one.as_slice(), joined].concat()), 4);
+    }
 
     #[test]
     fn a_429_cools_a_deployment_down_for_five_seconds_at_once() {

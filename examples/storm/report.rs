@@ -440,10 +440,20 @@ pub(crate) fn chart(path: &Path, runs: &[RunResult]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policies::Delivered;
 
     /// A row with `answers` of 100 calls answered in `secs` each and `wasted` dollars wasted.
     fn row(label: &str, answers: usize, secs: u64, wasted: f64) -> Row {
-        let mut calls = vec![(Duration::from_secs(secs), Ok(())); answers];
+        let mut calls = vec![
+            (
+                Duration::from_secs(secs),
+                Ok(Delivered {
+                    input: 1,
+                    output: 1
+                })
+            );
+            answers
+        ];
         calls.resize(100, (Duration::from_secs(1), Err("overloaded")));
         let run = RunResult {
             label: label.to_owned(),
