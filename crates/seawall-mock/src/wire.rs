@@ -452,8 +452,19 @@ const WORDS: [&str; 32] = [
 ];
 
 /// The text of token `i` of an answer whose words start at `offset`.
+///
+/// Token 0 is `WORDS[offset]`, so a continuation finds its answer's walk again from the first
+/// word it is shown; later tokens step by a SplitMix64 draw of their index, so the text never
+/// repeats itself with a short period. A periodic text would let a continuation's overlap
+/// (the tail the model says again) match a whole period further back than it really is, and
+/// trim words that were never delivered.
 pub(crate) fn token_text(offset: u32, i: u32) -> &'static str {
-    WORDS[((offset as usize) + (i as usize) * 7) % WORDS.len()]
+    let step = if i == 0 {
+        0
+    } else {
+        crate::rng::Rng::new(u64::from(i)).next_u64() as usize
+    };
+    WORDS[(offset as usize).wrapping_add(step) % WORDS.len()]
 }
 
 /// `finish_reason` / `stop_reason`.
@@ -833,5 +844,19 @@ mod tests {
         .unwrap();
         assert!(ok.stream && ok.include_usage);
         assert_eq!(ok.max_tokens, Some(9));
+    }
+
+    #[test]
+    fn an_answers_text_has_no_short_period_and_starts_at_its_offset() {
+        for offset in 0..WORDS.len() as u32 {
+            assert_eq!(token_text(offset, 0), WORDS[offset as usize]);
+            let text: Vec<&str> = (0..512).map(|i| token_text(offset, i)).collect();
+            for period in 1..=128 {
+                assert!(
+                    (0..512 - period).any(|i| text[i] != text[i + period]),
+                    "offset {offset}: the text repeats every {period} words"
+                );
+            }
+        }
     }
 }
