@@ -8,20 +8,22 @@ use std::task::{Context, Poll, ready};
 
 use seawall_core::{Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome};
 
-use crate::breaker::{Admission, Breaker};
+use crate::breaker::Admission;
+use crate::local::ThreadBreaker;
 use crate::state::Verdict;
 
 /// A call's admission, held until its outcome is known. Dropping it unrecorded counts as a
 /// cancellation (and frees a probe slot at once).
 pub(crate) struct Permit {
-    breaker: Option<Arc<Breaker>>,
+    /// The running thread's handle on the key's breaker (see `local`).
+    breaker: Option<Arc<ThreadBreaker>>,
     admission: Admission,
     start: u64,
     slow: bool,
 }
 
 impl Permit {
-    pub(crate) fn new(breaker: Arc<Breaker>, admission: Admission, start: u64) -> Self {
+    pub(crate) fn new(breaker: Arc<ThreadBreaker>, admission: Admission, start: u64) -> Self {
         let breaker = (admission != Admission::Untracked).then_some(breaker);
         Permit {
             breaker,
