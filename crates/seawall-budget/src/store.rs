@@ -312,7 +312,8 @@ impl<T: BudgetStore + ?Sized> BudgetStore for Arc<T> {
 
 const RING: usize = Window::ROLLING_BUCKETS as usize + 1;
 
-/// The in-process store: every counter behind one short mutex.
+/// The in-process store: every counter behind one short mutex, which a thread's calls skip
+/// while it holds a lease (below).
 ///
 /// An admission touches several counters (a total, a monthly and a per-tenant budget, say)
 /// and must take from all or none, with calendar resets and rolling sub-windows on the way.

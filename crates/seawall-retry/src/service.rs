@@ -1,6 +1,7 @@
 //! The retry service: pays the call's deposit into the retry budget, writes the idempotency
 //! key and attempt headers when asked to, then hands the call to the retry loop together with
-//! the inner service that made the first attempt (a fresh clone stays behind for the next call).
+//! a clone of the inner service for the retries (the service that made the first attempt stays
+//! behind for the next call, with whatever it remembers).
 
 use std::fmt;
 use std::sync::Arc;
