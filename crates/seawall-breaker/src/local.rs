@@ -43,6 +43,39 @@ impl Deref for ThreadBreaker {
     }
 }
 
+/// A key's breaker as a call holds it: through the running thread's handle once a service
+/// has served the key twice in a row, else the shared `Arc` itself (a service that is cloned
+/// for every call and never called twice, as under some outer layers, would otherwise make a
+/// handle per call: an allocation instead of a count).
+#[derive(Clone)]
+pub(crate) enum Held {
+    Shared(Arc<Breaker>),
+    Local(Arc<ThreadBreaker>),
+}
+
+impl Held {
+    /// The same breaker through a handle of the running thread, if it is not already.
+    pub(crate) fn localize(&mut self) {
+        let breaker = match self {
+            Held::Local(t) if t.is_local() => return,
+            Held::Local(t) => t.breaker.clone(),
+            Held::Shared(b) => b.clone(),
+        };
+        *self = Held::Local(Arc::new(ThreadBreaker::new(breaker)));
+    }
+}
+
+impl Deref for Held {
+    type Target = Breaker;
+
+    fn deref(&self) -> &Breaker {
+        match self {
+            Held::Shared(b) => b,
+            Held::Local(t) => t,
+        }
+    }
+}
+
 /// The layer's shared state as one thread's services hold it.
 pub(crate) struct ThreadShared {
     shared: Arc<Shared>,

@@ -11,21 +11,22 @@ use tower_service::Service;
 use crate::breaker::Refusal;
 use crate::config::Config;
 use crate::future::{BreakerGuard, Permit, ResponseFuture};
-use crate::local::{ThreadBreaker, ThreadShared};
+use crate::local::{Held, ThreadShared};
 use crate::registry::{BreakerHandle, Shared};
 
 /// A service behind a keyed circuit breaker; made by
 /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).
 ///
 /// Each service remembers the breaker of the last key it served, so a service that is called
-/// again and again (behind tower's `Buffer`, or owned by one task) skips the shared map. A
-/// clone starts with an empty memory. What a call holds and clones are handles of the running
-/// thread (see `local`), so a call writes no count that another thread writes.
+/// again and again (behind tower's `Buffer`, or owned by one task, or cloned for every call
+/// by an outer layer) skips the shared map. What a call holds and a clone copies are handles
+/// of the running thread (see `local`), so a call writes no count that another thread writes;
+/// a memory made on another thread is not used.
 pub struct CircuitBreaker<S, K = StateKey> {
     inner: S,
     shared: Arc<ThreadShared>,
     key: K,
-    last: Option<Arc<ThreadBreaker>>,
+    last: Option<Held>,
 }
 
 impl<S> CircuitBreaker<S> {
@@ -75,7 +76,7 @@ impl<S: Clone, K: Clone> Clone for CircuitBreaker<S, K> {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             key: self.key.clone(),
-            last: None,
+            last: self.last.clone(),
         }
     }
 }
@@ -135,13 +136,15 @@ where
         let breaker = {
             let key = self.key.key(&req);
             let key = key.as_deref().unwrap_or("");
-            match &self.last {
-                Some(b) if b.is_local() && b.is_current() && **b.key() == *key => {
+            match &mut self.last {
+                Some(b) if b.is_current() && **b.key() == *key => {
                     b.touch();
+                    // Served twice in a row: from now on through this thread's handle.
+                    b.localize();
                     b.clone()
                 }
                 _ => {
-                    let b = Arc::new(ThreadBreaker::new(self.shared.breaker(key)));
+                    let b = Held::Shared(self.shared.breaker(key));
                     self.last = Some(b.clone());
                     b
                 }

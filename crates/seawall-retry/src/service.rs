@@ -109,8 +109,8 @@ where
         // makes this attempt and stays here (the caller's next `poll_ready` asks it again), so
         // whatever it remembers from the call (a breaker's last key, say) serves the next
         // call; a clone goes with the future for the retries, which poll it ready first.
-        let future = self.inner.call(req);
         let service = self.inner.clone();
+        let future = self.inner.call(req);
         ResponseFuture::new(future, service, retained, self.shared.clone(), deadline)
     }
 }
