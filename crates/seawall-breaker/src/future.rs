@@ -3,25 +3,26 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use seawall_core::{Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome};
 
-use crate::breaker::{Admission, Breaker};
+use crate::breaker::Admission;
+use crate::local::Held;
 use crate::state::Verdict;
 
 /// A call's admission, held until its outcome is known. Dropping it unrecorded counts as a
 /// cancellation (and frees a probe slot at once).
 pub(crate) struct Permit {
-    breaker: Option<Arc<Breaker>>,
+    /// The key's breaker, through the running thread's handle where the service has one.
+    breaker: Option<Held>,
     admission: Admission,
     start: u64,
     slow: bool,
 }
 
 impl Permit {
-    pub(crate) fn new(breaker: Arc<Breaker>, admission: Admission, start: u64) -> Self {
+    pub(crate) fn new(breaker: Held, admission: Admission, start: u64) -> Self {
         let breaker = (admission != Admission::Untracked).then_some(breaker);
         Permit {
             breaker,

@@ -111,6 +111,7 @@ mod breaker;
 mod config;
 mod future;
 mod layer;
+mod local;
 mod registry;
 mod service;
 mod shared;

@@ -8,22 +8,25 @@ use std::task::{Context, Poll};
 use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
 use tower_service::Service;
 
-use crate::breaker::{Breaker, Refusal};
+use crate::breaker::Refusal;
 use crate::config::Config;
 use crate::future::{BreakerGuard, Permit, ResponseFuture};
+use crate::local::{Held, ThreadShared};
 use crate::registry::{BreakerHandle, Shared};
 
 /// A service behind a keyed circuit breaker; made by
 /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer).
 ///
 /// Each service remembers the breaker of the last key it served, so a service that is called
-/// again and again (behind tower's `Buffer`, or owned by one task) skips the shared map. A
-/// clone starts with an empty memory.
+/// again and again (behind tower's `Buffer`, or owned by one task, or cloned for every call
+/// by an outer layer) skips the shared map. What a call holds and a clone copies are handles
+/// of the running thread (see `local`), so a call writes no count that another thread writes;
+/// a memory made on another thread is not used.
 pub struct CircuitBreaker<S, K = StateKey> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<ThreadShared>,
     key: K,
-    last: Option<Arc<Breaker>>,
+    last: Option<Held>,
 }
 
 impl<S> CircuitBreaker<S> {
@@ -40,7 +43,7 @@ impl<S, K> CircuitBreaker<S, K> {
     pub(crate) fn from_parts(inner: S, shared: Arc<Shared>, key: K) -> Self {
         CircuitBreaker {
             inner,
-            shared,
+            shared: Arc::new(ThreadShared::new(shared)),
             key,
             last: None,
         }
@@ -48,7 +51,7 @@ impl<S, K> CircuitBreaker<S, K> {
 
     /// A handle on the breakers this service shares with its layer.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.shared.clone())
+        BreakerHandle::new(self.shared.layer().clone())
     }
 
     /// The inner service.
@@ -73,7 +76,7 @@ impl<S: Clone, K: Clone> Clone for CircuitBreaker<S, K> {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             key: self.key.clone(),
-            last: None,
+            last: self.last.clone(),
         }
     }
 }
@@ -116,6 +119,10 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.shared.is_local() {
+            // Made ready on another thread than before: a handle of this thread's, once.
+            self.shared = Arc::new(ThreadShared::new(self.shared.layer().clone()));
+        }
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -129,13 +136,15 @@ where
         let breaker = {
             let key = self.key.key(&req);
             let key = key.as_deref().unwrap_or("");
-            match &self.last {
+            match &mut self.last {
                 Some(b) if b.is_current() && **b.key() == *key => {
                     b.touch();
+                    // Served twice in a row: from now on through this thread's handle.
+                    b.localize();
                     b.clone()
                 }
                 _ => {
-                    let b = self.shared.breaker(key);
+                    let b = Held::Shared(self.shared.breaker(key));
                     self.last = Some(b.clone());
                     b
                 }

@@ -918,3 +918,30 @@ async fn http_requests_are_keyed_by_host_and_model() {
     }
     assert_eq!(handle.state("api.openai.com/gpt-4o"), Some(State::Open));
 }
+
+#[test]
+fn a_key_opened_through_one_thread_is_open_for_every_thread() {
+    // Calls hold their key's breaker through per-thread handles, and a service remembers its
+    // last key: whatever thread a service (or its clone) runs on, the key has one breaker.
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    };
+    let layer = CircuitBreakerLayer::new();
+    let (mut svc, calls) = stack(&layer);
+    let main = rt();
+    main.block_on(async {
+        run(&mut svc, K, Reply::Ok).await.unwrap();
+        run(&mut svc, K, Reply::Ok).await.unwrap();
+    });
+    let mut moved = svc.clone();
+    std::thread::spawn(move || rt().block_on(open_it(&mut moved)))
+        .join()
+        .unwrap();
+    let err = main.block_on(run(&mut svc, K, Reply::Ok)).unwrap_err();
+    assert_eq!(err.class(), FailureClass::CircuitOpen);
+    assert_eq!(layer.handle().state(K), Some(State::Open));
+    assert_eq!(calls.load(Ordering::SeqCst), 7);
+}

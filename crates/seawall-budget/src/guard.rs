@@ -14,7 +14,7 @@ use crate::config::Settlement;
 use crate::local::KeyList;
 use crate::money::Usd;
 use crate::price::Price;
-use crate::state::Core;
+use crate::state::{Core, ThreadCore};
 use crate::store::{Charge, Exceeded, Refusal, Settled, SoftLimitCrossed};
 use crate::time::Timestamp;
 
@@ -24,7 +24,8 @@ use crate::time::Timestamp;
 /// It is the [`OnComplete`] hook the layer attaches to responses, so a streamed body holds
 /// its reservation until it ends or is dropped.
 pub struct BudgetGuard {
-    core: Arc<Core>,
+    /// This thread's handle on the layer's core: cloning it writes no shared count.
+    core: Arc<ThreadCore>,
     /// Each budget's key; `None` when no budget is keyed.
     keys: Option<KeyList>,
     model: Option<Arc<str>>,
@@ -52,7 +53,7 @@ impl fmt::Debug for BudgetGuard {
 
 impl BudgetGuard {
     /// An unarmed guard: nothing reserved yet.
-    pub(crate) fn new(core: Arc<Core>, ctx: Option<Arc<CallContext>>) -> BudgetGuard {
+    pub(crate) fn new(core: Arc<ThreadCore>, ctx: Option<Arc<CallContext>>) -> BudgetGuard {
         let attempt = ctx.as_ref().map(|c| c.update(|f| f.attempts.max(1)));
         let started = core.sink.is_some().then(tokio::time::Instant::now);
         BudgetGuard {

@@ -15,7 +15,7 @@ use crate::future::ResponseFuture;
 use crate::guard::BudgetGuard;
 use crate::keys::NoKeys;
 use crate::price::PriceTable;
-use crate::state::Core;
+use crate::state::{Bound, Core, ThreadCore};
 use crate::store::Admission;
 
 /// Checks every attempt against the budgets before calling the inner service, and settles it
@@ -26,8 +26,10 @@ use crate::store::Admission;
 /// and called from there, and a clone takes its place.
 pub struct CostBudget<S, K> {
     inner: S,
-    core: Arc<Core>,
-    keys: Arc<K>,
+    /// The layer's core and key function as this thread's services share them (see
+    /// [`Bound`]): cloning the service, as the retry layer does on every call, writes only
+    /// this thread's count.
+    bound: Arc<Bound<K>>,
 }
 
 impl<S> CostBudget<S, NoKeys> {
@@ -42,7 +44,10 @@ impl<S> CostBudget<S, NoKeys> {
 
 impl<S, K> CostBudget<S, K> {
     pub(crate) fn from_parts(inner: S, core: Arc<Core>, keys: Arc<K>) -> Self {
-        CostBudget { inner, core, keys }
+        CostBudget {
+            inner,
+            bound: Arc::new(Bound::new(core, keys)),
+        }
     }
 
     /// The inner service.
@@ -65,8 +70,7 @@ impl<S: Clone, K> Clone for CostBudget<S, K> {
     fn clone(&self) -> Self {
         CostBudget {
             inner: self.inner.clone(),
-            core: self.core.clone(),
-            keys: self.keys.clone(),
+            bound: self.bound.clone(),
         }
     }
 }
@@ -75,7 +79,7 @@ impl<S: fmt::Debug, K> fmt::Debug for CostBudget<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CostBudget")
             .field("inner", &self.inner)
-            .field("budget", &self.core)
+            .field("budget", &self.bound.core)
             .finish_non_exhaustive()
     }
 }
@@ -93,6 +97,11 @@ where
     type Future = ResponseFuture<S::Future, S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.bound.is_local() {
+            // Made ready on another thread than the last time (or than the layer): bind here
+            // once, so this thread's calls write no count another thread writes.
+            self.bound = Arc::new(self.bound.on_this_thread());
+        }
         // Budget refusals come from `call`: a readiness error is fatal to tower's `Buffer`.
         self.inner.poll_ready(cx).map_err(Into::into)
     }
@@ -104,11 +113,12 @@ where
         if let Some(Err(e)) = req.deadline().map(|d| d.check()) {
             return ResponseFuture::refused(e);
         }
-        let guard = match price_attempt(&self.core, &*self.keys, &mut req) {
+        let bound = &*self.bound;
+        let guard = match price_attempt(&bound.core, &*bound.keys, &mut req) {
             Ok(g) => g,
             Err(e) => return ResponseFuture::refused(e),
         };
-        let admission = self
+        let admission = bound
             .core
             .store
             .reserve(&guard.charge(guard.admission_time()));
@@ -134,7 +144,11 @@ where
 }
 
 /// Prices the attempt and prepares its reservation (not yet made).
-fn price_attempt<Req, K>(core: &Arc<Core>, keys: &K, req: &mut Req) -> Result<BudgetGuard, LlmError>
+fn price_attempt<Req, K>(
+    core: &Arc<ThreadCore>,
+    keys: &K,
+    req: &mut Req,
+) -> Result<BudgetGuard, LlmError>
 where
     Req: LlmRequest,
     K: KeyFn<Req>,

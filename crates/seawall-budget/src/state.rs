@@ -58,3 +58,66 @@ impl fmt::Debug for Core {
 
 /// The key under which a keyed budget counts requests for which no key was found.
 pub const UNKEYED: &str = "(none)";
+
+/// One thread's handle on a layer's [`Core`]: what an attempt's guard clones.
+///
+/// Every attempt's guard keeps the core until the attempt settles, and the retry layer clones
+/// the budget service on every call. Cloning the layer's one `Arc<Core>` for each would write
+/// its count, a cache line every thread calling through the layer writes, twice per call per
+/// clone. The services of one thread share a handle of their own instead (see [`Bound`]), so
+/// those counts are written by one thread only; the core's count is written once per thread.
+pub(crate) struct ThreadCore(Arc<Core>);
+
+impl std::ops::Deref for ThreadCore {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ThreadCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What a budget service holds: the core and key function, bound to the thread that last made
+/// it ready. Clones of a service share it; a service made ready on another thread binds a new
+/// one there (once), so the counts a call writes are its own thread's.
+pub(crate) struct Bound<K> {
+    pub(crate) core: Arc<ThreadCore>,
+    pub(crate) keys: Arc<K>,
+    thread: usize,
+}
+
+impl<K> Bound<K> {
+    pub(crate) fn new(core: Arc<Core>, keys: Arc<K>) -> Self {
+        Bound {
+            core: Arc::new(ThreadCore(core)),
+            keys,
+            thread: thread_tag(),
+        }
+    }
+
+    /// The same core and keys, bound to the running thread.
+    pub(crate) fn on_this_thread(&self) -> Self {
+        Bound::new(self.core.0.clone(), self.keys.clone())
+    }
+
+    /// Whether it was bound on the running thread.
+    #[inline]
+    pub(crate) fn is_local(&self) -> bool {
+        self.thread == thread_tag()
+    }
+}
+
+/// A number that tells the running thread from every other thread alive: the address of a
+/// thread-local (a thread that has ended may leave it to a new one, which is harmless here).
+#[inline]
+fn thread_tag() -> usize {
+    thread_local! {
+        static TAG: u8 = const { 0 };
+    }
+    TAG.with(|t| std::ptr::from_ref(t) as usize)
+}

@@ -312,7 +312,8 @@ impl<T: BudgetStore + ?Sized> BudgetStore for Arc<T> {
 
 const RING: usize = Window::ROLLING_BUCKETS as usize + 1;
 
-/// The in-process store: every counter behind one short mutex.
+/// The in-process store: every counter behind one short mutex, which a thread's calls skip
+/// while it holds a lease (below).
 ///
 /// An admission touches several counters (a total, a monthly and a per-tenant budget, say)
 /// and must take from all or none, with calendar resets and rolling sub-windows on the way.
@@ -327,16 +328,96 @@ const RING: usize = Window::ROLLING_BUCKETS as usize + 1;
 /// Budgets are found by name with a short linear scan, so a store is meant for the handful
 /// of budgets of a few layers. Share one store between layers by passing the same
 /// `Arc<MemoryStore>` to each builder.
+///
+/// # Leases: no lock every thread takes on every call
+///
+/// That lock, taken twice per attempt (to reserve and to settle) by every thread, would make
+/// the store the one cache line all calls take turns owning. So a thread's stripe of the
+/// store (one of a few, each on its own cache line) holds *leases*: headroom reserved
+/// centrally, under the lock, on every counter of one list of budgets and keys. While its
+/// lease lasts, a thread reserves from the headroom and settles into it without the central
+/// lock: the headroom is already counted as reserved, so a reservation taken from it cannot
+/// cross a limit, and a settled cost stays counted (as reserved) until the lease is given
+/// back. Nothing is approximate:
+///
+/// - a reservation the central counters would refuse is decided again after every lease has
+///   been given back, so an attempt is refused exactly when spend plus reservations plus its
+///   amount would cross a limit, as without leases;
+/// - leases are granted only while every soft threshold of their counters is out of reach of
+///   what is committed, and given back before anything takes a counter to it, so a settlement
+///   that crosses a soft threshold is always applied centrally and reported with the exact
+///   spend;
+/// - a lease lasts until the first window boundary (calendar period or rolling sub-window) of
+///   its counters, and is given back before any counter moves past it;
+/// - [`spend`](BudgetStore::spend) gives every lease back first, so it reads exact counters.
 #[derive(Debug)]
 pub struct MemoryStore {
-    budgets: Mutex<Vec<Counters>>,
+    budgets: Mutex<Central>,
     max_keys: usize,
+    stripes: Box<[Stripe]>,
 }
 
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore::with_max_keys(DEFAULT_MAX_KEYS)
     }
+}
+
+/// The counters, and what is known of the leases out.
+#[derive(Debug, Default)]
+struct Central {
+    counters: Vec<Counters>,
+    /// Whether any stripe may hold a lease.
+    leased: bool,
+    /// The earliest end of a lease out (Unix nanoseconds): a central operation at or after it
+    /// takes every lease back before it moves a window.
+    leases_end: u64,
+}
+
+/// Stripes of a store; a thread uses the one its number picks.
+const STRIPES: usize = 8;
+/// Leases a stripe holds at most (the oldest is given back for a new one).
+const LEASES: usize = 4;
+/// A lease's headroom is at most this many times the reservation that asked for it...
+const LEASE_CALLS: u64 = 64;
+/// ...and at most this fraction (1/n) of what its tightest counter has left.
+const LEASE_SHARE: u64 = 4 * STRIPES as u64;
+
+/// One thread's (or a few threads') leases, on a cache line of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe(Mutex<Vec<Lease>>);
+
+/// Headroom reserved centrally on every counter of one list of budgets and keys.
+#[derive(Debug)]
+struct Lease {
+    budgets: Box<[Budget]>,
+    keys: Box<[Option<Arc<str>>]>,
+    /// Counted as reserved on every counter, not reserved by any attempt.
+    free: u64,
+    /// Settled here, counted as reserved on every counter until the lease is given back.
+    pending: u64,
+    /// When the lease was granted and when it ends (Unix nanoseconds).
+    granted: Timestamp,
+    end: u64,
+}
+
+impl Lease {
+    fn serves(&self, charge: &Charge<'_>) -> bool {
+        *self.budgets == *charge.budgets && *self.keys == *charge.keys
+    }
+}
+
+thread_local! {
+    /// This thread's stripe, handed out in turn.
+    static STRIPE: usize = {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES
+    };
+}
+
+fn this_stripe() -> usize {
+    STRIPE.try_with(|s| *s).unwrap_or(0)
 }
 
 #[derive(Debug)]
@@ -423,6 +504,21 @@ impl Counter {
         }
     }
 
+    /// When the window the counter is in ends (Unix nanoseconds; `u64::MAX`: never): the
+    /// first time it will roll.
+    fn window_end(&self, budget: &Budget) -> u64 {
+        let window = budget.window();
+        match window {
+            Window::Total => u64::MAX,
+            Window::Calendar(_) => self.period_end,
+            Window::Rolling(_) => self.ring.as_ref().map_or(0, |r| {
+                r.head
+                    .saturating_add(1)
+                    .saturating_mul(window.bucket_nanos())
+            }),
+        }
+    }
+
     fn is_idle(&self) -> bool {
         self.reserved == 0 && self.settled == 0
     }
@@ -477,17 +573,167 @@ impl MemoryStore {
         MemoryStore {
             budgets: Mutex::default(),
             max_keys: max_keys.max(1),
+            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Counters>> {
+    fn lock(&self) -> MutexGuard<'_, Central> {
         // The counters are plain integers; a panic elsewhere cannot leave them torn.
         self.budgets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn stripe(&self, i: usize) -> MutexGuard<'_, Vec<Lease>> {
+        self.stripes[i % STRIPES]
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The number of keyed counters held (for tests and memory checks).
     pub fn keyed_counters(&self) -> usize {
-        self.lock().iter().map(|c| c.by_key.len()).sum()
+        self.lock().counters.iter().map(|c| c.by_key.len()).sum()
+    }
+
+    /// Gives every lease back: their headroom is no longer reserved, their settled costs are
+    /// spend. Lock order: the central lock, then a stripe's.
+    fn drain(&self, central: &mut Central) {
+        if !central.leased {
+            return;
+        }
+        for i in 0..STRIPES {
+            let leases = std::mem::take(&mut *self.stripe(i));
+            for lease in &leases {
+                self.give_back_lease(central, lease);
+            }
+        }
+        central.leased = false;
+        central.leases_end = u64::MAX;
+    }
+
+    fn give_back_lease(&self, central: &mut Central, lease: &Lease) {
+        let lines = Charge::with_known_id(&lease.budgets, &lease.keys, Usd::ZERO, lease.granted, 0);
+        self.give_back(central, &lines, lease.free, lease.pending);
+    }
+
+    /// Takes `free + pending` off the reservations of every counter of `lines` and adds
+    /// `pending` to their spend, at the grant's time `lines.now()`: no window has moved past
+    /// the lease (it would have been given back first), so this rolls nothing and the cost
+    /// lands in the window it was settled in.
+    fn give_back(&self, central: &mut Central, lines: &Charge<'_>, free: u64, pending: u64) {
+        let held = free.saturating_add(pending);
+        if held == 0 {
+            return;
+        }
+        for (i, (budget, key)) in lines.lines().enumerate() {
+            counters(&mut central.counters, i, budget, self.max_keys).with(
+                budget,
+                key,
+                lines.now(),
+                |c| {
+                    c.reserved = c.reserved.saturating_sub(held);
+                    c.add_spend(pending);
+                },
+            );
+        }
+    }
+
+    /// Reserves `charge` from this thread's lease, if it has one that serves it.
+    fn reserve_leased(&self, stripe: usize, charge: &Charge<'_>) -> bool {
+        let amount = charge.amount().as_nanos();
+        let now = charge.now().as_unix_nanos();
+        let mut leases = self.stripe(stripe);
+        match leases.iter_mut().find(|l| l.serves(charge)) {
+            Some(l) if now < l.end && l.free >= amount => {
+                l.free -= amount;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Settles `charge` into this thread's lease, if it has one that serves it and the cost
+    /// fits in its headroom plus the charge's reservation.
+    fn settle_leased(&self, stripe: usize, charge: &Charge<'_>, cost: u64) -> bool {
+        let now = charge.now().as_unix_nanos();
+        let mut leases = self.stripe(stripe);
+        let Some(l) = leases.iter_mut().find(|l| l.serves(charge)) else {
+            return false;
+        };
+        let room = l.free.saturating_add(charge.amount().as_nanos());
+        if now >= l.end || room < cost {
+            return false;
+        }
+        l.free = room - cost;
+        l.pending = l.pending.saturating_add(cost);
+        true
+    }
+
+    /// After a central admission of `charge`: grants this thread's stripe a lease on the
+    /// charge's counters, when every counter has room to spare below its limit and soft
+    /// threshold and none is an overflow counter.
+    fn grant(&self, central: &mut Central, stripe: usize, charge: &Charge<'_>) {
+        let amount = charge.amount().as_nanos();
+        let now = charge.now();
+        let mut size = amount.saturating_mul(LEASE_CALLS);
+        let mut end = u64::MAX;
+        for (i, (budget, key)) in charge.lines().enumerate() {
+            let counters = counters(&mut central.counters, i, budget, self.max_keys);
+            let counter = match key {
+                None => Some(&mut counters.global),
+                Some(k) => counters.by_key.get_mut(k),
+            };
+            let Some(c) = counter else {
+                return; // counted on the overflow counter: no lease
+            };
+            let committed = c.settled.saturating_add(c.reserved);
+            let ceiling = match budget.soft_limit() {
+                Some(soft) => budget
+                    .limit()
+                    .as_nanos()
+                    .min(soft.as_nanos().saturating_sub(1)),
+                None => budget.limit().as_nanos(),
+            };
+            size = size.min(ceiling.saturating_sub(committed) / LEASE_SHARE);
+            end = end.min(c.window_end(budget));
+        }
+        if size == 0 || now.as_unix_nanos() >= end {
+            return;
+        }
+        for (i, (budget, key)) in charge.lines().enumerate() {
+            counters(&mut central.counters, i, budget, self.max_keys).with(budget, key, now, |c| {
+                c.reserved = c.reserved.saturating_add(size);
+            });
+        }
+        let mut leases = self.stripe(stripe);
+        if let Some(l) = leases.iter_mut().find(|l| l.serves(charge)) {
+            // A lease past its end, or one that ran dry: renewed in place, what it held given
+            // back.
+            let (free, pending, granted) = (l.free, l.pending, l.granted);
+            (l.free, l.pending, l.granted, l.end) = (size, 0, now, end);
+            drop(leases);
+            let charge = charge.at(granted);
+            self.give_back(central, &charge, free, pending);
+        } else {
+            let evicted = (leases.len() >= LEASES).then(|| leases.remove(0));
+            leases.push(Lease {
+                budgets: charge.budgets.into(),
+                keys: charge.keys.into(),
+                free: size,
+                pending: 0,
+                granted: now,
+                end,
+            });
+            drop(leases);
+            if let Some(old) = evicted {
+                self.give_back_lease(central, &old);
+            }
+        }
+        central.leases_end = if central.leased {
+            central.leases_end.min(end)
+        } else {
+            end
+        };
+        central.leased = true;
     }
 }
 
@@ -519,75 +765,17 @@ fn counters<'m>(
 
 impl BudgetStore for MemoryStore {
     fn reserve(&self, charge: &Charge<'_>) -> Admission {
-        let amount = charge.amount().as_nanos();
-        let now = charge.now();
-        let mut list = self.lock();
-        for (i, (budget, key)) in charge.lines().enumerate() {
-            let refused =
-                counters(&mut list, i, budget, self.max_keys).with(budget, key, now, |c| {
-                    let after = c.settled.saturating_add(c.reserved).saturating_add(amount);
-                    if after > budget.limit().as_nanos() {
-                        return Some(c.spend(budget));
-                    }
-                    c.reserved = c.reserved.saturating_add(amount);
-                    None
-                });
-            if let Some(spend) = refused {
-                // Named as counted: bounded, or as the overflow counter.
-                let key = key.map(|k| {
-                    let table = &mut counters(&mut list, i, budget, self.max_keys).by_key;
-                    match (table.get_mut(k).is_some(), bound_key(k)) {
-                        (false, _) => Arc::from(OVERFLOW_KEY),
-                        (true, Cow::Borrowed(_)) => k.clone(),
-                        (true, Cow::Owned(bounded)) => Arc::from(bounded),
-                    }
-                });
-                for (j, (budget, key)) in charge.lines().take(i).enumerate() {
-                    counters(&mut list, j, budget, self.max_keys).with(budget, key, now, |c| {
-                        c.reserved = c.reserved.saturating_sub(amount);
-                    });
-                }
-                return Admission::Ready(Err(Refusal::Exceeded(Exceeded {
-                    budget: budget.name_arc().clone(),
-                    key,
-                    spend,
-                    requested: charge.amount(),
-                })));
-            }
-        }
-        Admission::Ready(Ok(()))
+        self.reserve_on(this_stripe(), charge)
     }
 
     fn settle(&self, charge: &Charge<'_>, cost: Usd) -> Settled {
-        let mut crossed = Vec::new();
-        let now = charge.now();
-        let mut list = self.lock();
-        for (i, (budget, key)) in charge.lines().enumerate() {
-            let fired = counters(&mut list, i, budget, self.max_keys).with(budget, key, now, |c| {
-                c.reserved = c.reserved.saturating_sub(charge.amount().as_nanos());
-                c.add_spend(cost.as_nanos());
-                let threshold = budget.soft_limit()?;
-                if c.soft_fired || c.settled < threshold.as_nanos() {
-                    return None;
-                }
-                c.soft_fired = true;
-                Some((Usd::from_nanos(c.settled), threshold))
-            });
-            if let Some((spent, threshold)) = fired {
-                crossed.push(SoftLimitCrossed {
-                    budget: budget.name_arc().clone(),
-                    key: key.cloned(),
-                    spent,
-                    threshold,
-                    limit: budget.limit(),
-                });
-            }
-        }
-        Settled::Ready(crossed)
+        self.settle_on(this_stripe(), charge, cost)
     }
 
     fn spend(&self, budget: &Budget, key: Option<&str>, now: Timestamp) -> Spend {
-        let mut list = self.lock();
+        let mut central = self.lock();
+        self.drain(&mut central);
+        let list = &mut central.counters;
         let Some(counters) = list.iter_mut().find(|c| c.name == *budget.name_arc()) else {
             return Spend {
                 limit: budget.limit(),
@@ -611,9 +799,154 @@ impl BudgetStore for MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// [`BudgetStore::reserve`] from stripe `stripe` (a thread's; tests pick them).
+    fn reserve_on(&self, stripe: usize, charge: &Charge<'_>) -> Admission {
+        if charge.budgets.is_empty() {
+            return Admission::Ready(Ok(()));
+        }
+        if self.reserve_leased(stripe, charge) {
+            return Admission::Ready(Ok(()));
+        }
+        let mut central = self.lock();
+        if central.leased && charge.now().as_unix_nanos() >= central.leases_end {
+            self.drain(&mut central);
+        }
+        let mut result = self.reserve_central(&mut central.counters, charge);
+        if result.is_err() && central.leased {
+            // Refused with headroom out on leases: decide again on the exact counters.
+            self.drain(&mut central);
+            result = self.reserve_central(&mut central.counters, charge);
+        }
+        if result.is_ok() {
+            if central.leased && self.near_soft(&mut central.counters, charge, 0) {
+                // What is committed reached a soft threshold: from now on every settlement on
+                // it is applied centrally, to report the crossing with the exact spend.
+                self.drain(&mut central);
+            }
+            self.grant(&mut central, stripe, charge);
+        }
+        Admission::Ready(result.map_err(Refusal::Exceeded))
+    }
+
+    /// [`BudgetStore::settle`] from stripe `stripe`.
+    fn settle_on(&self, stripe: usize, charge: &Charge<'_>, cost: Usd) -> Settled {
+        if charge.budgets.is_empty() {
+            return Settled::Ready(Vec::new());
+        }
+        if self.settle_leased(stripe, charge, cost.as_nanos()) {
+            return Settled::Ready(Vec::new());
+        }
+        let mut central = self.lock();
+        let now = charge.now().as_unix_nanos();
+        let over = cost.as_nanos().saturating_sub(charge.amount().as_nanos());
+        if central.leased
+            && (now >= central.leases_end || self.near_soft(&mut central.counters, charge, over))
+        {
+            self.drain(&mut central);
+        }
+        Settled::Ready(self.settle_central(&mut central.counters, charge, cost))
+    }
+
+    /// Whether, with `more` committed, some counter of `charge` would reach its soft
+    /// threshold.
+    fn near_soft(&self, list: &mut Vec<Counters>, charge: &Charge<'_>, more: u64) -> bool {
+        charge.lines().enumerate().any(|(i, (budget, key))| {
+            let Some(soft) = budget.soft_limit() else {
+                return false;
+            };
+            let counters = counters(list, i, budget, self.max_keys);
+            let counter = match key {
+                None => Some(&counters.global),
+                Some(k) => counters.by_key.get_mut(k).map(|c| &*c),
+            };
+            counter.is_some_and(|c| {
+                c.settled.saturating_add(c.reserved).saturating_add(more) >= soft.as_nanos()
+            })
+        })
+    }
+
+    /// The admission on the counters themselves, as the contract states it.
+    fn reserve_central(
+        &self,
+        list: &mut Vec<Counters>,
+        charge: &Charge<'_>,
+    ) -> Result<(), Exceeded> {
+        let amount = charge.amount().as_nanos();
+        let now = charge.now();
+        for (i, (budget, key)) in charge.lines().enumerate() {
+            let refused = counters(list, i, budget, self.max_keys).with(budget, key, now, |c| {
+                let after = c.settled.saturating_add(c.reserved).saturating_add(amount);
+                if after > budget.limit().as_nanos() {
+                    return Some(c.spend(budget));
+                }
+                c.reserved = c.reserved.saturating_add(amount);
+                None
+            });
+            if let Some(spend) = refused {
+                // Named as counted: bounded, or as the overflow counter.
+                let key = key.map(|k| {
+                    let table = &mut counters(list, i, budget, self.max_keys).by_key;
+                    match (table.get_mut(k).is_some(), bound_key(k)) {
+                        (false, _) => Arc::from(OVERFLOW_KEY),
+                        (true, Cow::Borrowed(_)) => k.clone(),
+                        (true, Cow::Owned(bounded)) => Arc::from(bounded),
+                    }
+                });
+                for (j, (budget, key)) in charge.lines().take(i).enumerate() {
+                    counters(list, j, budget, self.max_keys).with(budget, key, now, |c| {
+                        c.reserved = c.reserved.saturating_sub(amount);
+                    });
+                }
+                return Err(Exceeded {
+                    budget: budget.name_arc().clone(),
+                    key,
+                    spend,
+                    requested: charge.amount(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The settlement on the counters themselves; the soft thresholds it crossed.
+    fn settle_central(
+        &self,
+        list: &mut Vec<Counters>,
+        charge: &Charge<'_>,
+        cost: Usd,
+    ) -> Vec<SoftLimitCrossed> {
+        let mut crossed = Vec::new();
+        let now = charge.now();
+        for (i, (budget, key)) in charge.lines().enumerate() {
+            let fired = counters(list, i, budget, self.max_keys).with(budget, key, now, |c| {
+                c.reserved = c.reserved.saturating_sub(charge.amount().as_nanos());
+                c.add_spend(cost.as_nanos());
+                let threshold = budget.soft_limit()?;
+                if c.soft_fired || c.settled < threshold.as_nanos() {
+                    return None;
+                }
+                c.soft_fired = true;
+                Some((Usd::from_nanos(c.settled), threshold))
+            });
+            if let Some((spent, threshold)) = fired {
+                crossed.push(SoftLimitCrossed {
+                    budget: budget.name_arc().clone(),
+                    key: key.cloned(),
+                    spent,
+                    threshold,
+                    limit: budget.limit(),
+                });
+            }
+        }
+        crossed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::Scope;
     use std::time::Duration;
 
     const SEC: u64 = 1_000_000_000;
@@ -737,6 +1070,136 @@ mod tests {
             .sum()
     }
 
+    /// A naive model of the store's counters: (spent, reserved, soft fired) per counter.
+    #[derive(Default, Clone, Copy)]
+    struct Naive {
+        spent: u64,
+        reserved: u64,
+        fired: bool,
+    }
+
+    #[test]
+    fn a_lease_is_given_back_before_a_calendar_window_rolls() {
+        let hourly = [Budget::hourly("h", Usd::from_nanos(1_000_000))];
+        let store = MemoryStore::new();
+        let t0 = Timestamp::from_unix_secs(3600 * 5 + 10);
+        let c = Charge::new(&hourly, &[], Usd::from_nanos(100), t0);
+        assert!(ok(store.reserve_on(0, &c)).is_ok());
+        assert!(store.lock().leased, "a lease was granted");
+        // Settled into the lease, in the hour it happened.
+        assert!(crossed(store.settle_on(0, &c, Usd::from_nanos(60))).is_empty());
+        let t1 = Timestamp::from_unix_secs(3600 * 6 + 1);
+        // The lease ends with the hour: this reservation goes to the counters, which give
+        // the lease back (its 60 to the old hour) before the new hour starts from zero.
+        let c1 = Charge::new(&hourly, &[], Usd::from_nanos(100), t1);
+        assert!(ok(store.reserve_on(0, &c1)).is_ok());
+        let s = store.spend(&hourly[0], None, t1);
+        assert_eq!((s.spent, s.reserved), (Usd::ZERO, Usd::from_nanos(100)));
+    }
+
+    #[test]
+    fn soft_crossings_are_reported_with_the_exact_spend_while_leases_are_out() {
+        let b = [Budget::total("t", Usd::from_nanos(1_000_000)).soft_limit_percent(50)];
+        let t = Timestamp::from_unix_secs(1);
+        let charge = |n| Charge::new(&b, &[], Usd::from_nanos(n), t);
+        let spent =
+            |c: Vec<SoftLimitCrossed>| c.iter().map(|c| c.spent.as_nanos()).collect::<Vec<_>>();
+
+        // A reservation elsewhere takes what is committed to the threshold: the lease of
+        // stripe 0 is given back, so the settlements there (which its headroom would have
+        // taken) are applied centrally and the one that crosses is reported.
+        let store = MemoryStore::new();
+        let small = charge(1_000);
+        assert!(ok(store.reserve_on(0, &small)).is_ok());
+        let big = charge(490_000);
+        assert!(ok(store.reserve_on(1, &big)).is_ok());
+        assert!(crossed(store.settle_on(0, &big, Usd::from_nanos(490_000))).is_empty());
+        let fired = spent(crossed(store.settle_on(0, &small, Usd::from_nanos(10_000))));
+        assert_eq!(fired, [500_000]);
+
+        // A settlement over its estimate elsewhere crosses: what stripe 0 settled into its
+        // lease counts first.
+        let store = MemoryStore::new();
+        let first = charge(1_000);
+        assert!(ok(store.reserve_on(0, &first)).is_ok());
+        assert!(crossed(store.settle_on(0, &first, Usd::from_nanos(400))).is_empty());
+        let other = charge(1_000);
+        assert!(ok(store.reserve_on(0, &other)).is_ok());
+        let fired = spent(crossed(store.settle_on(
+            2,
+            &other,
+            Usd::from_nanos(499_700),
+        )));
+        assert_eq!(fired, [500_100]);
+    }
+
+    #[test]
+    fn spend_reads_exact_counters_while_leases_are_out() {
+        let b = [Budget::total("t", Usd::from_nanos(1_000_000))];
+        let store = MemoryStore::new();
+        let t = Timestamp::from_unix_secs(1);
+        for stripe in 0..3 {
+            let c = Charge::new(&b, &[], Usd::from_nanos(100), t);
+            assert!(ok(store.reserve_on(stripe, &c)).is_ok());
+            assert!(ok(store.reserve_on(stripe, &c)).is_ok());
+            store.settle_on(stripe + 1, &c, Usd::from_nanos(30));
+        }
+        let s = store.spend(&b[0], None, t);
+        assert_eq!(
+            (s.spent, s.reserved),
+            (Usd::from_nanos(90), Usd::from_nanos(300))
+        );
+    }
+
+    #[test]
+    fn concurrent_attempts_never_cross_the_limit_and_settle_exactly() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let b = [
+            Budget::total("t", Usd::from_nanos(200_000)).soft_limit_percent(90),
+            Budget::total("k", Usd::from_nanos(150_000)).per_key("tenant"),
+        ];
+        let keys: [Option<Arc<str>>; 2] = [None, Some("acme".into())];
+        let store = MemoryStore::new();
+        let t = Timestamp::from_unix_secs(1);
+        let (spent, crossings) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for n in 0..4u64 {
+                let (store, b, keys, spent, crossings) = (&store, &b, &keys, &spent, &crossings);
+                s.spawn(move || {
+                    for i in 0..20_000u64 {
+                        let amount = 1 + (i * 7 + n) % 13;
+                        let c = Charge::new(b, keys, Usd::from_nanos(amount), t);
+                        if ok(store.reserve(&c)).is_ok() {
+                            let cost = (i + n) % (amount + 1);
+                            spent.fetch_add(cost, Ordering::Relaxed);
+                            let fired = crossed(store.settle(&c, Usd::from_nanos(cost)));
+                            crossings.fetch_add(fired.len() as u64, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            // Reading the counters while the attempts run: committed stays within the limit.
+            s.spawn(|| {
+                for _ in 0..200 {
+                    for budget in &b {
+                        let key = budget.scope().ne(&Scope::Global).then_some("acme");
+                        let now = store.spend(budget, key, t);
+                        assert!(now.committed() <= now.limit, "{now:?}");
+                    }
+                    std::thread::yield_now();
+                }
+            });
+        });
+        let total = store.spend(&b[0], None, t);
+        let keyed = store.spend(&b[1], Some("acme"), t);
+        let spent = spent.load(Ordering::Relaxed);
+        assert_eq!((total.spent.as_nanos(), total.reserved), (spent, Usd::ZERO));
+        assert_eq!((keyed.spent.as_nanos(), keyed.reserved), (spent, Usd::ZERO));
+        assert!(spent <= 150_000);
+        // Spend under the soft threshold (180,000 on the total) fires nothing.
+        assert_eq!(crossings.load(Ordering::Relaxed), 0);
+    }
+
     proptest::proptest! {
         #[test]
         fn rolling_window_matches_naive_model(
@@ -758,6 +1221,67 @@ mod tests {
                 let at_most = naive(&events, now, span + width);
                 proptest::prop_assert!(got >= at_least && got <= at_most,
                     "got {} expected {}..={}", got, at_least, at_most);
+            }
+        }
+
+        #[test]
+        fn leased_admission_and_soft_limits_match_a_naive_model(
+            ops in proptest::collection::vec(
+                (0usize..3, 0u64..120, 0u64..160, 0u8..4, proptest::bool::ANY, proptest::bool::ANY),
+                1..400,
+            ),
+        ) {
+            // A total with a soft threshold and a per-key budget, two keys, three stripes
+            // (threads), settlements from any stripe, costs under, at and over the estimate.
+            let budgets = [
+                Budget::total("t", Usd::from_nanos(6_000)).soft_limit_percent(70),
+                Budget::total("k", Usd::from_nanos(2_500)).per_key("tenant"),
+            ];
+            let lists: [[Option<Arc<str>>; 2]; 2] =
+                [[None, Some("a".into())], [None, Some("b".into())]];
+            let store = MemoryStore::new();
+            let t = Timestamp::from_unix_secs(7);
+            // Model counters: the total, key a, key b.
+            let mut m = [Naive::default(); 3];
+            let mut held: Vec<(u64, usize)> = Vec::new();
+            for (stripe, amount, cost, what, which, read) in ops {
+                let key = usize::from(which);
+                if what == 0 && !held.is_empty() {
+                    let (a, k) = held.remove(cost as usize % held.len());
+                    let c = Charge::new(&budgets, &lists[k], Usd::from_nanos(a), t);
+                    let got = crossed(store.settle_on(stripe, &c, Usd::from_nanos(cost)));
+                    let mut want = Vec::new();
+                    for (i, n) in [0, 1 + k].into_iter().enumerate() {
+                        m[n].reserved -= a;
+                        m[n].spent += cost;
+                        if i == 0 && !m[n].fired && m[n].spent >= 4_200 {
+                            m[n].fired = true;
+                            want.push(m[n].spent);
+                        }
+                    }
+                    let got: Vec<u64> = got.iter().map(|c| c.spent.as_nanos()).collect();
+                    proptest::prop_assert_eq!(got, want);
+                } else {
+                    let c = Charge::new(&budgets, &lists[key], Usd::from_nanos(amount), t);
+                    let admitted = ok(store.reserve_on(stripe, &c)).is_ok();
+                    let fits = m[0].spent + m[0].reserved + amount <= 6_000
+                        && m[1 + key].spent + m[1 + key].reserved + amount <= 2_500;
+                    proptest::prop_assert_eq!(admitted, fits);
+                    if admitted {
+                        m[0].reserved += amount;
+                        m[1 + key].reserved += amount;
+                        held.push((amount, key));
+                    }
+                }
+                if read {
+                    for (n, (b, k)) in [(0, None), (1, Some("a")), (1, Some("b"))].into_iter().enumerate() {
+                        let s = store.spend(&budgets[b], k, t);
+                        proptest::prop_assert_eq!(
+                            (s.spent.as_nanos(), s.reserved.as_nanos()),
+                            (m[n].spent, m[n].reserved)
+                        );
+                    }
+                }
             }
         }
 

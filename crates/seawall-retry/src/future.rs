@@ -13,7 +13,8 @@ use seawall_core::{Attempt, Deadline, FailureClass, GiveUp, KeptRequest, LlmErro
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::policy::{CLASSES, Decision, Failure, Shared};
+use crate::local::ThreadShared;
+use crate::policy::{CLASSES, Decision, Failure};
 use crate::service::attempt_value;
 
 pin_project! {
@@ -50,7 +51,7 @@ struct Call<S, Req> {
     service: S,
     /// The request as the first attempt was sent, each retry's copy made from it.
     request: KeptRequest<Req>,
-    shared: Arc<Shared>,
+    shared: Arc<ThreadShared>,
     /// When the call started: set lazily, at the first poll that had to wait or the first
     /// failure, so a call answered at once never reads the clock.
     start: Option<Instant>,
@@ -79,7 +80,7 @@ where
         future: S::Future,
         service: S,
         request: KeptRequest<Req>,
-        shared: Arc<Shared>,
+        shared: Arc<ThreadShared>,
         deadline: Option<Deadline>,
     ) -> Self {
         ResponseFuture {
@@ -98,7 +99,12 @@ where
     }
 
     /// A call that arrived past the caller's deadline: it fails with `err`, no attempt made.
-    pub(crate) fn expired(service: S, request: Req, shared: Arc<Shared>, err: LlmError) -> Self {
+    pub(crate) fn expired(
+        service: S,
+        request: Req,
+        shared: Arc<ThreadShared>,
+        err: LlmError,
+    ) -> Self {
         ResponseFuture {
             state: State::Expired { err: Some(err) },
             timer: None,

@@ -125,6 +125,7 @@ mod config;
 mod future;
 mod handle;
 mod layer;
+mod local;
 mod policy;
 mod service;
 mod sync;

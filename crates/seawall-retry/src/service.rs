@@ -1,6 +1,7 @@
 //! The retry service: pays the call's deposit into the retry budget, writes the idempotency
 //! key and attempt headers when asked to, then hands the call to the retry loop together with
-//! the inner service that made the first attempt (a fresh clone stays behind for the next call).
+//! a clone of the inner service for the retries (the service that made the first attempt stays
+//! behind for the next call, with whatever it remembers).
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use tower_service::Service;
 
 use crate::config::Settings;
 use crate::future::ResponseFuture;
+use crate::local::ThreadShared;
 use crate::policy::Shared;
 
 /// Retries failed calls to the inner service as the classification allows: see the
@@ -21,7 +23,8 @@ use crate::policy::Shared;
 #[derive(Clone)]
 pub struct BackoffRetry<S> {
     inner: S,
-    shared: Arc<Shared>,
+    /// The layer's state as this thread's services share it (see `local`).
+    shared: Arc<ThreadShared>,
 }
 
 impl<S> BackoffRetry<S> {
@@ -36,7 +39,10 @@ impl<S> BackoffRetry<S> {
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        BackoffRetry { inner, shared }
+        BackoffRetry {
+            inner,
+            shared: Arc::new(ThreadShared::new(shared)),
+        }
     }
 
     /// The inner service.
@@ -56,7 +62,7 @@ impl<S> BackoffRetry<S> {
 
     /// The runtime switch and counters of the layer this service came from.
     pub fn handle(&self) -> crate::RetryHandle {
-        crate::RetryHandle::new(self.shared.clone())
+        crate::RetryHandle::new(self.shared.layer().clone())
     }
 }
 
@@ -71,6 +77,10 @@ where
     type Future = ResponseFuture<S, Req>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.shared.is_local() {
+            // Made ready on another thread than before: a handle of this thread's, once.
+            self.shared = Arc::new(ThreadShared::new(self.shared.layer().clone()));
+        }
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -96,13 +106,12 @@ where
         // Kept in parts, not cloned: a call that is never retried allocates nothing for it.
         let retained = req.keep();
         // tower's contract: `call` only on a service that said it was ready. The one that did
-        // makes this attempt and goes with the future for the retries (which poll it ready
-        // again first); the fresh clone left here has not been polled, so the caller's next
-        // `poll_ready` asks it.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let future = inner.call(req);
-        ResponseFuture::new(future, inner, retained, self.shared.clone(), deadline)
+        // makes this attempt and stays here (the caller's next `poll_ready` asks it again), so
+        // whatever it remembers from the call (a breaker's last key, say) serves the next
+        // call; a clone goes with the future for the retries, which poll it ready first.
+        let service = self.inner.clone();
+        let future = self.inner.call(req);
+        ResponseFuture::new(future, service, retained, self.shared.clone(), deadline)
     }
 }
 

@@ -889,3 +889,54 @@ async fn a_retry_sends_the_http_request_exactly_as_the_first_attempt() {
         assert!(seen[1..].iter().all(|s| *s == seen[0]), "{seen:#?}");
     }
 }
+
+/// An upstream that names each copy of itself, and tells which copy took each call.
+#[derive(Debug)]
+struct Copies {
+    id: usize,
+    next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Clone for Copies {
+    fn clone(&self) -> Self {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Copies {
+            id,
+            next: self.next.clone(),
+        }
+    }
+}
+
+impl Service<Ask> for Copies {
+    type Response = usize;
+    type Error = LlmError;
+    type Future = std::future::Ready<Result<usize, LlmError>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), LlmError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Ask) -> Self::Future {
+        std::future::ready(Ok(self.id))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_service_that_made_a_call_makes_the_next_one() {
+    // What the inner service remembers from a call (a breaker its last key, say) serves the
+    // next call: the retry layer keeps it and sends a copy with the future for retries.
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+    let mut svc = builder().build().unwrap().layer(Copies { id: 0, next });
+    for _ in 0..3 {
+        let served = ServiceExt::<Ask>::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(Ask::new("gpt-4o", 10, 10))
+            .await
+            .unwrap();
+        assert_eq!(served, 0);
+    }
+}

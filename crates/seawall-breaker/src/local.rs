@@ -1,0 +1,122 @@
+//! Per-thread handles on the state a layer's services share, so that a call writes no
+//! reference count another thread writes.
+//!
+//! Every call holds its key's breaker until its body ends, and the retry layer above clones
+//! this service on every call. Done with the layer's `Arc`s directly, each call would write
+//! the count of the key's `Arc<Breaker>` and of the layer's `Arc<Shared>`: cache lines that
+//! every thread calling through the layer writes, so two threads take turns owning them. The
+//! services of one thread share handles of their own instead, made once per thread (and per
+//! key the service switches to), whose counts only that thread writes.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::breaker::Breaker;
+use crate::registry::Shared;
+
+/// A key's breaker as one thread's calls hold it.
+pub(crate) struct ThreadBreaker {
+    breaker: Arc<Breaker>,
+    thread: usize,
+}
+
+impl ThreadBreaker {
+    pub(crate) fn new(breaker: Arc<Breaker>) -> Self {
+        ThreadBreaker {
+            breaker,
+            thread: thread_tag(),
+        }
+    }
+
+    /// Whether it was made on the running thread.
+    #[inline]
+    pub(crate) fn is_local(&self) -> bool {
+        self.thread == thread_tag()
+    }
+}
+
+impl Deref for ThreadBreaker {
+    type Target = Breaker;
+
+    fn deref(&self) -> &Breaker {
+        &self.breaker
+    }
+}
+
+/// A key's breaker as a call holds it: through the running thread's handle once a service
+/// has served the key twice in a row, else the shared `Arc` itself (a service that is cloned
+/// for every call and never called twice, as under some outer layers, would otherwise make a
+/// handle per call: an allocation instead of a count).
+#[derive(Clone)]
+pub(crate) enum Held {
+    Shared(Arc<Breaker>),
+    Local(Arc<ThreadBreaker>),
+}
+
+impl Held {
+    /// The same breaker through a handle of the running thread, if it is not already.
+    pub(crate) fn localize(&mut self) {
+        let breaker = match self {
+            Held::Local(t) if t.is_local() => return,
+            Held::Local(t) => t.breaker.clone(),
+            Held::Shared(b) => b.clone(),
+        };
+        *self = Held::Local(Arc::new(ThreadBreaker::new(breaker)));
+    }
+}
+
+impl Deref for Held {
+    type Target = Breaker;
+
+    fn deref(&self) -> &Breaker {
+        match self {
+            Held::Shared(b) => b,
+            Held::Local(t) => t,
+        }
+    }
+}
+
+/// The layer's shared state as one thread's services hold it.
+pub(crate) struct ThreadShared {
+    shared: Arc<Shared>,
+    thread: usize,
+}
+
+impl ThreadShared {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        ThreadShared {
+            shared,
+            thread: thread_tag(),
+        }
+    }
+
+    /// The layer's state itself.
+    pub(crate) fn layer(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Whether it was made on the running thread.
+    #[inline]
+    pub(crate) fn is_local(&self) -> bool {
+        self.thread == thread_tag()
+    }
+}
+
+impl Deref for ThreadShared {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// A number that tells the running thread from every other thread alive: the address of a
+/// thread-local (a thread that has ended may leave it to a new one, which is harmless here:
+/// the handle is then only shared, never wrong).
+#[inline]
+fn thread_tag() -> usize {
+    thread_local! {
+        static TAG: u8 = const { 0 };
+    }
+    TAG.with(|t| std::ptr::from_ref(t) as usize)
+}
