@@ -15,33 +15,7 @@ use crate::breaker::Breaker;
 use crate::registry::Shared;
 
 /// A key's breaker as one thread's calls hold it.
-pub(crate) struct ThreadBreaker {
-    breaker: Arc<Breaker>,
-    thread: usize,
-}
-
-impl ThreadBreaker {
-    pub(crate) fn new(breaker: Arc<Breaker>) -> Self {
-        ThreadBreaker {
-            breaker,
-            thread: thread_tag(),
-        }
-    }
-
-    /// Whether it was made on the running thread.
-    #[inline]
-    pub(crate) fn is_local(&self) -> bool {
-        self.thread == thread_tag()
-    }
-}
-
-impl Deref for ThreadBreaker {
-    type Target = Breaker;
-
-    fn deref(&self) -> &Breaker {
-        &self.breaker
-    }
-}
+pub(crate) type ThreadBreaker = seawall_core::ThreadBound<Breaker>;
 
 /// A key's breaker as a call holds it: through the running thread's handle once a service
 /// has served the key twice in a row, else the shared `Arc` itself (a service that is cloned
@@ -58,7 +32,7 @@ impl Held {
     pub(crate) fn localize(&mut self) {
         let breaker = match self {
             Held::Local(t) if t.is_local() => return,
-            Held::Local(t) => t.breaker.clone(),
+            Held::Local(t) => t.shared().clone(),
             Held::Shared(b) => b.clone(),
         };
         *self = Held::Local(Arc::new(ThreadBreaker::new(breaker)));
@@ -77,46 +51,4 @@ impl Deref for Held {
 }
 
 /// The layer's shared state as one thread's services hold it.
-pub(crate) struct ThreadShared {
-    shared: Arc<Shared>,
-    thread: usize,
-}
-
-impl ThreadShared {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        ThreadShared {
-            shared,
-            thread: thread_tag(),
-        }
-    }
-
-    /// The layer's state itself.
-    pub(crate) fn layer(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    /// Whether it was made on the running thread.
-    #[inline]
-    pub(crate) fn is_local(&self) -> bool {
-        self.thread == thread_tag()
-    }
-}
-
-impl Deref for ThreadShared {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.shared
-    }
-}
-
-/// A number that tells the running thread from every other thread alive: the address of a
-/// thread-local (a thread that has ended may leave it to a new one, which is harmless here:
-/// the handle is then only shared, never wrong).
-#[inline]
-fn thread_tag() -> usize {
-    thread_local! {
-        static TAG: u8 = const { 0 };
-    }
-    TAG.with(|t| std::ptr::from_ref(t) as usize)
-}
+pub(crate) type ThreadShared = seawall_core::ThreadBound<Shared>;

@@ -51,7 +51,7 @@ impl<S, K> CircuitBreaker<S, K> {
 
     /// A handle on the breakers this service shares with its layer.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.shared.layer().clone())
+        BreakerHandle::new(self.shared.shared().clone())
     }
 
     /// The inner service.
@@ -121,7 +121,7 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if !self.shared.is_local() {
             // Made ready on another thread than before: a handle of this thread's, once.
-            self.shared = Arc::new(ThreadShared::new(self.shared.layer().clone()));
+            self.shared = Arc::new(ThreadShared::new(self.shared.shared().clone()));
         }
         self.inner.poll_ready(cx).map_err(Into::into)
     }

@@ -96,7 +96,7 @@ impl<K> Bound<K> {
         Bound {
             core: Arc::new(ThreadCore(core)),
             keys,
-            thread: thread_tag(),
+            thread: seawall_core::thread_tag(),
         }
     }
 
@@ -108,16 +108,6 @@ impl<K> Bound<K> {
     /// Whether it was bound on the running thread.
     #[inline]
     pub(crate) fn is_local(&self) -> bool {
-        self.thread == thread_tag()
+        self.thread == seawall_core::thread_tag()
     }
-}
-
-/// A number that tells the running thread from every other thread alive: the address of a
-/// thread-local (a thread that has ended may leave it to a new one, which is harmless here).
-#[inline]
-fn thread_tag() -> usize {
-    thread_local! {
-        static TAG: u8 = const { 0 };
-    }
-    TAG.with(|t| std::ptr::from_ref(t) as usize)
 }

@@ -47,6 +47,7 @@ mod ratelimit_headers;
 mod request;
 mod response;
 mod sse;
+mod thread;
 mod time;
 pub mod upstream;
 mod wire;
@@ -72,5 +73,6 @@ pub use response::{
     as_llm_error, reserve_extensions,
 };
 pub use sse::{SseDecoder, SseEvent, SseItem};
+pub use thread::{ThreadBound, thread_tag};
 pub use time::instant_after;
 pub use wire::ChatWire;

@@ -62,7 +62,7 @@ impl<S> BackoffRetry<S> {
 
     /// The runtime switch and counters of the layer this service came from.
     pub fn handle(&self) -> crate::RetryHandle {
-        crate::RetryHandle::new(self.shared.layer().clone())
+        crate::RetryHandle::new(self.shared.shared().clone())
     }
 }
 
@@ -79,7 +79,7 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if !self.shared.is_local() {
             // Made ready on another thread than before: a handle of this thread's, once.
-            self.shared = Arc::new(ThreadShared::new(self.shared.layer().clone()));
+            self.shared = Arc::new(ThreadShared::new(self.shared.shared().clone()));
         }
         self.inner.poll_ready(cx).map_err(Into::into)
     }
