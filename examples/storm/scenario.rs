@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use seawall::core::SeededRandom;
-use seawall::mock::{Count, Delay, ErrorRule, KeepAliveStyle, MalformedKind, Profile};
+use seawall::mock::{Count, Delay, Draws, ErrorRule, KeepAliveStyle, MalformedKind, Profile};
 
 /// The model every client asks for, served by the primary provider.
 pub(crate) const PRIMARY_MODEL: &str = "gpt-4o";
@@ -196,6 +196,7 @@ impl Scenario {
         let sigma = if storm { 1.0 } else { 0.5 };
         let p = Profile::default()
             .seed(self.seed ^ 0x5eed_0001)
+            .draws(Draws::Request)
             .rpm(self.primary_rpm)
             .tpm(self.primary_tpm)
             .head_latency(Delay::uniform(self.ms(20), self.ms(80)))
@@ -237,7 +238,8 @@ impl Scenario {
     /// its copy of the model has the primary's context window.
     pub(crate) fn backup_profile(&self) -> Profile {
         let mut p = Profile::default()
-            .seed(self.seed ^ 0x5eed_0002)
+            .seed(self.seed ^ 0x5eed_0001)
+            .draws(Draws::Request)
             .rpm(self.backup_rpm)
             .tpm(self.backup_tpm)
             .head_latency(Delay::uniform(self.ms(30), self.ms(100)))
@@ -375,6 +377,14 @@ impl Scenario {
             self.backup_tpm,
             secs(self.ms(250)),
             secs(self.ms(600)),
+        );
+        let _ = writeln!(
+            s,
+            "draws      by request: a call's latencies, answer length and server errors come \
+             from its prompt, model and how often the provider saw it before, its stream's cut \
+             or error event from its prompt and how many streams answered it before (the same \
+             seed at both providers), so every row meets the same luck on the same call (not \
+             the next draw in order of arrival, which each row's retries shift)"
         );
         let _ = write!(
             s,

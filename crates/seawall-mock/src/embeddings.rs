@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::rng::Rng;
+use crate::rng::{FNV_START, Rng, fnv1a};
 use crate::wire::Failure;
 
 /// The dimension when the request does not ask for one: `text-embedding-3-small`'s.
@@ -90,10 +90,7 @@ impl EmbeddingsRequest {
 
 /// A unit vector of `dimensions` drawn from the text's FNV-1a hash.
 fn vector(text: &str, dimensions: usize) -> Vec<f32> {
-    let seed = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::new(fnv1a(FNV_START, text.as_bytes()));
     let mut v: Vec<f32> = (0..dimensions)
         .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
         .collect();

@@ -95,9 +95,9 @@ mod wire;
 pub use body::{MockBody, MockError};
 pub use future::ResponseFuture;
 pub use profile::{
-    Auth, ContextWindow, Count, Cut, Delay, ErrorRule, KeepAlive, KeepAliveStyle, KeyBy, KeyLimits,
-    Latency, Limits, LogNormal, Malformed, MalformedKind, MidStreamError, Output, Profile,
-    ProfileError, Quota, StreamFaults,
+    Auth, ContextWindow, Count, Cut, Delay, Draws, ErrorRule, KeepAlive, KeepAliveStyle, KeyBy,
+    KeyLimits, Latency, Limits, LogNormal, Malformed, MalformedKind, MidStreamError, Output,
+    Profile, ProfileError, Quota, StreamFaults,
 };
 pub use server::{router, serve};
 pub use stats::Stats;

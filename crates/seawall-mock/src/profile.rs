@@ -28,6 +28,7 @@ use repr::{dur, one_or_many, opt_dur};
 ///
 /// ```toml
 /// seed = 42                        # every random choice; same seed + same calls = same run
+/// draws = "arrival"                # "arrival" | "request" (each call's draws from its request)
 ///
 /// [limits]                         # per-key token buckets, refilled continuously
 /// key_by = "api_key"               # "api_key" | "model" | "api_key+model"
@@ -104,6 +105,9 @@ use repr::{dur, one_or_many, opt_dur};
 pub struct Profile {
     /// Seed of every random choice (latencies, faults, ids). Default 0.
     pub seed: u64,
+    /// Where each call's random choices come from: the order of arrival (default) or the
+    /// request itself.
+    pub draws: Draws,
     /// Per-key request and token rate limits.
     pub limits: Limits,
     /// Billing quota per key.
@@ -122,6 +126,29 @@ pub struct Profile {
     pub auth: Auth,
     /// Server errors: bursts (a probability) and outage windows (a time range). First match wins.
     pub errors: Vec<ErrorRule>,
+}
+
+/// Where each call's random choices (its latencies, its answer's length, its faults) come from.
+///
+/// By arrival, the same calls in the same order give the same run; but two clients that send
+/// the same calls with different retries between them shift the sequence apart, and meet
+/// different faults on the same call. By request, each call draws from its own request, so two
+/// such clients meet the same latencies, lengths and faults on it: comparing them then measures
+/// how they handle the faults, not which faults they happened to draw (the method of common
+/// random numbers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Draws {
+    /// The next draw of the upstream's seeded sequence, in order of arrival.
+    #[default]
+    #[serde(rename = "arrival")]
+    Arrival,
+    /// The seed, the request's model and prompt (every field that carries text), and how
+    /// many times the same request arrived before: the second arrival of a request (a retry)
+    /// draws afresh, the same for every client. The upstream keeps one counter per distinct
+    /// request, so this is for runs of a bounded size (a demo, a test), not a long-lived server.
+    #[serde(rename = "request")]
+    Request,
 }
 
 /// How requests are grouped for rate limits and quota.

@@ -8,6 +8,17 @@ use std::time::Duration;
 
 use crate::profile::{Count, Delay};
 
+/// FNV-1a of some bytes, continuing from `h` (start from [`FNV_START`]): a text's stable
+/// fingerprint, the same on every platform and Rust release.
+pub(crate) fn fnv1a(h: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(h, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// FNV-1a's offset basis.
+pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// SplitMix64, owned by one stream or one request.
 #[derive(Debug, Clone)]
 pub(crate) struct Rng(u64);

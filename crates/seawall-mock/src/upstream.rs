@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::body::MockBody;
 use crate::future::{Billed, ResponseFuture};
-use crate::profile::{KeyBy, MalformedKind, Profile};
+use crate::profile::{Draws, KeyBy, MalformedKind, Profile};
 use crate::rng::Rng;
 use crate::stats::{Counters, Outcome, Stats};
 use crate::wire::{self, Answer, ChatRequest, Failure, RateLimited, Wire};
@@ -76,6 +76,10 @@ pub(crate) struct Inner {
     epoch: Duration,
     rng: SeededRandom,
     keys: Mutex<HashMap<Box<str>, KeyState>>,
+    /// With [`Draws::Request`]: how many times each request (prompt and model) arrived, and
+    /// how many streams each prompt was answered with.
+    seen: Mutex<HashMap<u64, u32>>,
+    streamed: Mutex<HashMap<u64, u32>>,
     pub(crate) counters: Counters,
 }
 
@@ -172,6 +176,8 @@ impl MockUpstream {
                 epoch: epoch.duration_since(UNIX_EPOCH).unwrap_or_default(),
                 rng,
                 keys: Mutex::new(HashMap::new()),
+                seen: Mutex::new(HashMap::new()),
+                streamed: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
             }),
         }
@@ -225,6 +231,16 @@ struct Reply {
     billed: Option<Billed>,
 }
 
+/// How many times `key` came up before; counts this time.
+fn nth(counts: &Mutex<HashMap<u64, u32>>, key: u64) -> u32 {
+    counts.lock().map_or(0, |mut counts| {
+        let n = counts.entry(key).or_insert(0);
+        let before = *n;
+        *n = n.saturating_add(1);
+        before
+    })
+}
+
 /// One call on its way through the fault model: what every step reads, and the headers the
 /// steps add to.
 struct Call {
@@ -236,6 +252,8 @@ struct Call {
     request_id: String,
     /// The drawn time to the response head.
     head: Duration,
+    /// With [`Draws::Request`]: the prompt's fingerprint, which the stream faults draw from.
+    prompt: Option<u64>,
     wire: Wire,
     headers: HeaderMap,
 }
@@ -334,6 +352,9 @@ impl Inner {
             return self.embeddings(&mut call, req);
         }
         let mut chat = call.parse(req)?;
+        if self.profile.draws == Draws::Request {
+            self.redraw(&mut call, req.body());
+        }
         let key = api_key(req.headers());
         let precheck = self.precheck(key, &chat);
         let plan = self.plan(&mut call, key, &chat);
@@ -403,9 +424,46 @@ impl Inner {
             rng,
             request_id,
             head,
+            prompt: None,
             wire,
             headers,
         }
+    }
+
+    /// Gives a call the random stream of its request ([`Draws::Request`]): from the seed, the
+    /// request's fingerprint and how many times it arrived before; and its time to the head
+    /// from that stream.
+    fn redraw(&self, call: &mut Call, body: &[u8]) {
+        let Some(key) = wire::request_key(body) else {
+            return;
+        };
+        call.rng = self.keyed(key.call, nth(&self.seen, key.call));
+        call.head = call.rng.delay(&self.profile.latency.head);
+        call.prompt = Some(key.prompt);
+    }
+
+    /// A random stream for the `n`th time something with fingerprint `key` comes up.
+    fn keyed(&self, key: u64, n: u32) -> Rng {
+        // Each step through SplitMix mixes its input, so nearby keys and counts give unrelated
+        // streams.
+        let key = Rng::new(self.profile.seed ^ key).next_u64();
+        Rng::new(Rng::new(key ^ u64::from(n)).next_u64())
+    }
+
+    /// Where a stream of this prompt is cut and where an error event ends it, by
+    /// [`Draws::Request`]: from the prompt and how many streams answered it before, not from
+    /// the model or the call's other draws, and the same four draws whatever the rates. Two
+    /// upstreams with the same seed then fault a prompt's first stream alike (where their rates
+    /// overlap), whichever of them a client sent it to and after however many server errors.
+    fn stream_luck(&self, prompt: u64, last: u32) -> (Option<u32>, Option<u32>) {
+        let faults = &self.profile.stream;
+        let mut rng = self.keyed(prompt ^ 0x5743_5245_414d, nth(&self.streamed, prompt));
+        let (cut, cut_at) = (rng.next_f64(), rng.count(faults.cut.after_tokens));
+        let (error, error_at) = (rng.next_f64(), rng.count(faults.error.after_tokens));
+        (
+            (cut < faults.cut.probability).then_some(cut_at.min(last)),
+            (error < faults.error.probability).then_some(error_at.min(last)),
+        )
     }
 
     /// What fails a call before any limit is charged: a revoked key, or a prompt longer than
@@ -575,6 +633,7 @@ impl Inner {
             arrived,
             mut rng,
             head,
+            prompt,
             mut headers,
             ..
         } = call;
@@ -589,6 +648,7 @@ impl Inner {
                 arrived,
                 billed_key,
                 rng,
+                prompt,
             );
         }
         let mut total = first_token;
@@ -736,18 +796,25 @@ impl Inner {
         arrived: Instant,
         billed_key: Arc<AtomicU64>,
         mut rng: Rng,
+        prompt: Option<u64>,
     ) -> Reply {
         let faults = &self.profile.stream;
         let keepalive = rng
             .chance(faults.keepalive.probability)
             .then_some((faults.keepalive.interval, faults.keepalive.style));
         let last = answer.output_tokens.saturating_sub(1);
-        let cut = rng
-            .chance(faults.cut.probability)
-            .then(|| rng.count(faults.cut.after_tokens).min(last));
-        let error = rng
-            .chance(faults.error.probability)
-            .then(|| rng.count(faults.error.after_tokens).min(last));
+        let (cut, error) = match prompt {
+            Some(prompt) => self.stream_luck(prompt, last),
+            None => {
+                let cut = rng
+                    .chance(faults.cut.probability)
+                    .then(|| rng.count(faults.cut.after_tokens).min(last));
+                let error = rng
+                    .chance(faults.error.probability)
+                    .then(|| rng.count(faults.error.after_tokens).min(last));
+                (cut, error)
+            }
+        };
         let end = match (cut, error) {
             (Some(c), Some(e)) if e <= c => crate::body::End::Error(e),
             (Some(c), _) => crate::body::End::Cut(c, faults.cut.abort),

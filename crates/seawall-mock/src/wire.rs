@@ -8,6 +8,8 @@ use http::StatusCode;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::rng::{FNV_START, fnv1a};
+
 /// Which API a request speaks, from its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wire {
@@ -282,6 +284,52 @@ struct AnthropicErrorBody<'a> {
 /// A proxy's HTML error page, as a CDN sends it when the origin is down.
 pub(crate) const HTML_502: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n</body>\r\n</html>\r\n";
 
+/// The fields of a request that carry its prompt (text, tools, formats), as seawall-core
+/// estimates a prompt's tokens.
+const PROMPT_FIELDS: [&str; 11] = [
+    "messages",
+    "system",
+    "prompt",
+    "input",
+    "instructions",
+    "suffix",
+    "tools",
+    "functions",
+    "tool_choice",
+    "response_format",
+    "text",
+];
+
+/// Fingerprints of what a chat request asks, whatever other fields (streaming, options) ride
+/// along: its prompt fields, and those with its model. `None` for a body that is not a JSON
+/// object.
+pub(crate) fn request_key(body: &[u8]) -> Option<RequestKey> {
+    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    let mut prompt = FNV_START;
+    for k in PROMPT_FIELDS {
+        if let Some(v) = map.get(k) {
+            prompt = fnv1a(prompt, k.as_bytes());
+            prompt = fnv1a(prompt, v.to_string().as_bytes());
+        }
+    }
+    let model = map.get("model").map(Value::to_string).unwrap_or_default();
+    Some(RequestKey {
+        prompt,
+        call: fnv1a(prompt, model.as_bytes()),
+    })
+}
+
+/// A request's fingerprints ([`request_key`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestKey {
+    /// The prompt alone: the same at every model and provider.
+    pub(crate) prompt: u64,
+    /// The prompt and the model.
+    pub(crate) call: u64,
+}
+
 /// Parses a chat request. `Err` is the 400 to send.
 pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Failure> {
     let value: Value = serde_json::from_slice(body).map_err(|_| Failure::BadJson)?;
@@ -318,20 +366,7 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
     // The estimate seawall-core's RequestMeta makes: characters / 4, plus 4 per text part.
     let (mut chars, mut parts) = (0usize, 0usize);
     for (k, v) in map {
-        if matches!(
-            k.as_str(),
-            "messages"
-                | "system"
-                | "prompt"
-                | "input"
-                | "instructions"
-                | "suffix"
-                | "tools"
-                | "functions"
-                | "tool_choice"
-                | "response_format"
-                | "text"
-        ) {
+        if PROMPT_FIELDS.contains(&k.as_str()) {
             count_text(v, &mut chars, &mut parts);
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::*;
 use http_body_util::BodyExt;
 use seawall_mock::{
-    Count, Delay, ErrorRule, KeepAliveStyle, KeyBy, MalformedKind, MockUpstream, Profile,
+    Count, Delay, Draws, ErrorRule, KeepAliveStyle, KeyBy, MalformedKind, MockUpstream, Profile,
 };
 use serde_json::{Value, json};
 use tokio::time::{Instant, advance};
@@ -968,4 +968,121 @@ async fn embeddings_are_deterministic_vectors_and_honour_the_server_errors() {
         .body(bytes::Bytes::from_static(br#"{"model":"e"}"#))
         .unwrap();
     assert_eq!(call(&up, no_input).await.status(), 400);
+}
+
+// ---- where the draws come from ---------------------------------------------------------------
+
+/// A profile whose draws show: answers of 1-300 words, half the streams cut.
+fn varied(draws: Draws) -> Profile {
+    Profile::default()
+        .seed(5)
+        .draws(draws)
+        .output_tokens(Count::range(1, 300))
+        .cut_streams(0.5, Count::range(1, 50), false)
+}
+
+fn prompt(i: usize) -> Value {
+    json!({"model": "gpt-4o-mini", "stream": true,
+           "messages": [{"role": "user", "content": format!("question {i}")}]})
+}
+
+/// The text a streamed answer delivered, and whether it ended with its marker.
+async fn delivered(up: &MockUpstream, body: &Value) -> (String, bool) {
+    let sse = text(call(up, openai_req(body, "sk-test")).await).await;
+    let words = events(&sse)
+        .iter()
+        .filter(|e| e.is_content())
+        .map(|e| {
+            e.json()["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    (words, sse.contains("[DONE]"))
+}
+
+/// Ten prompts sent to a fresh upstream in one order, and to another in reverse after a call
+/// of its own, with an option (`stream_options`) the first client did not send.
+async fn both_orders(draws: Draws) -> (Vec<(String, bool)>, Vec<(String, bool)>) {
+    let (a, b) = (upstream(varied(draws)), upstream(varied(draws)));
+    let mut first = Vec::new();
+    for i in 0..10 {
+        first.push(delivered(&a, &prompt(i)).await);
+    }
+    delivered(&b, &prompt(99)).await;
+    let mut second = vec![(String::new(), false); 10];
+    for i in (0..10).rev() {
+        let mut body = prompt(i);
+        body["stream_options"] = json!({"include_usage": true});
+        second[i] = delivered(&b, &body).await;
+    }
+    (first, second)
+}
+
+#[tokio::test(start_paused = true)]
+async fn drawn_by_request_the_same_call_meets_the_same_answer_and_faults_in_any_order() {
+    let (first, second) = both_orders(Draws::Request).await;
+    assert_eq!(first, second);
+    // The profile's faults did show: some streams cut, some whole.
+    assert!(first.iter().any(|(_, done)| *done) && first.iter().any(|(_, done)| !*done));
+    // By arrival (the default), the order and the extra call shift every draw.
+    let (first, second) = both_orders(Draws::Arrival).await;
+    assert_ne!(first, second);
+}
+
+#[tokio::test(start_paused = true)]
+async fn drawn_by_request_a_retry_draws_afresh_and_the_same_for_every_client() {
+    let (a, b) = (
+        upstream(varied(Draws::Request)),
+        upstream(varied(Draws::Request)),
+    );
+    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        on_a.push(delivered(&a, &prompt(1)).await);
+    }
+    delivered(&b, &prompt(2)).await;
+    for _ in 0..6 {
+        on_b.push(delivered(&b, &prompt(1)).await);
+    }
+    assert_eq!(on_a, on_b);
+    assert!(on_a.iter().any(|x| *x != on_a[0]), "{on_a:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn drawn_by_request_a_prompts_first_stream_is_cut_alike_at_two_providers() {
+    // Same seed, other models and rates; the second also fails half its calls with a 503.
+    let cuts = |p: f64| {
+        Profile::default()
+            .seed(5)
+            .draws(Draws::Request)
+            .output_tokens(Count::range(60, 300))
+            .cut_streams(p, Count::range(1, 50), false)
+    };
+    let (a, b) = (
+        upstream(cuts(0.3)),
+        upstream(cuts(0.6).error(ErrorRule::random(503, 0.5))),
+    );
+    let (mut cut_a, mut cut_b, mut errors) = (Vec::new(), Vec::new(), 0);
+    for i in 0..40 {
+        cut_a.push(!delivered(&a, &prompt(i)).await.1);
+        let mut body = prompt(i);
+        body["model"] = json!("backup-model");
+        loop {
+            let resp = call(&b, openai_req(&body, "sk-test")).await;
+            if resp.status() == 200 {
+                cut_b.push(!text(resp).await.contains("[DONE]"));
+                break;
+            }
+            errors += 1;
+        }
+    }
+    assert!(errors > 0);
+    let (n_a, n_b) = (
+        cut_a.iter().filter(|c| **c).count(),
+        cut_b.iter().filter(|c| **c).count(),
+    );
+    assert!(n_a > 0 && n_b > n_a, "{n_a} {n_b}");
+    // Every prompt whose stream was cut at the lower rate was cut at the higher one too.
+    assert!(cut_a.iter().zip(&cut_b).all(|(a, b)| !a || *b));
 }

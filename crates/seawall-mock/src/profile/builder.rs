@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{
-    Count, Cut, Delay, ErrorRule, KeepAlive, KeepAliveStyle, KeyBy, KeyLimits, Malformed,
+    Count, Cut, Delay, Draws, ErrorRule, KeepAlive, KeepAliveStyle, KeyBy, KeyLimits, Malformed,
     MalformedKind, MidStreamError, Profile,
 };
 
@@ -11,6 +11,12 @@ impl Profile {
     /// Sets the seed.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+
+    /// Sets where each call's random choices come from ([`Draws`]).
+    pub fn draws(mut self, draws: Draws) -> Self {
+        self.draws = draws;
         self
     }
 
