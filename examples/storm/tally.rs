@@ -137,8 +137,9 @@ impl Ledger {
                 }
             }
         }
-        // Prompts too long for the model: how many got an answer, and from which model.
-        let (mut long, mut long_ok, mut long_large) = (0, 0, 0);
+        // Prompts too long for the model: how many got an answer, from which model, and what
+        // they wasted (billed beyond the clean cost of their answers).
+        let (mut long, mut long_ok, mut long_large, mut long_waste) = (0, 0, 0, 0.0);
         // 429s from the primary, and calls that sent the primary the same request after one.
         let (mut primary_429, mut retried_429) = (0, 0);
         for (call, tries) in &by_call {
@@ -147,6 +148,11 @@ impl Ledger {
             };
             if tries.first().is_some_and(|a| a.input > CONTEXT_WINDOW) {
                 long += 1;
+                let billed: f64 = tries.iter().map(|a| a.billed()).sum();
+                long_waste += match outcome {
+                    Ok(d) => billed - dollars(u64::from(d.input), u64::from(d.output)),
+                    Err(_) => billed,
+                };
                 if outcome.is_ok() {
                     long_ok += 1;
                     long_large +=
@@ -188,7 +194,8 @@ impl Ledger {
             let _ = write!(
                 s,
                 "; prompts over the {CONTEXT_WINDOW}-token window: {long}, answered {long_ok} \
-                 ({long_large} by {LARGE_MODEL})"
+                 ({long_large} by {LARGE_MODEL}), waste on them {}",
+                k(long_waste)
             );
         }
         let _ = write!(
