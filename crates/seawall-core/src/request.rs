@@ -27,7 +27,7 @@ mod keep;
 mod wire;
 
 pub use keep::KeptRequest;
-pub use wire::RequestMeta;
+pub use wire::{PROMPT_FIELDS, RequestMeta};
 
 /// What the layers read from (and change in) a request.
 ///

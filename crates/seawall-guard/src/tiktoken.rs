@@ -2,25 +2,10 @@
 
 use bytes::Bytes;
 use http::Request;
-use seawall_core::{LlmRequest, PartEstimate};
+use seawall_core::{LlmRequest, PROMPT_FIELDS, PartEstimate};
 use serde_json::Value;
 
 use crate::estimate::{CharEstimate, TokenEstimator};
-
-/// The body fields whose text the model reads, as the default estimate counts them.
-const TEXT_FIELDS: [&str; 11] = [
-    "messages",
-    "system",
-    "prompt",
-    "input",
-    "instructions",
-    "suffix",
-    "tools",
-    "functions",
-    "tool_choice",
-    "response_format",
-    "text",
-];
 
 /// OpenAI's chat framing, as OpenAI's cookbook counts it: 3 tokens per message, and 3 that
 /// prime the reply.
@@ -67,7 +52,7 @@ impl TokenEstimator for TiktokenEstimate {
             return fallback();
         };
         let mut tokens = 0u64;
-        for field in TEXT_FIELDS {
+        for field in PROMPT_FIELDS {
             if let Some(v) = body.get(field) {
                 tokens = tokens.saturating_add(text_tokens(bpe, v));
             }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::StatusCode;
+use seawall_core::PROMPT_FIELDS;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -283,22 +284,6 @@ struct AnthropicErrorBody<'a> {
 
 /// A proxy's HTML error page, as a CDN sends it when the origin is down.
 pub(crate) const HTML_502: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n</body>\r\n</html>\r\n";
-
-/// The fields of a request that carry its prompt (text, tools, formats), as seawall-core
-/// estimates a prompt's tokens.
-const PROMPT_FIELDS: [&str; 11] = [
-    "messages",
-    "system",
-    "prompt",
-    "input",
-    "instructions",
-    "suffix",
-    "tools",
-    "functions",
-    "tool_choice",
-    "response_format",
-    "text",
-];
 
 /// Fingerprints of what a chat request asks, whatever other fields (streaming, options) ride
 /// along: its prompt fields, and those with its model. `None` for a body that is not a JSON

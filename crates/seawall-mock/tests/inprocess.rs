@@ -454,15 +454,7 @@ async fn an_openai_stream_has_deltas_a_finish_chunk_usage_and_done() {
     assert_eq!(first["object"], "chat.completion.chunk");
     assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(first["usage"], Value::Null);
-    let answer: String = evs[1..17]
-        .iter()
-        .map(|e| {
-            e.json()["choices"][0]["delta"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let answer: String = evs[1..17].iter().map(Event::openai_text).collect();
     assert_eq!(answer.split(' ').count(), 16);
     let fin = evs[17].json();
     assert_eq!(fin["choices"][0]["finish_reason"], "stop");
@@ -992,12 +984,7 @@ async fn delivered(up: &MockUpstream, body: &Value) -> (String, bool) {
     let words = events(&sse)
         .iter()
         .filter(|e| e.is_content())
-        .map(|e| {
-            e.json()["choices"][0]["delta"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
+        .map(Event::openai_text)
         .collect();
     (words, sse.contains("[DONE]"))
 }

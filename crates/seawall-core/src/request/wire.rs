@@ -13,6 +13,25 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Vis
 
 use super::{MediaParts, Provider};
 
+/// The fields of a request body whose text the model reads, and which the prompt's estimate
+/// counts ([`RequestMeta::parse`]): what a request asks, as opposed to how it is sent.
+///
+/// The parser matches the same names as a pattern, which compiles to a few length and byte
+/// comparisons on a path every request takes; a test checks that the two agree.
+pub const PROMPT_FIELDS: [&str; 11] = [
+    "messages",
+    "system",
+    "prompt",
+    "input",
+    "instructions",
+    "suffix",
+    "tools",
+    "functions",
+    "tool_choice",
+    "response_format",
+    "text",
+];
+
 /// What seawall parsed out of an HTTP request body, cached in the request's extensions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestMeta {
@@ -539,6 +558,21 @@ mod tests {
     use crate::PartEstimate;
     use crate::request::meta;
     use crate::request::tests::{CHAT, req};
+
+    #[test]
+    fn every_prompt_field_and_no_other_is_counted_as_text() {
+        let estimate = |field: &str| {
+            let body = format!(r#"{{"model":"m","{field}":"abcdefgh"}}"#);
+            req("http://localhost/v1/chat/completions", &body).estimated_input_tokens()
+        };
+        for field in PROMPT_FIELDS {
+            // 8 chars -> 2 tokens, plus 4 for the piece of text.
+            assert_eq!(estimate(field), 6, "{field}");
+        }
+        for field in ["metadata", "user", "stop", "seed", "store"] {
+            assert_eq!(estimate(field), 0, "{field}");
+        }
+    }
 
     #[test]
     fn fields_of_unexpected_types_are_skipped_not_fatal() {

@@ -92,6 +92,14 @@ impl Event {
         serde_json::from_str(self.data.as_deref().unwrap()).unwrap()
     }
 
+    /// The text of an OpenAI chunk's delta.
+    pub fn openai_text(&self) -> String {
+        self.json()["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     pub fn is_content(&self) -> bool {
         let Some(d) = self.data.as_deref() else {
             return false;
