@@ -20,7 +20,7 @@ use crate::future::{Billed, ResponseFuture};
 use crate::profile::{Draws, KeyBy, MalformedKind, Profile};
 use crate::rng::Rng;
 use crate::stats::{Counters, Outcome, Stats};
-use crate::wire::{self, Answer, ChatRequest, Failure, RateLimited, Wire};
+use crate::wire::{self, Answer, ChatRequest, Failure, RateLimited, RequestKey, Wire};
 
 /// The chaos upstream: one seeded fault model behind two front ends.
 ///
@@ -261,7 +261,7 @@ struct Call {
 impl Call {
     /// Routes the call and parses its body; answers a wrong path, a wrong method or a body
     /// that is not a chat request.
-    fn parse(&mut self, req: &Request<Bytes>) -> ControlFlow<Answered, ChatRequest> {
+    fn parse(&mut self, req: &Request<Bytes>, keyed: bool) -> ControlFlow<Answered, ChatRequest> {
         let path = req.uri().path();
         let routed = path.ends_with("/chat/completions") || path.ends_with("/messages");
         let failure = if !routed {
@@ -271,7 +271,7 @@ impl Call {
         } else {
             None
         };
-        match failure.map_or_else(|| wire::parse_request(self.wire, req.body()), Err) {
+        match failure.map_or_else(|| wire::parse_request(self.wire, req.body(), keyed), Err) {
             Ok(chat) => ControlFlow::Continue(chat),
             Err(f) => ControlFlow::Break((self.fail(f, ""), Outcome::Rejected)),
         }
@@ -351,9 +351,9 @@ impl Inner {
         if req.uri().path().ends_with("/embeddings") {
             return self.embeddings(&mut call, req);
         }
-        let mut chat = call.parse(req)?;
-        if self.profile.draws == Draws::Request {
-            self.redraw(&mut call, req.body());
+        let mut chat = call.parse(req, self.profile.draws == Draws::Request)?;
+        if let Some(key) = chat.key {
+            self.redraw(&mut call, key);
         }
         let key = api_key(req.headers());
         let precheck = self.precheck(key, &chat);
@@ -433,10 +433,7 @@ impl Inner {
     /// Gives a call the random stream of its request ([`Draws::Request`]): from the seed, the
     /// request's fingerprint and how many times it arrived before; and its time to the head
     /// from that stream.
-    fn redraw(&self, call: &mut Call, body: &[u8]) {
-        let Some(key) = wire::request_key(body) else {
-            return;
-        };
+    fn redraw(&self, call: &mut Call, key: RequestKey) {
         call.rng = self.keyed(key.call, nth(&self.seen, key.call));
         call.head = call.rng.delay(&self.profile.latency.head);
         call.prompt = Some(key.prompt);

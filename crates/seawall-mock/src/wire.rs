@@ -30,6 +30,8 @@ pub(crate) struct ChatRequest {
     pub(crate) input_tokens: u32,
     /// The request asks to go on from a partial answer (see [`Continuation`]).
     pub(crate) continuation: Option<Continuation>,
+    /// Its fingerprints, when the upstream draws by request.
+    pub(crate) key: Option<RequestKey>,
 }
 
 /// A request that asks the model to go on from a partial answer it gave before: the answer's
@@ -286,12 +288,8 @@ struct AnthropicErrorBody<'a> {
 pub(crate) const HTML_502: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n</body>\r\n</html>\r\n";
 
 /// Fingerprints of what a chat request asks, whatever other fields (streaming, options) ride
-/// along: its prompt fields, and those with its model. `None` for a body that is not a JSON
-/// object.
-pub(crate) fn request_key(body: &[u8]) -> Option<RequestKey> {
-    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else {
-        return None;
-    };
+/// along: its prompt fields, and those with its model.
+fn request_key(map: &serde_json::Map<String, Value>) -> RequestKey {
     let mut prompt = FNV_START;
     for k in PROMPT_FIELDS {
         if let Some(v) = map.get(k) {
@@ -300,13 +298,13 @@ pub(crate) fn request_key(body: &[u8]) -> Option<RequestKey> {
         }
     }
     let model = map.get("model").map(Value::to_string).unwrap_or_default();
-    Some(RequestKey {
+    RequestKey {
         prompt,
         call: fnv1a(prompt, model.as_bytes()),
-    })
+    }
 }
 
-/// A request's fingerprints ([`request_key`]).
+/// A request's fingerprints.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RequestKey {
     /// The prompt alone: the same at every model and provider.
@@ -315,8 +313,11 @@ pub(crate) struct RequestKey {
     pub(crate) call: u64,
 }
 
-/// Parses a chat request. `Err` is the 400 to send.
-pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Failure> {
+/// Parses a chat request, with its fingerprints when `keyed` ([`Draws::Request`]). `Err` is
+/// the 400 to send.
+///
+/// [`Draws::Request`]: crate::Draws::Request
+pub(crate) fn parse_request(wire: Wire, body: &[u8], keyed: bool) -> Result<ChatRequest, Failure> {
     let value: Value = serde_json::from_slice(body).map_err(|_| Failure::BadJson)?;
     let Value::Object(map) = &value else {
         return Err(Failure::BadJson);
@@ -356,6 +357,7 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
         }
     }
     let input_tokens = (chars.div_ceil(4) + 4 * parts).min(u32::MAX as usize) as u32;
+    let key = keyed.then(|| request_key(map));
     Ok(ChatRequest {
         model,
         stream,
@@ -364,6 +366,7 @@ pub(crate) fn parse_request(wire: Wire, body: &[u8]) -> Result<ChatRequest, Fail
         choices,
         input_tokens,
         continuation,
+        key,
     })
 }
 
@@ -822,7 +825,7 @@ mod tests {
         use bytes::Bytes;
         use seawall_core::LlmRequest;
         let body = r#"{"model":"m","messages":[{"role":"user","content":"Say hello to the whole wide world"}],"system":"be brief"}"#;
-        let ours = parse_request(Wire::OpenAi, body.as_bytes()).unwrap();
+        let ours = parse_request(Wire::OpenAi, body.as_bytes(), false).unwrap();
         let mut req = http::Request::post("http://x/v1/chat/completions")
             .body(Bytes::from(body))
             .unwrap();
@@ -833,7 +836,7 @@ mod tests {
     #[test]
     fn n_and_best_of_set_the_answers_billed() {
         let parse = |body: &str| {
-            parse_request(Wire::OpenAi, body.as_bytes())
+            parse_request(Wire::OpenAi, body.as_bytes(), false)
                 .unwrap()
                 .choices
         };
@@ -846,20 +849,21 @@ mod tests {
     #[test]
     fn bad_requests() {
         assert!(matches!(
-            parse_request(Wire::OpenAi, b"{not json"),
+            parse_request(Wire::OpenAi, b"{not json", false),
             Err(Failure::BadJson)
         ));
         assert!(matches!(
-            parse_request(Wire::OpenAi, br#"{"messages":[]}"#),
+            parse_request(Wire::OpenAi, br#"{"messages":[]}"#, false),
             Err(Failure::Missing("model"))
         ));
         assert!(matches!(
-            parse_request(Wire::Anthropic, br#"{"model":"c","messages":[]}"#),
+            parse_request(Wire::Anthropic, br#"{"model":"c","messages":[]}"#, false),
             Err(Failure::Missing("max_tokens"))
         ));
         let ok = parse_request(
             Wire::OpenAi,
             br#"{"model":"g","messages":[],"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":9}"#,
+            false,
         )
         .unwrap();
         assert!(ok.stream && ok.include_usage);

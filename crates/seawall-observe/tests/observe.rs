@@ -68,13 +68,7 @@ async fn each_field_comes_from_the_layer_that_knows_it() {
         Ok::<_, Infallible>(resp)
     });
     let mut svc = layer(&records).layer(inner);
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(request(false))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, false).await;
     assert!(
         records.lock().unwrap().is_empty(),
         "not before the body ends"
@@ -107,13 +101,7 @@ async fn without_a_gate_there_is_no_queue_time_and_one_attempt() {
         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"{}"))))
     });
     let mut svc = layer(&records).layer(inner);
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(request(false))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, false).await;
     drop(resp.into_body().collect().await.unwrap());
     let r = records.lock().unwrap().pop().unwrap();
     assert_eq!(r.queue_wait, None);
@@ -202,13 +190,7 @@ fn streaming_service(
 async fn streaming_calls_record_ttft_and_tpot_when_the_body_ends() {
     let records = Records::default();
     let mut svc = layer(&records).layer(streaming_service(false));
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(request(true))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, true).await;
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(&body[..], b"abcde");
     let r = records.lock().unwrap().pop().unwrap();
@@ -225,13 +207,7 @@ async fn streaming_calls_record_ttft_and_tpot_when_the_body_ends() {
 async fn a_broken_stream_is_recorded_as_interrupted() {
     let records = Records::default();
     let mut svc = layer(&records).layer(streaming_service(true));
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(request(true))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, true).await;
     assert!(resp.into_body().collect().await.is_err());
     let r = records.lock().unwrap().pop().unwrap();
     assert_eq!(r.outcome, CallOutcome::Interrupted);
@@ -243,13 +219,7 @@ async fn a_broken_stream_is_recorded_as_interrupted() {
 async fn abandoned_body_and_dropped_future_each_give_one_cancelled_record() {
     let records = Records::default();
     let mut svc = layer(&records).layer(streaming_service(false));
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(request(true))
-        .await
-        .unwrap();
+    let resp = send(&mut svc, true).await;
     let mut body = resp.into_body();
     let _first = body.frame().await;
     drop(body);
@@ -339,13 +309,7 @@ fn summary_and_metrics_recorders() {
             .unwrap();
         rt.block_on(async {
             for _ in 0..10 {
-                let resp = svc
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(request(false))
-                    .await
-                    .unwrap();
+                let resp = send(&mut svc, false).await;
                 drop(resp);
             }
         });
@@ -372,6 +336,20 @@ fn summary_and_metrics_recorders() {
     assert_eq!(counter("seawall.attempts"), 20);
 }
 
+/// Sends one request (streamed or not) once the service is ready; panics on an error.
+async fn send<S, B>(svc: &mut S, stream: bool) -> http::Response<B>
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    svc.ready()
+        .await
+        .unwrap()
+        .call(request(stream))
+        .await
+        .unwrap()
+}
+
 /// Makes `n` calls one after the other, each read to the end of its body.
 async fn call_to_the_end<S, B>(mut svc: S, n: usize)
 where
@@ -381,13 +359,7 @@ where
     B::Error: std::fmt::Debug,
 {
     for _ in 0..n {
-        let resp = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request(false))
-            .await
-            .unwrap();
+        let resp = send(&mut svc, false).await;
         resp.into_body().collect().await.unwrap();
     }
 }
