@@ -147,7 +147,7 @@ pub(crate) const MAX_REQUEST_BODY: usize = 1024 * 1024;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    init_logging();
+    let _log = init_logging();
     let settings = Settings::from_env();
     let openai = unless_missing(OpenAiConfig::from_env(), "OPENAI_API_KEY")?;
     let anthropic = unless_missing(AnthropicConfig::from_env(), "ANTHROPIC_API_KEY")?;
@@ -209,7 +209,8 @@ pub(crate) fn no_delay(tcp: &mut tokio::net::TcpStream) {
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`, without the observe layer's
-/// `gen_ai.call` spans), through a writer thread ([`log::NonBlocking`]).
+/// `gen_ai.call` spans), through a writer thread ([`log::stderr`]). Keep the guard it gives
+/// for the life of the process: dropped, it writes out what is queued.
 ///
 /// Those spans are for a tracing exporter (OpenTelemetry's GenAI conventions); this log never
 /// prints them, yet a text subscriber that enables them formats each of their 13 fields as
@@ -219,17 +220,19 @@ pub(crate) fn no_delay(tcp: &mut tokio::net::TcpStream) {
 /// Every call's record is kept at the default filter (it is what an operator reads to see
 /// attempts, cost and who served), but no call waits for it to be written: a worker formats
 /// the line and queues it, and the writer thread writes many lines per system call.
-pub(crate) fn init_logging() {
+pub(crate) fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,seawall::observe=warn"));
     // Colours only for a terminal: in a file or a log collector the escape codes are noise,
     // and writing them was about a quarter of the cost of each call's record.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (writer, guard) = log::stderr();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(log::NonBlocking::stderr())
+        .with_writer(writer)
         .init();
+    guard
 }
 
 /// The OpenAI and the Anthropic upstream on one `seawall-mock` server at `addr` (it speaks

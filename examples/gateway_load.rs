@@ -483,7 +483,7 @@ fn open_loop_report(args: &Args, client_rt: &Runtime, direct: &str, gw: &str) {
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse()?;
-    gateway::init_logging();
+    let _log = gateway::init_logging();
     let upstream_rt = runtime("upstream", 1)?;
     let gateway_rt = runtime("gateway", args.gateway_threads)?;
     let client_rt = runtime("client", args.client_threads)?;

@@ -4,163 +4,120 @@
 //! The gateway logs one record per call (target `seawall::call`). Written straight to stderr,
 //! each one is a `write(2)` on the worker thread serving the call, under stderr's lock: a
 //! slow reader of the log (a terminal, a full pipe) then stalls every call, and even a fast
-//! one costs a system call per call. Here an event's line goes into a bounded queue and the
-//! writer thread writes the queue out in batches, flushing whenever it has caught up; a
-//! worker never blocks on it. When the queue is full (the log cannot keep up) lines are
-//! dropped rather than calls delayed, and the writer says how many it lost.
+//! one costs a system call per call. `tracing-appender`'s non-blocking writer queues each
+//! formatted line for a thread of its own instead; behind a buffer that its thread flushes
+//! whenever it has caught up, many lines go out in one system call when the gateway is busy.
+//! It is lossy: when the queue is full (the log cannot keep up) lines are dropped rather than
+//! calls delayed, and a watcher thread says in the log how many were lost.
 
-use std::io::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
-use std::sync::{Arc, OnceLock};
+use std::io::{self, BufWriter};
+use std::time::Duration;
 
-use tracing_subscriber::fmt::MakeWriter;
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 
 /// How many lines may wait for the writer thread before new ones are dropped.
 const QUEUE: usize = 16 * 1024;
 
-/// Hands each log event a [`Line`] that goes to the writer thread when dropped.
-#[derive(Clone, Debug)]
-pub(crate) struct NonBlocking {
-    /// Started on the first event, so a process that never logs starts no thread.
-    queue: Arc<OnceLock<SyncSender<Vec<u8>>>>,
-    dropped: Arc<AtomicU64>,
-}
+/// How often the watcher looks for dropped lines.
+const WATCH: Duration = Duration::from_secs(10);
 
-impl NonBlocking {
-    /// A writer to stderr; its thread starts with the first line.
-    pub(crate) fn stderr() -> Self {
-        NonBlocking {
-            queue: Arc::new(OnceLock::new()),
-            dropped: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    fn sender(&self) -> &SyncSender<Vec<u8>> {
-        self.queue.get_or_init(|| {
-            let (tx, rx) = sync_channel(QUEUE);
-            let dropped = Arc::clone(&self.dropped);
-            // Without a thread there is nowhere to write: the lines are then dropped (the
-            // receiver is gone, so every send fails) and counted, never a panic.
-            let _ = std::thread::Builder::new()
-                .name("gateway-log".to_owned())
-                .spawn(move || write_out(&rx, &dropped));
-            tx
-        })
-    }
-}
-
-/// The writer thread: writes lines as they come, through a buffer that is flushed whenever
-/// the queue is empty, so a line reaches stderr at once when the gateway is quiet and many go
-/// in one system call when it is busy.
-fn write_out(rx: &Receiver<Vec<u8>>, dropped: &AtomicU64) {
-    let mut out = io::BufWriter::with_capacity(64 * 1024, io::stderr());
-    let mut reported = 0;
-    while let Ok(line) = rx.recv() {
-        let _ = out.write_all(&line);
-        loop {
-            match rx.try_recv() {
-                Ok(line) => {
-                    let _ = out.write_all(&line);
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    let _ = out.flush();
-                    return;
+/// A lossy writer to stderr, and the guard that flushes what is queued when dropped (keep it
+/// for the life of the process).
+pub(crate) fn stderr() -> (NonBlocking, WorkerGuard) {
+    let (writer, guard) = lossy(BufWriter::with_capacity(64 * 1024, io::stderr()), QUEUE);
+    let counter = writer.error_counter();
+    let _ = std::thread::Builder::new()
+        .name("gateway-log-drops".to_owned())
+        .spawn(move || {
+            let mut reported = 0;
+            loop {
+                std::thread::sleep(WATCH);
+                let lost = counter.dropped_lines();
+                if lost != reported {
+                    tracing::warn!(
+                        "gateway: {} log lines dropped (the log could not keep up)",
+                        lost - reported
+                    );
+                    reported = lost;
                 }
             }
-        }
-        let lost = dropped.load(Ordering::Relaxed);
-        if lost != reported {
-            let _ = writeln!(
-                out,
-                "gateway: {} log lines dropped (the log could not keep up)",
-                lost - reported
-            );
-            reported = lost;
-        }
-        let _ = out.flush();
-    }
+        });
+    (writer, guard)
 }
 
-/// One event's line, sent to the writer thread when the event has been formatted.
-#[derive(Debug)]
-pub(crate) struct Line<'a> {
-    buf: Vec<u8>,
-    to: &'a NonBlocking,
-}
-
-impl Write for Line<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.buf.extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for Line<'_> {
-    fn drop(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        let line = std::mem::take(&mut self.buf);
-        match self.to.sender().try_send(line) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.to.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-impl<'a> MakeWriter<'a> for NonBlocking {
-    type Writer = Line<'a>;
-
-    fn make_writer(&'a self) -> Line<'a> {
-        Line {
-            buf: Vec::new(),
-            to: self,
-        }
-    }
+fn lossy<W: io::Write + Send + 'static>(to: W, queue: usize) -> (NonBlocking, WorkerGuard) {
+    NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(queue)
+        .thread_name("gateway-log")
+        .finish(to)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+    use std::sync::mpsc::{Receiver, Sender, channel};
+
     use super::*;
 
-    #[test]
-    fn a_line_is_queued_whole_when_its_writer_is_dropped() {
-        let (tx, rx) = sync_channel(4);
-        let writer = NonBlocking {
-            queue: Arc::new(OnceLock::from(tx)),
-            dropped: Arc::new(AtomicU64::new(0)),
-        };
-        {
-            let mut line = writer.make_writer();
-            line.write_all(b"one ").unwrap();
-            line.write_all(b"record\n").unwrap();
-            assert!(
-                rx.try_recv().is_err(),
-                "nothing is sent before the event ends"
-            );
+    /// A writer that blocks until the test lets it go, like a terminal nobody reads.
+    struct Stuck(Receiver<()>);
+
+    impl Write for Stuck {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let _ = self.0.recv();
+            Ok(bytes.len())
         }
-        assert_eq!(rx.try_recv().unwrap(), b"one record\n");
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A writer that hands each write it gets to the test.
+    struct Chunks(Sender<Vec<u8>>);
+
+    impl Write for Chunks {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let _ = self.0.send(bytes.to_vec());
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_event_reaches_the_log_as_one_whole_line() {
+        let (tx, rx) = channel();
+        let (writer, guard) = lossy(Chunks(tx), 4);
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_writer(writer)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || tracing::info!(calls = 2, "one record"));
+        drop(guard);
+        let chunks: Vec<Vec<u8>> = rx.try_iter().collect();
+        assert_eq!(chunks.len(), 1, "{chunks:?}");
+        let line = String::from_utf8(chunks[0].clone()).unwrap();
+        assert!(
+            line.contains("one record calls=2") && line.ends_with('\n'),
+            "{line}"
+        );
     }
 
     #[test]
     fn a_full_queue_drops_and_counts_lines_instead_of_blocking() {
-        let (tx, rx) = sync_channel(1);
-        let writer = NonBlocking {
-            queue: Arc::new(OnceLock::from(tx)),
-            dropped: Arc::new(AtomicU64::new(0)),
-        };
-        for _ in 0..3 {
-            writer.make_writer().write_all(b"x\n").unwrap();
+        let (release, stuck) = channel();
+        let (mut writer, guard) = lossy(Stuck(stuck), 1);
+        for _ in 0..5 {
+            writer.write_all(b"x\n").unwrap();
         }
-        assert_eq!(writer.dropped.load(Ordering::Relaxed), 2);
-        assert_eq!(rx.try_recv().unwrap(), b"x\n");
+        // The writer thread holds at most one line and the queue one more: the rest dropped.
+        assert!(writer.error_counter().dropped_lines() >= 3);
+        drop(release);
+        drop(guard);
     }
 }
