@@ -40,7 +40,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use crate::events::{self, Framer, Kind, OpenAiHead, Seen};
-use crate::layer::Config;
+use crate::layer::LocalConfig;
 use crate::request::{Template, Wire};
 use crate::scan::Memo;
 use crate::trim::Trim;
@@ -193,7 +193,7 @@ enum Why {
 pub(crate) struct Splice<S, F, B: Body> {
     svc: S,
     template: Template,
-    config: Arc<Config>,
+    config: LocalConfig,
     context: Option<Arc<CallContext>>,
     report: Arc<BodyReport>,
     state: State<F, B>,
@@ -247,7 +247,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
     pub(crate) fn new(
         svc: S,
         template: Template,
-        config: Arc<Config>,
+        config: LocalConfig,
         context: Option<Arc<CallContext>>,
         report: Arc<BodyReport>,
         body: B,

@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use crate::answer;
 use crate::body::{ContinueBody, Splice};
-use crate::layer::Config;
+use crate::layer::LocalConfig;
 use crate::request::{Template, Wire};
 use crate::scan;
 use crate::trim::Trim;
@@ -26,7 +26,7 @@ use crate::usage;
 pub(crate) struct Job<S> {
     pub(crate) svc: S,
     pub(crate) template: Template,
-    pub(crate) config: Arc<Config>,
+    pub(crate) config: LocalConfig,
     pub(crate) context: Option<Arc<CallContext>>,
     pub(crate) stream: bool,
     pub(crate) started: tokio::time::Instant,

@@ -112,6 +112,14 @@ impl<S> Layer<S> for ContinueLayer {
     }
 }
 
+/// The settings as one thread's services and calls share them.
+///
+/// Every call that may be continued keeps the settings until its answer ends. Cloned from the
+/// layer's one `Arc` for each call, that would write its count, a cache line every thread
+/// calling through the layer writes, twice per call; the services of one thread share a
+/// handle of their own instead, made once per thread (see `seawall_core::ThreadBound`).
+pub(crate) type LocalConfig = Arc<seawall_core::ThreadBound<Config>>;
+
 /// Settings of a [`ContinueLayer`]; [`build`](Self::build) checks them.
 #[derive(Debug, Clone)]
 pub struct ContinueBuilder {

@@ -7,12 +7,12 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use seawall_core::LlmRequest;
+use seawall_core::{LlmRequest, ThreadBound};
 use tower_service::Service;
 
 use crate::body::ContinueBody;
 use crate::future::{Job, ResponseFuture};
-use crate::layer::{Config, ContinueLayer};
+use crate::layer::{Config, ContinueLayer, LocalConfig};
 use crate::request::{Template, Wire};
 
 /// Continues answers cut by `max_tokens` and resumes streams cut after their first token.
@@ -25,7 +25,8 @@ use crate::request::{Template, Wire};
 #[derive(Clone, Debug)]
 pub struct Continue<S> {
     inner: S,
-    config: Arc<Config>,
+    /// The settings as this thread's services share them.
+    config: LocalConfig,
 }
 
 impl<S> Continue<S> {
@@ -35,7 +36,10 @@ impl<S> Continue<S> {
     }
 
     pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
-        Continue { inner, config }
+        Continue {
+            inner,
+            config: Arc::new(ThreadBound::new(config)),
+        }
     }
 
     /// The inner service.
@@ -70,6 +74,9 @@ where
 
     fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
         req.prepare();
+        if !self.config.is_local() {
+            self.config = Arc::new(ThreadBound::new(self.config.shared().clone()));
+        }
         let config = &self.config;
         let stream = req.is_streaming();
         let wanted = config.max_continuations > 0 && (config.on_length || stream && config.resume);

@@ -384,3 +384,41 @@ async fn an_answer_larger_than_the_layer_reads_passes_through_uncontinued() {
     assert_eq!(up.calls(), 3);
     assert_eq!(v["stop_reason"], "end_turn");
 }
+
+#[test]
+fn a_service_moved_to_another_thread_keeps_the_layers_settings() {
+    // The services of each thread hold the settings through a handle of their own, made again
+    // on the first call after a move: a clone running on another thread obeys the same bound.
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let up = Up::single(profile().output_tokens(Count::fixed(40)));
+    let layer = ContinueLayer::builder()
+        .max_continuations(3)
+        .build()
+        .unwrap();
+    let (svc, records) = stack(&up, layer);
+    let here = svc.clone().oneshot(anthropic(false, 5));
+    let here = rt().block_on(async { json_of(here.await.unwrap()).await });
+    let moved = svc.clone();
+    let there = std::thread::scope(|s| {
+        s.spawn(move || {
+            let call = moved.oneshot(anthropic(false, 5));
+            rt().block_on(async { json_of(call.await.unwrap()).await })
+        })
+        .join()
+        .unwrap()
+    });
+    for v in [&here, &there] {
+        assert_eq!(v["stop_reason"], "max_tokens");
+        assert_eq!(answer_text(v).split(' ').count(), 20);
+    }
+    assert_eq!(up.calls(), 8);
+    let records = records.lock().unwrap();
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r.continuations == 3));
+}

@@ -17,7 +17,7 @@ use tower_service::Service;
 
 use crate::cache::{BoxFuture, LastResort};
 use crate::error::{FallbackError, Tried};
-use crate::state::Shared;
+use crate::state::Local;
 use crate::target::Route;
 
 pin_project! {
@@ -64,7 +64,7 @@ enum Step<Resp> {
 
 /// Everything the chain knows besides the in-flight future.
 struct Chain<S, Req, Resp> {
-    shared: Arc<Shared<Req, Resp>>,
+    shared: Arc<Local<Req, Resp>>,
     /// The caller's request, kept to build each target's copy.
     original: Option<KeptRequest<Req>>,
     /// A clone of the wrapped service, for targets routed to it.
@@ -88,7 +88,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         fut: F,
-        shared: Arc<Shared<Req, Resp>>,
+        shared: Arc<Local<Req, Resp>>,
         original: Option<KeptRequest<Req>>,
         primary: Option<S>,
         model: Option<Arc<str>>,
@@ -122,7 +122,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
 impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
     /// A call that arrived past the caller's deadline: it fails with `err` at its first poll,
     /// and no target, the primary included, is started.
-    pub(crate) fn expired(shared: Arc<Shared<Req, Resp>>, err: LlmError) -> Self {
+    pub(crate) fn expired(shared: Arc<Local<Req, Resp>>, err: LlmError) -> Self {
         ResponseFuture {
             state: State::Expired { err: Some(err) },
             deadline: None,

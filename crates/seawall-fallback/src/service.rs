@@ -9,14 +9,15 @@ use seawall_core::{Deadline, LlmError, LlmRequest, LlmResponse};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
-use crate::state::{Shared, debug_shared};
+use crate::state::{Local, Shared, debug_shared};
 use crate::target::Target;
 
 /// The service made by [`FallbackLayer`](crate::FallbackLayer): calls the wrapped service
 /// (the primary path), and on a failure worth it, the targets of the matching fallback list.
 pub struct Fallback<S, Req, Resp> {
     inner: S,
-    shared: Arc<Shared<Req, Resp>>,
+    /// The layer's state as this thread's services share it.
+    shared: Arc<Local<Req, Resp>>,
 }
 
 impl<S, Req, Resp> Fallback<S, Req, Resp> {
@@ -27,7 +28,10 @@ impl<S, Req, Resp> Fallback<S, Req, Resp> {
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared<Req, Resp>>) -> Self {
-        Fallback { inner, shared }
+        Fallback {
+            inner,
+            shared: Local::new(shared),
+        }
     }
 
     /// The wrapped service.
@@ -63,6 +67,7 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        self.shared.here();
         let shared = self.shared.clone();
         // The chain's deadline: the earlier of the layer's own and the caller's.
         let caller = req.deadline();

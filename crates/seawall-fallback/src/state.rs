@@ -10,6 +10,44 @@ use seawall_core::{Dispositions, Fallback, LlmError};
 use crate::cache::CacheOps;
 use crate::target::Target;
 
+/// The layer's state as one thread's services and calls hold it.
+///
+/// Every call's future keeps the layer's state until the call ends, and every answer names
+/// who served it. Cloned from the layer's one `Arc`, and the primary's one name, for each
+/// call, that would write two counts, cache lines every thread calling through the layer
+/// writes, on every call. The services of one thread share a handle of their own instead,
+/// made once per thread, with the thread's own copy of the primary's name.
+pub(crate) struct Local<Req, Resp> {
+    shared: seawall_core::ThreadBound<Shared<Req, Resp>>,
+    /// The primary's name: the same text as the layer's, this thread's own count.
+    pub(crate) primary_name: Arc<str>,
+}
+
+impl<Req, Resp> Local<Req, Resp> {
+    /// A handle on `shared` for the running thread.
+    pub(crate) fn new(shared: Arc<Shared<Req, Resp>>) -> Arc<Self> {
+        Arc::new(Local {
+            primary_name: Arc::from(&*shared.primary_name),
+            shared: seawall_core::ThreadBound::new(shared),
+        })
+    }
+
+    /// This handle, or a new one when the service has moved to another thread.
+    pub(crate) fn here(self: &mut Arc<Self>) {
+        if !self.shared.is_local() {
+            *self = Local::new(self.shared.shared().clone());
+        }
+    }
+}
+
+impl<Req, Resp> std::ops::Deref for Local<Req, Resp> {
+    type Target = Shared<Req, Resp>;
+
+    fn deref(&self) -> &Shared<Req, Resp> {
+        &self.shared
+    }
+}
+
 type Degraded<Req, Resp> = Box<dyn Fn(&Req, &LlmError) -> Resp + Send + Sync>;
 
 /// The configuration every service made by one [`FallbackLayer`] shares.
@@ -96,4 +134,29 @@ pub(crate) fn debug_shared<Req, Resp>(
         .field("cache", &s.cache.is_some())
         .field("degraded", &s.degraded.is_some())
         .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_is_kept_on_its_thread_and_made_again_on_another_for_the_same_state() {
+        let shared = Arc::new(Shared::<u8, u8>::with_targets([]));
+        let mut here = Local::new(shared.clone());
+        let first = here.clone();
+        here.here();
+        assert!(Arc::ptr_eq(&here, &first), "a local handle is kept");
+        let moved = std::thread::spawn(move || {
+            let mut h = first;
+            h.here();
+            h
+        })
+        .join()
+        .unwrap();
+        assert!(!Arc::ptr_eq(&moved, &here), "another thread makes its own");
+        assert!(Arc::ptr_eq(moved.shared.shared(), &shared));
+        assert_eq!(&*moved.primary_name, &*shared.primary_name);
+        assert!(!Arc::ptr_eq(&moved.primary_name, &here.primary_name));
+    }
 }

@@ -14,7 +14,7 @@ use crate::error::RejectReason;
 use crate::future::{ResponseFuture, note_rejected};
 use crate::handle::GateHandle;
 use crate::key::Cost;
-use crate::shared::{GatePermit, Shared};
+use crate::shared::{GatePermit, LocalShared, Shared};
 
 /// A service behind a concurrency gate: made by
 /// [`ConcurrencyGateLayer`](crate::ConcurrencyGateLayer); every clone shares the same gate.
@@ -24,7 +24,8 @@ use crate::shared::{GatePermit, Shared};
 #[derive(Clone, Debug)]
 pub struct ConcurrencyGate<S, K = StateKey> {
     inner: S,
-    shared: Arc<Shared>,
+    /// The gate's state as this thread's services share it.
+    shared: Arc<LocalShared>,
     key: K,
 }
 
@@ -48,7 +49,11 @@ impl<S> ConcurrencyGate<S> {
 
 impl<S, K> ConcurrencyGate<S, K> {
     pub(crate) fn from_parts(inner: S, shared: Arc<Shared>, key: K) -> Self {
-        ConcurrencyGate { inner, shared, key }
+        ConcurrencyGate {
+            inner,
+            shared: Arc::new(LocalShared::new(shared)),
+            key,
+        }
     }
 
     /// The inner service.
@@ -68,7 +73,7 @@ impl<S, K> ConcurrencyGate<S, K> {
 
     /// A handle on the gate, shared with every other service of the same layer.
     pub fn handle(&self) -> GateHandle {
-        GateHandle::new(self.shared.clone())
+        GateHandle::new(self.shared.shared().clone())
     }
 }
 
@@ -90,6 +95,9 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
+        if !self.shared.is_local() {
+            self.shared = Arc::new(LocalShared::new(self.shared.shared().clone()));
+        }
         let deadline = req.deadline();
         // A call already past its caller's deadline spends nothing, not even a permit.
         if let Some(d) = deadline.filter(Deadline::has_passed) {
@@ -99,14 +107,16 @@ where
         let cost = Cost::of(&req, &self.shared.parts);
         let start = Instant::now();
         let key = self.shared.key_state(self.key.key(&req).as_deref(), start);
-        if let Some(permit) = self.shared.try_admit(&key, cost, lane, start) {
-            return ResponseFuture::call(&mut self.inner, req, permit);
-        }
-        match self.shared.enter_queue(lane) {
+        let key = match Shared::try_admit(&self.shared, key, cost, lane, start) {
+            Ok(permit) => return ResponseFuture::call(&mut self.inner, req, permit),
+            Err(key) => key,
+        };
+        match self.shared.shared().enter_queue(lane) {
             Ok(ticket) => {
                 let cx = req.call_context().cloned();
                 let admission = Box::pin(
                     self.shared
+                        .shared()
                         .clone()
                         .wait(key, cost, lane, start, deadline, ticket, cx),
                 );

@@ -26,6 +26,15 @@ mod permit;
 mod signals;
 
 pub use permit::GatePermit;
+
+/// The gate's state as one thread's services and permits hold it.
+///
+/// Every admitted call's permit keeps the gate's state until the call's response ends.
+/// Cloned from the layer's one `Arc` for each call, that would write its count, a cache line
+/// every thread calling through the gate writes, twice per call; the services of one thread
+/// share a handle of their own instead, made once per thread. (The permits themselves, the
+/// semaphore, are shared by nature: a limit for the whole process.)
+pub(crate) type LocalShared = seawall_core::ThreadBound<Shared>;
 pub use signals::pause_hint;
 
 /// The settings a gate starts with.

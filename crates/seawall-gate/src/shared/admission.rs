@@ -10,7 +10,7 @@ use seawall_core::{CallContext, Deadline, FailureClass, LlmError};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::GatePermit;
-use super::Shared;
+use super::{LocalShared, Shared};
 use crate::future::note_rejected;
 use crate::error::{RejectReason, Rejection};
 use crate::key::{Cost, KeyState};
@@ -83,28 +83,42 @@ impl Shared {
     }
 
     /// Admits at once if the key's line is free, the key allows the cost and a permit is free
-    /// with nobody queued for it. Never waits.
+    /// with nobody queued for it. Never waits. The permit takes the key's state; a call not
+    /// admitted gets it back (its count written once per call, not twice more for a clone).
     pub(crate) fn try_admit(
-        self: &Arc<Self>,
-        key: &Arc<KeyState>,
+        handle: &Arc<LocalShared>,
+        key: Arc<KeyState>,
         cost: Cost,
         lane: Lane,
         now: Instant,
-    ) -> Option<GatePermit> {
+    ) -> Result<GatePermit, Arc<KeyState>> {
+        if handle.try_enter(&key, cost, lane, now) {
+            Ok(Shared::admit(handle, key, cost, lane))
+        } else {
+            Err(key)
+        }
+    }
+
+    /// [`try_admit`](Self::try_admit)'s checks: on `true` a permit is taken, counted in flight,
+    /// and the cost committed to the key.
+    fn try_enter(&self, key: &KeyState, cost: Cost, lane: Lane, now: Instant) -> bool {
         let _line = if key.needs_line(&self.clock, now) {
-            Some(key.lines[lane.index].try_acquire().ok()?)
+            match key.lines[lane.index].try_acquire() {
+                Ok(line) => Some(line),
+                Err(_) => return false,
+            }
         } else {
             None
         };
         if !self.try_permit(lane) {
-            return None;
+            return false;
         }
         self.in_flight.add(1);
         if key.try_commit(&self.clock, cost, lane, now) {
-            Some(self.admit(key.clone(), cost, lane))
+            true
         } else {
             self.release(lane);
-            None
+            false
         }
     }
 
@@ -203,7 +217,9 @@ impl Shared {
                 Err(self.reject(reason, &key, waited, hint))
             }
             (Ok(()), _) => {
-                let mut permit = self.admit(key, cost, lane);
+                // The queued path (rare, slow) makes a handle of its own.
+                let handle = Arc::new(LocalShared::new(self.clone()));
+                let mut permit = Shared::admit(&handle, key, cost, lane);
                 permit.wait = waited;
                 Ok(permit)
             }

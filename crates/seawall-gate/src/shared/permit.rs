@@ -13,25 +13,31 @@ use seawall_core::{
 
 use tokio::time::Instant;
 
-use super::Shared;
+use super::{LocalShared, Shared};
 use crate::error::QueueWait;
 use crate::future::note_admitted;
 use crate::key::{Cost, KeyState};
 use crate::lanes::Lane;
 
 impl Shared {
-    /// Counts an admission and hands out its permit.
-    pub(super) fn admit(self: &Arc<Self>, key: Arc<KeyState>, cost: Cost, lane: Lane) -> GatePermit {
-        self.admitted.add(1);
+    /// Counts an admission and hands out its permit, which holds the gate through `handle`.
+    pub(super) fn admit(
+        handle: &Arc<LocalShared>,
+        key: Arc<KeyState>,
+        cost: Cost,
+        lane: Lane,
+    ) -> GatePermit {
+        let this: &Shared = handle;
+        this.admitted.add(1);
         GatePermit {
             held: Some(Held {
-                shared: self.clone(),
+                shared: handle.clone(),
                 key,
                 cost,
                 lane,
-                epoch: self.epoch.load(Ordering::Acquire),
+                epoch: this.epoch.load(Ordering::Acquire),
                 // A clock read only when auto-sizing measures how long permits are held.
-                since: self.sizer.as_ref().map(|_| Instant::now()),
+                since: this.sizer.as_ref().map(|_| Instant::now()),
             }),
             wait: Duration::ZERO,
         }
@@ -39,7 +45,7 @@ impl Shared {
 }
 
 struct Held {
-    shared: Arc<Shared>,
+    shared: Arc<LocalShared>,
     key: Arc<KeyState>,
     cost: Cost,
     lane: Lane,
