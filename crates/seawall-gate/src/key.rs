@@ -335,6 +335,33 @@ impl Keys {
         state
     }
 
+    /// [`get`](Self::get) for a service that remembers the last key it called under: when
+    /// `key` is that one, its state is taken again without the map's lock or hash (a read
+    /// lock is a write to a cache line every thread calling through the gate shares). A
+    /// remembered state is held, so the table never forgets it while a service remembers it;
+    /// the unkeyed state that keys beyond the table share is never remembered for a key.
+    pub(crate) fn get_remembered(
+        &self,
+        key: Option<&str>,
+        last: &mut Option<Arc<KeyState>>,
+        clock: &Clock,
+        now: Instant,
+    ) -> Arc<KeyState> {
+        let Some(k) = key else {
+            return self.get(None, clock, now);
+        };
+        if let Some(state) = last
+            .as_ref()
+            .filter(|s| s.name.as_deref() == Some(&*bound_key(k)))
+        {
+            self.fit(state, now);
+            return state.clone();
+        }
+        let state = self.get(key, clock, now);
+        *last = state.name.is_some().then(|| state.clone());
+        state
+    }
+
     fn insert(&self, key: &str, clock: &Clock, now: Instant) -> Arc<KeyState> {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = map.get(key) {

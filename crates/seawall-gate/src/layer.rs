@@ -144,8 +144,9 @@ impl<K> ConcurrencyGateBuilder<K> {
         self
     }
 
-    /// How many keys keep their own state (idle ones are forgotten first, paused or rate-limited
-    /// ones never); calls under further keys share the unkeyed state. Keys are also cut to
+    /// How many keys keep their own state (idle ones are forgotten first; paused or rate-limited
+    /// ones never, nor one a service remembers as the last key it called under); calls under
+    /// further keys share the unkeyed state. Keys are also cut to
     /// [`MAX_KEY_LEN`](seawall_core::MAX_KEY_LEN) bytes. Protects memory when keys come from
     /// user input. Default [`DEFAULT_MAX_KEYS`](crate::DEFAULT_MAX_KEYS).
     pub fn max_keys(mut self, max: usize) -> Self {

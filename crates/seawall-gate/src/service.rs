@@ -13,7 +13,7 @@ use crate::config::{check, default_settings};
 use crate::error::RejectReason;
 use crate::future::{ResponseFuture, note_rejected};
 use crate::handle::GateHandle;
-use crate::key::Cost;
+use crate::key::{Cost, KeyState};
 use crate::shared::{GatePermit, LocalShared, Shared};
 
 /// A service behind a concurrency gate: made by
@@ -27,6 +27,8 @@ pub struct ConcurrencyGate<S, K = StateKey> {
     /// The gate's state as this thread's services share it.
     shared: Arc<LocalShared>,
     key: K,
+    /// The state of the last key this service called under (see `Keys::get_remembered`).
+    last_key: Option<Arc<KeyState>>,
 }
 
 impl<S> ConcurrencyGate<S> {
@@ -53,6 +55,7 @@ impl<S, K> ConcurrencyGate<S, K> {
             inner,
             shared: Arc::new(LocalShared::new(shared)),
             key,
+            last_key: None,
         }
     }
 
@@ -106,7 +109,9 @@ where
         let lane = self.shared.lane_of(&mut req);
         let cost = Cost::of(&req, &self.shared.parts);
         let start = Instant::now();
-        let key = self.shared.key_state(self.key.key(&req).as_deref(), start);
+        let key = self
+            .shared
+            .key_state(self.key.key(&req).as_deref(), &mut self.last_key, start);
         let key = match Shared::try_admit(&self.shared, key, cost, lane, start) {
             Ok(permit) => return ResponseFuture::call(&mut self.inner, req, permit),
             Err(key) => key,

@@ -837,3 +837,36 @@ async fn a_call_ended_without_usage_gives_back_its_output_estimate() {
     .await;
     assert_eq!(waited, Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_service_calling_again_under_its_last_key_sees_that_keys_new_rates_and_pauses() {
+    // One service reused, as a pool or a Buffer reuses it: it remembers its last key's state
+    // and takes it again without the table, so changes made through the handle must reach it.
+    let up = Upstream::new(|_| Reply::ok());
+    let mut svc = gate(ConcurrencyGateLayer::builder().max_wait(secs(5)), &up);
+    let h = svc.handle();
+    for i in 0..3 {
+        let resp = svc.ready().await.unwrap().call(Ask::numbered(i).key("a"));
+        drop(resp.await.unwrap());
+    }
+    h.set_key_rates("a", Some(Rates::new().requests_per_minute(0)));
+    let e = svc.ready().await.unwrap().call(Ask::numbered(3).key("a"));
+    assert_eq!(
+        rejection(&e.await.unwrap_err()).reason(),
+        RejectReason::ZeroRate
+    );
+    // Another key, then back: each call under its own key's state.
+    let resp = svc.ready().await.unwrap().call(Ask::numbered(4).key("b"));
+    drop(resp.await.unwrap());
+    h.pause_key(Some("b"), secs(3600));
+    let e = svc.ready().await.unwrap().call(Ask::numbered(5).key("b"));
+    assert_eq!(
+        rejection(&e.await.unwrap_err()).reason(),
+        RejectReason::KeyPaused
+    );
+    h.set_key_rates("a", None);
+    let resp = svc.ready().await.unwrap().call(Ask::numbered(6).key("a"));
+    drop(resp.await.unwrap());
+    assert_eq!(up.calls(), 5);
+    assert_eq!(h.keys(), 2);
+}

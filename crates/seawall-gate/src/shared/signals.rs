@@ -55,7 +55,13 @@ impl Shared {
         state.pause(&self.clock, now, d);
     }
 
-    pub(crate) fn key_state(&self, key: Option<&str>, now: Instant) -> Arc<KeyState> {
-        self.keys.get(key, &self.clock, now)
+    /// The state of `key`; `last` is the calling service's memory of its last key's state.
+    pub(crate) fn key_state(
+        &self,
+        key: Option<&str>,
+        last: &mut Option<Arc<KeyState>>,
+        now: Instant,
+    ) -> Arc<KeyState> {
+        self.keys.get_remembered(key, last, &self.clock, now)
     }
 }
