@@ -26,6 +26,17 @@ where
     serde_json::from_slice(&bytes).unwrap()
 }
 
+/// An upstream whose answers are 40 tokens long, and a layer that continues an answer at most
+/// three times.
+fn forty_tokens_and_three_continuations() -> (Up, ContinueLayer) {
+    let up = Up::single(profile().output_tokens(Count::fixed(40)));
+    let layer = ContinueLayer::builder()
+        .max_continuations(3)
+        .build()
+        .unwrap();
+    (up, layer)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_length_cut_answer_is_continued_to_the_whole_text_with_summed_usage() {
     for anthropic_wire in [false, true] {
@@ -209,11 +220,7 @@ async fn several_cuts_are_resumed_up_to_the_bound_then_the_cut_is_the_callers() 
 
 #[tokio::test(start_paused = true)]
 async fn length_continuations_stop_at_the_bound_with_a_length_finish() {
-    let up = Up::single(profile().output_tokens(Count::fixed(40)));
-    let layer = ContinueLayer::builder()
-        .max_continuations(3)
-        .build()
-        .unwrap();
+    let (up, layer) = forty_tokens_and_three_continuations();
     let (svc, records) = stack(&up, layer);
     let v = json_of(svc.oneshot(anthropic(false, 5)).await.unwrap()).await;
     assert_eq!(up.calls(), 4);
@@ -396,11 +403,7 @@ fn a_service_moved_to_another_thread_keeps_the_layers_settings() {
             .build()
             .unwrap()
     };
-    let up = Up::single(profile().output_tokens(Count::fixed(40)));
-    let layer = ContinueLayer::builder()
-        .max_continuations(3)
-        .build()
-        .unwrap();
+    let (up, layer) = forty_tokens_and_three_continuations();
     let (svc, records) = stack(&up, layer);
     let here = svc.clone().oneshot(anthropic(false, 5));
     let here = rt().block_on(async { json_of(here.await.unwrap()).await });
