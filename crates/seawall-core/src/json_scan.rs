@@ -674,14 +674,18 @@ impl<'t, 'a> JsonNode<'t, 'a> {
         if self.kind() != JsonKind::Object {
             return None;
         }
+        let (text, nodes, key) = (self.tape.text.as_bytes(), &self.tape.nodes, key.as_bytes());
+        let (mut c, end) = (self.i + 1, self.node().next as usize);
         let mut found = None;
-        self.each_child(|c| {
-            let (start, end) = c.node().key;
-            if self.tape.text.as_bytes().get(start as usize..end as usize) == Some(key.as_bytes()) {
+        while let Some(n) = nodes.get(c).filter(|_| c < end) {
+            let (start, stop) = (n.key.0 as usize, n.key.1 as usize);
+            // Lengths first: most members differ in length from the name asked for.
+            if stop - start == key.len() && text.get(start..stop) == Some(key) {
                 found = Some(c);
             }
-        });
-        found
+            c = n.next as usize;
+        }
+        found.map(|i| JsonNode { tape: self.tape, i })
     }
 
     /// Whether it is an empty array or object.
