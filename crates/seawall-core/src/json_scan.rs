@@ -671,21 +671,33 @@ impl<'t, 'a> JsonNode<'t, 'a> {
     /// The member `key` of an object (the last of that name, as `serde_json::Value` keeps
     /// it); `None` for anything else.
     pub fn get(&self, key: &str) -> Option<JsonNode<'t, 'a>> {
+        let [found] = self.get_many([key]);
+        found
+    }
+
+    /// The members `keys` of an object, as [`get`](Self::get) finds each, in one walk over
+    /// its members; all `None` for anything else.
+    pub fn get_many<const N: usize>(&self, keys: [&str; N]) -> [Option<JsonNode<'t, 'a>>; N] {
+        let mut found = [None; N];
         if self.kind() != JsonKind::Object {
-            return None;
+            return found;
         }
-        let (text, nodes, key) = (self.tape.text.as_bytes(), &self.tape.nodes, key.as_bytes());
+        let (text, nodes) = (self.tape.text.as_bytes(), &self.tape.nodes);
         let (mut c, end) = (self.i + 1, self.node().next as usize);
-        let mut found = None;
         while let Some(n) = nodes.get(c).filter(|_| c < end) {
             let (start, stop) = (n.key.0 as usize, n.key.1 as usize);
-            // Lengths first: most members differ in length from the name asked for.
-            if stop - start == key.len() && text.get(start..stop) == Some(key) {
-                found = Some(c);
+            for (key, slot) in keys.iter().zip(found.iter_mut()) {
+                // Lengths first: most members differ in length from a name asked for.
+                if stop - start == key.len() && text.get(start..stop) == Some(key.as_bytes()) {
+                    *slot = Some(JsonNode {
+                        tape: self.tape,
+                        i: c,
+                    });
+                }
             }
             c = n.next as usize;
         }
-        found.map(|i| JsonNode { tape: self.tape, i })
+        found
     }
 
     /// Whether it is an empty array or object.
@@ -793,6 +805,22 @@ mod tests {
         assert_eq!(n, 2);
         let big = format!("[{}0]", "0,".repeat(TAPE_NODES));
         assert!(JsonTape::new().read(&big).is_none());
+    }
+
+    #[test]
+    fn members_read_in_one_walk_are_those_each_lookup_finds() {
+        let doc = r#"{"type":"x","usage":1,"choices":[],"usage":2,"ab":3,"ba":4}"#;
+        let mut tape = JsonTape::new();
+        let root = tape.read(doc).unwrap();
+        let names = ["usage", "missing", "ba", "type", "ab", "choices", "usage"];
+        let many = root.get_many(names);
+        for (name, found) in names.iter().zip(many) {
+            assert_eq!(found.map(|n| n.raw()), root.get(name).map(|n| n.raw()), "{name}");
+        }
+        assert_eq!(many[0].unwrap().raw(), "2");
+        assert!(many[1].is_none());
+        let list = root.get("choices").unwrap();
+        assert!(list.get_many(["type"])[0].is_none(), "an array has no members");
     }
 
     #[test]

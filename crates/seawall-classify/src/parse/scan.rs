@@ -27,6 +27,10 @@ pub(super) trait View<'a>: Copy {
     /// The member `key` of an object (the last one, as `Value` keeps it); `None` for
     /// anything else.
     fn get(self, key: &str) -> Option<Self>;
+    /// The members `keys`, as [`get`](Self::get) finds each (a tape reads them in one walk).
+    fn pick<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
+        keys.map(|k| self.get(k))
+    }
     /// The text of a string.
     fn as_str(self) -> Option<Cow<'a, str>>;
     /// A non-negative integer that fits a `u64`.
@@ -82,6 +86,9 @@ impl<'a> View<'a> for &'a Value {
 impl<'a> View<'a> for JsonNode<'_, 'a> {
     fn get(self, key: &str) -> Option<Self> {
         JsonNode::get(&self, key)
+    }
+    fn pick<const N: usize>(self, keys: [&str; N]) -> [Option<Self>; N] {
+        self.get_many(keys)
     }
     fn as_str(self) -> Option<Cow<'a, str>> {
         self.str()

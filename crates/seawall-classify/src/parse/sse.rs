@@ -192,9 +192,11 @@ impl SseParser {
         v: V,
         report: &BodyReport,
     ) -> Option<LlmError> {
-        let ty = v.get("type").and_then(V::as_str);
+        // The members every event is asked for, read in one walk.
+        let [ty, error, choices, usage] = v.pick(["type", "error", "choices", "usage"]);
+        let ty = ty.and_then(V::as_str);
         let ty = ty.as_deref().unwrap_or("");
-        let error_field = v.get("error").is_some_and(|e| !e.is_null());
+        let error_field = error.is_some_and(|e| !e.is_null());
         if event == EventName::Error || ty == "error" || error_field {
             self.known = true;
             return Some(self.stream_error(&v.provider_error(), report));
@@ -231,7 +233,7 @@ impl SseParser {
                 {
                     report.set_finish_reason(FinishReason::from_provider(&r));
                 }
-                self.merge_usage(v.get("usage"));
+                self.merge_usage(usage);
             }
             "message_stop" => {
                 self.known = true;
@@ -275,10 +277,11 @@ impl SseParser {
                 }
             }
             _ => {
-                if let Some(choices) = v.get("choices") {
+                if let Some(choices) = choices {
                     let mut content = false;
                     let array = choices.each(|c| {
-                        if let Some(d) = c.get("delta") {
+                        let [delta, text, finish] = c.pick(["delta", "text", "finish_reason"]);
+                        if let Some(d) = delta {
                             content |= [
                                 "content",
                                 "tool_calls",
@@ -291,8 +294,8 @@ impl SseParser {
                             .iter()
                             .any(|k| has_output(d.get(k)));
                         }
-                        content |= has_output(c.get("text"));
-                        if let Some(r) = c.get("finish_reason").and_then(V::as_str) {
+                        content |= has_output(text);
+                        if let Some(r) = finish.and_then(V::as_str) {
                             report.set_finish_reason(FinishReason::from_provider(&r));
                         }
                     });
@@ -304,7 +307,7 @@ impl SseParser {
                         }
                     }
                 }
-                self.merge_usage(v.get("usage"));
+                self.merge_usage(usage);
             }
         }
         None
