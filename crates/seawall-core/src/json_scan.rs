@@ -815,12 +815,19 @@ mod tests {
         let names = ["usage", "missing", "ba", "type", "ab", "choices", "usage"];
         let many = root.get_many(names);
         for (name, found) in names.iter().zip(many) {
-            assert_eq!(found.map(|n| n.raw()), root.get(name).map(|n| n.raw()), "{name}");
+            assert_eq!(
+                found.map(|n| n.raw()),
+                root.get(name).map(|n| n.raw()),
+                "{name}"
+            );
         }
         assert_eq!(many[0].unwrap().raw(), "2");
         assert!(many[1].is_none());
         let list = root.get("choices").unwrap();
-        assert!(list.get_many(["type"])[0].is_none(), "an array has no members");
+        assert!(
+            list.get_many(["type"])[0].is_none(),
+            "an array has no members"
+        );
     }
 
     #[test]
