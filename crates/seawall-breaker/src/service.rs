@@ -119,10 +119,8 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if !self.shared.is_local() {
-            // Made ready on another thread than before: a handle of this thread's, once.
-            self.shared = Arc::new(ThreadShared::new(self.shared.shared().clone()));
-        }
+        // Made ready on another thread than before: a handle of this thread's, once.
+        ThreadShared::rebind(&mut self.shared);
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 

@@ -74,9 +74,7 @@ where
 
     fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
         req.prepare();
-        if !self.config.is_local() {
-            self.config = Arc::new(ThreadBound::new(self.config.shared().clone()));
-        }
+        ThreadBound::rebind(&mut self.config);
         let config = &self.config;
         let stream = req.is_streaming();
         let wanted = config.max_continuations > 0 && (config.on_length || stream && config.resume);

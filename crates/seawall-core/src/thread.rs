@@ -38,6 +38,15 @@ impl<T> ThreadBound<T> {
     pub fn is_local(&self) -> bool {
         self.thread == thread_tag()
     }
+
+    /// Makes `handle` the running thread's: a service that has moved to another thread gets
+    /// a new handle there, on the same state; on its own thread this does nothing.
+    #[inline]
+    pub fn rebind(handle: &mut Arc<Self>) {
+        if !handle.is_local() {
+            *handle = Arc::new(ThreadBound::new(handle.shared.clone()));
+        }
+    }
 }
 
 impl<T> Deref for ThreadBound<T> {
@@ -78,5 +87,23 @@ mod tests {
         let elsewhere = std::thread::spawn(move || moved.is_local()).join().unwrap();
         assert!(!elsewhere);
         assert_ne!(std::thread::spawn(thread_tag).join().unwrap(), thread_tag());
+    }
+
+    #[test]
+    fn rebinding_keeps_a_local_handle_and_remakes_a_moved_one_on_the_same_state() {
+        let state = Arc::new(7);
+        let mut handle = Arc::new(ThreadBound::new(state.clone()));
+        let before = handle.clone();
+        ThreadBound::rebind(&mut handle);
+        assert!(Arc::ptr_eq(&handle, &before));
+        let moved = std::thread::spawn(move || {
+            let mut h = before;
+            ThreadBound::rebind(&mut h);
+            (h.is_local(), Arc::ptr_eq(h.shared(), &state), h)
+        })
+        .join()
+        .unwrap();
+        assert!(moved.0 && moved.1);
+        assert!(!Arc::ptr_eq(&moved.2, &handle));
     }
 }

@@ -98,9 +98,7 @@ where
 
     fn call(&mut self, mut req: Req) -> Self::Future {
         req.prepare();
-        if !self.shared.is_local() {
-            self.shared = Arc::new(LocalShared::new(self.shared.shared().clone()));
-        }
+        LocalShared::rebind(&mut self.shared);
         let deadline = req.deadline();
         // A call already past its caller's deadline spends nothing, not even a permit.
         if let Some(d) = deadline.filter(Deadline::has_passed) {

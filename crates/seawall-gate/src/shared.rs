@@ -26,6 +26,7 @@ mod permit;
 mod signals;
 
 pub use permit::GatePermit;
+pub use signals::pause_hint;
 
 /// The gate's state as one thread's services and permits hold it.
 ///
@@ -35,7 +36,6 @@ pub use permit::GatePermit;
 /// share a handle of their own instead, made once per thread. (The permits themselves, the
 /// semaphore, are shared by nature: a limit for the whole process.)
 pub(crate) type LocalShared = seawall_core::ThreadBound<Shared>;
-pub use signals::pause_hint;
 
 /// The settings a gate starts with.
 #[derive(Debug, Clone)]
