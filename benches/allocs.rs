@@ -67,6 +67,9 @@ fn count(calls: u64, mut f: impl FnMut()) -> PerCall {
 struct Table {
     rt: Runtime,
     rows: Vec<(&'static str, PerCall)>,
+    /// The sizes of each variant's response future and body, in bytes: what every layer
+    /// above moves (a future as the calls nest, a response as it is handed up).
+    sizes: Vec<(&'static str, usize, usize)>,
     /// Names to measure (any that contains one of them); empty: all.
     filters: Vec<String>,
     warm_up: u64,
@@ -95,9 +98,9 @@ impl Table {
         let (base, prepared) = (row("baseline"), row("ref_prepare_only"));
         println!(
             "| variant | allocs/call | bytes/call | allocs over baseline | bytes over baseline \
-             | allocs over ref_prepare_only | retained B/call |"
+             | allocs over ref_prepare_only | retained B/call | future B | body B |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         let diff = |a: f64, b: Option<f64>, prec: usize| {
             b.map_or(String::new(), |b| format!("{:+.prec$}", a - b))
         };
@@ -116,8 +119,15 @@ impl Table {
             } else {
                 String::new()
             };
+            let (future, body) = self
+                .sizes
+                .iter()
+                .find(|(n, ..)| n == name)
+                .map_or((String::new(), String::new()), |(_, f, b)| {
+                    (f.to_string(), b.to_string())
+                });
             println!(
-                "| {name} | {:.1} | {:.0} | {da} | {db} | {dp} | {:.0} |",
+                "| {name} | {:.1} | {:.0} | {da} | {db} | {dp} | {:.0} | {future} | {body} |",
                 p.allocs, p.bytes, p.retained
             );
         }
@@ -146,6 +156,8 @@ impl Visit for Table {
         B::Error: std::fmt::Debug,
     {
         let mut svc = svc;
+        self.sizes
+            .push((name, size_of::<S::Future>(), size_of::<B>()));
         self.run(name, |rt| {
             black_box(rt.block_on(call_ok(&mut svc)));
         });
@@ -180,6 +192,7 @@ fn main() {
             .build()
             .expect("runtime"),
         rows: Vec::new(),
+        sizes: Vec::new(),
         filters: args.into_iter().filter(|a| !a.starts_with("--")).collect(),
         warm_up,
         calls,

@@ -66,7 +66,9 @@ fn broken(report: &BodyReport, what: &str) -> LlmError {
 /// The parser of one successful body.
 #[derive(Debug)]
 pub(crate) enum Parser {
-    Sse(SseParser),
+    /// Boxed: a stream's parser is three times the size of the others, and the parser rides
+    /// in the body that every layer above moves; a stream pays one allocation for it instead.
+    Sse(Box<SseParser>),
     Json(JsonScanner),
     /// The body was read whole and reported before the response was handed on.
     Read,
@@ -76,7 +78,7 @@ impl Parser {
     /// `known_api`: the request went to OpenAI or Anthropic, so the finish marker is expected
     /// even before an event of theirs was recognised.
     pub(crate) fn sse(request_id: Option<&str>, known_api: bool) -> Parser {
-        Parser::Sse(SseParser::new(request_id, known_api))
+        Parser::Sse(Box::new(SseParser::new(request_id, known_api)))
     }
 
     pub(crate) fn json() -> Parser {

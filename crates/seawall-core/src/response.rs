@@ -394,6 +394,7 @@ where
         Some(Response::extensions_mut(self))
     }
 
+    #[inline]
     fn on_complete<G: OnComplete>(self, hook: G) -> Self::Hooked<G> {
         let report = self.body_report().cloned();
         let usage = self.extensions().get::<Usage>().copied();

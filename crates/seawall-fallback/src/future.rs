@@ -28,8 +28,9 @@ pin_project! {
     pub struct ResponseFuture<F, S, Req, Resp> {
         #[pin]
         state: State<F, Resp>,
-        #[pin]
-        deadline: Option<Sleep>,
+        // Boxed, as `Chain::pending` is: most calls set no deadline, and the future is moved
+        // whole as the layers above build theirs.
+        deadline: Option<Pin<Box<Sleep>>>,
         chain: Chain<S, Req, Resp>,
     }
 }
@@ -69,8 +70,10 @@ struct Chain<S, Req, Resp> {
     original: Option<KeptRequest<Req>>,
     /// A clone of the wrapped service, for targets routed to it.
     primary: Option<S>,
-    /// The next target's request and service, while it is driven ready.
-    pending: Option<(Req, Next<Req, Resp>)>,
+    /// The next target's request and service, while it is driven ready. Boxed: only a call
+    /// that falls back has one, and inline it would add a request's size to every call's
+    /// future.
+    pending: Option<Box<(Req, Next<Req, Resp>)>>,
     current_name: Arc<str>,
     current_model: Option<Arc<str>>,
     /// The list chosen by the primary's failure; `None` while the primary runs.
@@ -98,7 +101,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
     ) -> Self {
         ResponseFuture {
             state: State::Calling { fut },
-            deadline: deadline_at.map(sleep_until),
+            deadline: deadline_at.map(|at| Box::pin(sleep_until(at))),
             chain: Chain {
                 current_name: shared.primary_name.clone(),
                 shared,
@@ -275,7 +278,7 @@ where
                 .model_arc()
                 .cloned()
                 .or_else(|| req.model().map(Arc::from));
-            self.pending = Some((req, next));
+            self.pending = Some(Box::new((req, next)));
             self.fallbacks += 1;
             if let Some(cx) = &self.context {
                 cx.update(|f| f.fallbacks += 1);
@@ -334,7 +337,7 @@ where
     }
 
     fn poll_target_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
-        match &mut self.pending {
+        match self.pending.as_deref_mut() {
             Some((_, Next::Primary)) => match &mut self.primary {
                 Some(s) => s.poll_ready(cx).map_err(Into::into),
                 None => Poll::Ready(Err(internal())),
@@ -345,7 +348,7 @@ where
     }
 
     fn call_target(&mut self) -> Result<State<S::Future, Resp>, LlmError> {
-        match (self.pending.take(), &mut self.primary) {
+        match (self.pending.take().map(|p| *p), &mut self.primary) {
             (Some((req, Next::Primary)), Some(s)) => Ok(State::Calling { fut: s.call(req) }),
             (Some((req, Next::Other(mut s))), _) => Ok(State::Other { fut: s.call(req) }),
             _ => Err(internal()),
@@ -397,8 +400,7 @@ where
                     let fired = this
                         .deadline
                         .as_mut()
-                        .as_pin_mut()
-                        .is_some_and(|s| s.poll(cx).is_ready());
+                        .is_some_and(|s| s.as_mut().poll(cx).is_ready());
                     if !fired {
                         return Poll::Pending;
                     }

@@ -76,7 +76,8 @@ pub struct TimedBody<B> {
     config: StreamTimeouts,
     total: Deadline,
     last_frame: Instant,
-    scan: Option<SseScan>,
+    // Boxed, as in the future: a stack with a classifier inside never has one.
+    scan: Option<Box<SseScan>>,
     report: Option<Arc<BodyReport>>,
     stats: Arc<StreamStats>,
     cx: Option<Arc<CallContext>>,
@@ -89,7 +90,7 @@ pub(crate) struct Committed<B> {
     pub(crate) timer: Timer,
     pub(crate) config: StreamTimeouts,
     pub(crate) start: Instant,
-    pub(crate) scan: Option<SseScan>,
+    pub(crate) scan: Option<Box<SseScan>>,
     pub(crate) report: Option<Arc<BodyReport>>,
     pub(crate) stats: Arc<StreamStats>,
     pub(crate) cx: Option<Arc<CallContext>>,
@@ -124,7 +125,11 @@ impl<B> TimedBody<B> {
     }
 
     fn pass_finish_reason(&mut self) {
-        if let Some(r) = self.scan.as_mut().and_then(SseScan::take_finish_reason) {
+        if let Some(r) = self
+            .scan
+            .as_deref_mut()
+            .and_then(SseScan::take_finish_reason)
+        {
             let _ = self.stats.finish_reason.set(r);
         }
     }
@@ -135,7 +140,7 @@ impl<B> TimedBody<B> {
         }
         let tpot = match &self.report {
             Some(r) => r.time_per_output_token(),
-            None => self.scan.as_ref().and_then(SseScan::time_per_event),
+            None => self.scan.as_deref().and_then(SseScan::time_per_event),
         };
         if let Some(t) = tpot {
             let _ = self.stats.tpot.set(t);

@@ -137,7 +137,9 @@ struct Waiting<B> {
     held: FrameQueue<Bytes>,
     held_bytes: usize,
     sse: bool,
-    scan: Option<SseScan>,
+    // Boxed: only a stream with no classifier inside scans for itself. Inline, its 160 bytes
+    // would ride in every response's body, moved again by every layer the response passes.
+    scan: Option<Box<SseScan>>,
     report: Option<Arc<BodyReport>>,
     last_frame: Instant,
 }
@@ -164,7 +166,7 @@ where
         let (parts, body) = resp.into_parts();
         let sse = is_event_stream(&parts).unwrap_or(call.streaming);
         let report = parts.extensions.get::<Arc<BodyReport>>().cloned();
-        let scan = (sse && report.is_none()).then(SseScan::default);
+        let scan = (sse && report.is_none()).then(Box::<SseScan>::default);
         Waiting {
             parts,
             body,

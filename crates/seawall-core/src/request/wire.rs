@@ -88,7 +88,14 @@ impl RequestMeta {
     ///   with a `text` source is text.
     pub fn parse(req: &Request<Bytes>) -> RequestMeta {
         let provider = Provider::detect(req.uri(), req.headers());
-        let wire: Wire<'_> = serde_json::from_slice(req.body()).unwrap_or_default();
+        // UTF-8 checked once for the whole body, not once per string read (a dozen calls of
+        // the checker for a small chat request, each costing more than the string); a body
+        // that is not UTF-8 is read as bytes, to the same result.
+        let wire: Wire<'_> = match std::str::from_utf8(req.body()) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(req.body()),
+        }
+        .unwrap_or_default();
         let host = req.uri().host().unwrap_or("upstream");
         let (model, key) = match wire.model.as_deref() {
             Some(m) => {
@@ -597,6 +604,30 @@ mod tests {
         assert_eq!(r.model(), Some("m\u{e9}"));
         // `"quoted"` and a newline: 9 chars -> 3 tokens, plus 4 for the one text part.
         assert_eq!(r.estimated_input_tokens(), 3 + 4);
+    }
+
+    #[test]
+    fn a_body_with_bytes_that_are_not_utf8_is_read_as_far_as_serde_reads_it() {
+        // Invalid UTF-8 in a value nothing reads: serde skips it, so the rest is read.
+        let mut body = br#"{"model":"gpt-4o","note":"x"#.to_vec();
+        body.push(0xff);
+        body.extend_from_slice(
+            br#"","max_tokens":7,"messages":[{"role":"user","content":"abcd"}]}"#,
+        );
+        let mut r = Request::post(CHAT).body(Bytes::from(body)).unwrap();
+        r.prepare();
+        assert_eq!(r.model(), Some("gpt-4o"));
+        assert_eq!(r.max_output_tokens(), Some(7));
+        // "user" + "abcd": 8 chars -> 2 tokens, plus 4 per text part.
+        assert_eq!(r.estimated_input_tokens(), 2 + 8);
+        // In a string that is read, it makes the body unreadable: an empty meta, no panic.
+        let mut body = br#"{"model":"gpt-4"#.to_vec();
+        body.push(0xff);
+        body.extend_from_slice(br#"o","max_tokens":7}"#);
+        let mut r = Request::post(CHAT).body(Bytes::from(body)).unwrap();
+        r.prepare();
+        assert_eq!(r.model(), None);
+        assert_eq!(r.max_output_tokens(), None);
     }
 
     fn meta_of(uri: &str, body: &str) -> RequestMeta {
