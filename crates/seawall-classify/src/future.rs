@@ -188,7 +188,7 @@ where
                     let report = Arc::new(BodyReport::starting_at(*this.started));
                     // The layers above add their own values: one table for them all.
                     seawall_core::reserve_extensions(&mut parts.extensions);
-                    if let Some(snap) = hints::rate_limits(&parts.headers, SystemTime::now()) {
+                    if let Some(snap) = hints::rate_limits_lazily(&parts.headers, SystemTime::now) {
                         parts.extensions.insert(snap);
                     }
                     parts.extensions.insert(report.clone());

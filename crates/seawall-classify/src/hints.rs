@@ -246,6 +246,15 @@ fn reset_in(value: &str, reference: SystemTime) -> Option<Duration> {
 ///   remaining,reset}`, resets as RFC 3339 instants, turned into durations relative to the
 ///   response's `Date` header if present, else `now`. A reset in the past is zero.
 pub fn rate_limits(headers: &HeaderMap, now: SystemTime) -> Option<RateLimitSnapshot> {
+    rate_limits_lazily(headers, || now)
+}
+
+/// [`rate_limits`], reading the clock only for an answer that has such headers (most have
+/// none, and a clock read costs more than the check).
+pub(crate) fn rate_limits_lazily(
+    headers: &HeaderMap,
+    now: impl FnOnce() -> SystemTime,
+) -> Option<RateLimitSnapshot> {
     // Most answers carry none of the eighteen names, and looking each up parses it: one pass
     // over the names present says first whether any could be there (they all start so).
     let any = headers.keys().any(|k| {
@@ -256,7 +265,7 @@ pub fn rate_limits(headers: &HeaderMap, now: SystemTime) -> Option<RateLimitSnap
         return None;
     }
     let mut snap = RateLimitSnapshot::default();
-    let reference = reference_time(headers, now);
+    let reference = reference_time(headers, now());
     let window = |[limit, remaining, reset]: [&str; 3]| RateLimitWindow {
         limit: header(headers, limit).and_then(parse_count),
         remaining: header(headers, remaining).and_then(parse_count),

@@ -66,6 +66,7 @@ pub struct JsonCursor<'a> {
 
 /// The length of the leading run of `b` that is neither `"`, `\` nor a control character, eight
 /// bytes at a time.
+#[inline]
 fn plain_run(b: &[u8]) -> usize {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
@@ -222,6 +223,7 @@ impl<'a> JsonCursor<'a> {
 
     /// A string whose `"` is next (after whitespace), its escapes checked as serde checks them
     /// (surrogate escapes, paired or not, are left to serde).
+    #[inline]
     pub fn string(&mut self) -> Option<JsonStr> {
         self.ws();
         if self.peek()? != b'"' {
@@ -270,6 +272,7 @@ impl<'a> JsonCursor<'a> {
 
     /// A member's name whose `"` is next, unescaped (an escaped name is left to serde), and
     /// its `:`.
+    #[inline]
     pub fn key(&mut self) -> Option<&'a [u8]> {
         let s = self.string()?;
         if s.escaped {

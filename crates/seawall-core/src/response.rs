@@ -38,7 +38,7 @@
 
 use std::any::Any;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 
@@ -139,7 +139,9 @@ pub struct BodyReport {
     /// no allocation once the thread has seen it.
     model: OnceLock<Arc<str>>,
     finish_reason: OnceLock<FinishReason>,
-    finished: OnceLock<()>,
+    // A flag, not a once-lock: the first `set` of a once-lock takes its slow path, and a
+    // flag needs no first-write rule.
+    finished: AtomicBool,
     first_content: OnceLock<tokio::time::Instant>,
     last_content: AtomicU64,
     content_events: AtomicU64,
@@ -154,9 +156,11 @@ impl BodyReport {
 
     /// A new report whose clock started at `start`.
     pub fn starting_at(start: tokio::time::Instant) -> Self {
-        let r = BodyReport::default();
-        let _ = r.started.set(start);
-        r
+        // Built already set: `set` would take the once-lock's slow path, for nothing.
+        BodyReport {
+            started: OnceLock::from(start),
+            ..BodyReport::default()
+        }
     }
 
     /// Records the final usage (first write wins).
@@ -179,7 +183,7 @@ impl BodyReport {
     /// Records that the finish marker (`[DONE]`, `message_stop`, or the end of a complete JSON
     /// body) was seen.
     pub fn set_finished(&self) {
-        let _ = self.finished.set(());
+        self.finished.store(true, Ordering::Release);
     }
 
     /// Records one event of real content (a token delta, not a keep-alive).
@@ -215,7 +219,7 @@ impl BodyReport {
 
     /// Whether the finish marker was seen.
     pub fn is_finished(&self) -> bool {
-        self.finished.get().is_some()
+        self.finished.load(Ordering::Acquire)
     }
 
     /// Whether any real content has arrived.
