@@ -122,7 +122,36 @@ pub struct Budget {
     soft_percent: Option<u32>,
 }
 
+/// Equal names, by pointer first (see [`Budget::same_as`]).
+fn same_name(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
 impl Budget {
+    /// `==`, with the names compared by pointer first. The store compares an attempt's
+    /// budgets with those its lease was taken for on every reservation and settlement, where
+    /// they are clones of the same budgets whose names share one allocation: comparing the
+    /// text each time (as `==` does) was a tenth of the layer's own cost.
+    pub(crate) fn same_as(&self, other: &Budget) -> bool {
+        // Destructured, so that a field added later cannot be left out here.
+        let Budget {
+            name,
+            limit,
+            window,
+            scope,
+            soft_percent,
+        } = self;
+        let scope = match (scope, &other.scope) {
+            (Scope::Key(a), Scope::Key(b)) => same_name(a, b),
+            (a, b) => a == b,
+        };
+        scope
+            && same_name(name, &other.name)
+            && *limit == other.limit
+            && *window == other.window
+            && *soft_percent == other.soft_percent
+    }
+
     /// A global budget of `limit` over `window`. The name identifies the budget's counters
     /// in the store, in errors and in events; it must be unique within a layer.
     pub fn new(name: &str, limit: Usd, window: Window) -> Budget {
@@ -254,6 +283,37 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_as_is_equality_whether_names_share_an_allocation_or_not() {
+        let usd = Usd::from_dollars;
+        let budgets = [
+            Budget::daily("d", usd(5)),
+            Budget::daily("d", usd(6)),
+            Budget::monthly("d", usd(5)),
+            Budget::daily("e", usd(5)),
+            Budget::daily("d", usd(5)).per_model(),
+            Budget::daily("d", usd(5)).per_key("tenant"),
+            Budget::daily("d", usd(5)).per_key("user"),
+            Budget::daily("d", usd(5)).soft_limit_percent(80),
+        ];
+        for a in &budgets {
+            // A clone shares the names' allocations; a rebuilt budget does not.
+            assert!(a.same_as(&a.clone()));
+            for b in &budgets {
+                let rebuilt = Budget {
+                    name: Arc::from(&*b.name),
+                    scope: match &b.scope {
+                        Scope::Key(k) => Scope::Key(Arc::from(&**k)),
+                        other => other.clone(),
+                    },
+                    ..b.clone()
+                };
+                assert_eq!(a.same_as(b), a == b, "{a:?} / {b:?}");
+                assert_eq!(a.same_as(&rebuilt), a == b, "{a:?} / {b:?} rebuilt");
+            }
+        }
+    }
 
     fn at(s: &str) -> Timestamp {
         Timestamp::parse_rfc3339(s).unwrap()

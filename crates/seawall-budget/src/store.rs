@@ -404,7 +404,13 @@ struct Lease {
 
 impl Lease {
     fn serves(&self, charge: &Charge<'_>) -> bool {
-        *self.budgets == *charge.budgets && *self.keys == *charge.keys
+        self.budgets.len() == charge.budgets.len()
+            && self
+                .budgets
+                .iter()
+                .zip(charge.budgets)
+                .all(|(a, b)| a.same_as(b))
+            && *self.keys == *charge.keys
     }
 }
 
