@@ -187,6 +187,7 @@ fn uncontended(c: &mut Criterion) {
         rt: runtime(),
     };
     support::variants(&mut v);
+    support::leave_one_out(&mut v);
     v.group.finish();
 }
 

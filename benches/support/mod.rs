@@ -245,7 +245,20 @@ fn fallback<S>(svc: S) -> seawall::fallback::Fallback<S, Request<Bytes>, S::Resp
 where
     S: Service<Request<Bytes>>,
 {
-    FallbackLayer::new([Target::model("gpt-4o-mini")]).layer(svc)
+    fallback_layer().layer(svc)
+}
+
+/// The layer of [`fallback`].
+fn fallback_layer<Resp>() -> FallbackLayer<Request<Bytes>, Resp> {
+    FallbackLayer::new([Target::model("gpt-4o-mini")])
+}
+
+/// The stack's observer, recording nothing.
+fn observe() -> ObserveLayer {
+    ObserveLayer::builder()
+        .recorder(NoopRecorder)
+        .build()
+        .expect("the bench observe settings are valid")
 }
 
 /// The recommended stack, outer to inner, with each layer's defaults (budget and gate as
@@ -264,11 +277,7 @@ pub(crate) fn seawall_stack(
         .layer(StreamTimeoutLayer::new())
         .layer(seawall::classify::ClassifyLayer::default())
         .service(inner);
-    ObserveLayer::builder()
-        .recorder(NoopRecorder)
-        .build()
-        .expect("the bench observe settings are valid")
-        .layer(fallback(inner))
+    observe().layer(fallback(inner))
 }
 
 /// The context windows of the README's recommended stack.
@@ -300,12 +309,7 @@ pub(crate) fn seawall_recommended(
         .layer(seawall::classify::ClassifyLayer::default())
         .service(inner);
     ServiceBuilder::new()
-        .layer(
-            ObserveLayer::builder()
-                .recorder(NoopRecorder)
-                .build()
-                .expect("the bench observe settings are valid"),
-        )
+        .layer(observe())
         .layer(seawall::continuation::ContinueLayer::new())
         .service(fallback(inner))
 }
@@ -339,14 +343,7 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
     v.ok("seawall_budget", budget().layer(NOOP));
     v.ok("seawall_retry", BackoffRetryLayer::new().layer(NOOP));
     v.ok("seawall_fallback", fallback(NOOP));
-    v.ok(
-        "seawall_observe",
-        ObserveLayer::builder()
-            .recorder(NoopRecorder)
-            .build()
-            .expect("the bench observe settings are valid")
-            .layer(NOOP),
-    );
+    v.ok("seawall_observe", observe().layer(NOOP));
     // The opt-in layers of the recommended stack, and the gate with priority lanes.
     v.ok(
         "seawall_guard",
@@ -429,6 +426,33 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
     // Open-state rejection: both breakers tripped before the measurement.
     v.rejected("seawall_breaker_open", seawall_open_breaker());
     v.rejected("resilience_breaker_open", resilience_open_breaker());
+}
+
+/// [`seawall_stack`]'s layers, outer to inner, over the no-op service.
+macro_rules! stack_of {
+    ($($layer:expr),+ $(,)?) => {
+        ServiceBuilder::new()$(.layer($layer))+.service(NOOP)
+    };
+}
+
+/// [`seawall_stack`] with one layer left out, for each: the stack's cost minus one of these
+/// is that layer's own cost *inside* the stack, where it moves the larger futures and
+/// responses of the layers below it (the `seawall_<layer>` rows measure each alone).
+// One line per variant: the eight lists differ in one layer each, and read best aligned.
+#[rustfmt::skip]
+pub(crate) fn leave_one_out<V: Visit>(v: &mut V) {
+    use seawall::breaker::CircuitBreakerLayer as Breaker;
+    use seawall::classify::ClassifyLayer as Classify;
+    let retry = BackoffRetryLayer::new;
+    let stream = StreamTimeoutLayer::new;
+    v.ok("stack_without_observe", stack_of![fallback_layer(), retry(), budget(), Breaker::new(), gate(), stream(), Classify::default()]);
+    v.ok("stack_without_fallback", stack_of![observe(), retry(), budget(), Breaker::new(), gate(), stream(), Classify::default()]);
+    v.ok("stack_without_retry", stack_of![observe(), fallback_layer(), budget(), Breaker::new(), gate(), stream(), Classify::default()]);
+    v.ok("stack_without_budget", stack_of![observe(), fallback_layer(), retry(), Breaker::new(), gate(), stream(), Classify::default()]);
+    v.ok("stack_without_breaker", stack_of![observe(), fallback_layer(), retry(), budget(), gate(), stream(), Classify::default()]);
+    v.ok("stack_without_gate", stack_of![observe(), fallback_layer(), retry(), budget(), Breaker::new(), stream(), Classify::default()]);
+    v.ok("stack_without_stream", stack_of![observe(), fallback_layer(), retry(), budget(), Breaker::new(), gate(), Classify::default()]);
+    v.ok("stack_without_classify", stack_of![observe(), fallback_layer(), retry(), budget(), Breaker::new(), gate(), stream()]);
 }
 
 /// tower's retry (never retrying), concurrency limit and timeout.
