@@ -209,6 +209,7 @@ fn main() {
     // An empty block_on, to show the runtime itself allocates nothing per call.
     table.run("ref_block_on", |rt| rt.block_on(async {}));
     support::variants(&mut table);
+    support::leave_one_out(&mut table);
     println!("Heap allocations per call ({calls} calls counted after {warm_up} warm-up calls):\n");
     table.print();
 }
