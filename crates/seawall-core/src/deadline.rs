@@ -104,13 +104,28 @@ impl Deadline {
         const GRPC: HeaderName = HeaderName::from_static("grpc-timeout");
         const OWN: HeaderName = HeaderName::from_static(TIMEOUT_HEADER);
         const STAINLESS: HeaderName = HeaderName::from_static(STAINLESS_TIMEOUT_HEADER);
-        let grpc = headers
-            .get(GRPC)
+        // One pass over the names present, not three lookups: a lookup hashes its name, and
+        // most requests carry none of the three (a name compares unequal at its kind or
+        // length). The first value of each name, as `get` would give.
+        let [mut grpc, mut own, mut stainless] = [None; 3];
+        for (name, value) in headers {
+            let slot = if *name == GRPC {
+                &mut grpc
+            } else if *name == OWN {
+                &mut own
+            } else if *name == STAINLESS {
+                &mut stainless
+            } else {
+                continue;
+            };
+            slot.get_or_insert(value);
+        }
+        let grpc = grpc
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout);
-        let secs = [OWN, STAINLESS]
+        let secs = [own, stainless]
             .into_iter()
-            .filter_map(|h| headers.get(h)?.to_str().ok())
+            .filter_map(|v| v?.to_str().ok())
             .filter_map(parse_seconds)
             .min();
         let timeout = match (grpc, secs) {
@@ -193,6 +208,26 @@ mod tests {
         assert_eq!(
             Deadline::from_headers(&h).unwrap().remaining(),
             Duration::from_secs(600)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeated_timeout_header_is_read_by_its_first_value_among_other_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.insert("x-stainless-runtime", HeaderValue::from_static("CPython"));
+        h.append(STAINLESS_TIMEOUT_HEADER, HeaderValue::from_static("30"));
+        h.append(STAINLESS_TIMEOUT_HEADER, HeaderValue::from_static("1"));
+        h.insert("grpc-timeoutx", HeaderValue::from_static("1S"));
+        assert_eq!(
+            Deadline::from_headers(&h).unwrap().remaining(),
+            Duration::from_secs(30)
+        );
+        h.append("grpc-timeout", HeaderValue::from_static("20S"));
+        h.append("grpc-timeout", HeaderValue::from_static("2S"));
+        assert_eq!(
+            Deadline::from_headers(&h).unwrap().remaining(),
+            Duration::from_secs(20)
         );
     }
 

@@ -195,7 +195,8 @@ impl Provider {
         let path = uri.path();
         const ANTHROPIC_VERSION: http::HeaderName =
             http::HeaderName::from_static("anthropic-version");
-        if headers.contains_key(ANTHROPIC_VERSION) || path.ends_with("/messages") {
+        // The path first: a header lookup hashes the name.
+        if path.ends_with("/messages") || headers.contains_key(ANTHROPIC_VERSION) {
             Provider::Anthropic
         } else if path.ends_with("/completions")
             || path.ends_with("/responses")
