@@ -258,9 +258,12 @@ impl Drop for Unfinished {
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, pending: Pending) -> Self {
+    /// The future of `call`, which runs inside the record's span. Called here, in the struct
+    /// it is kept in, the inner future (the whole stack's, a few kilobytes) is written in place
+    /// rather than built apart and copied in.
+    pub(crate) fn calling(pending: Pending, call: impl FnOnce() -> F) -> Self {
         ResponseFuture {
-            inner,
+            inner: pending.span.in_scope(call),
             pending: Unfinished(Some(pending)),
         }
     }

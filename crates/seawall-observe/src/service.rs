@@ -111,20 +111,15 @@ where
             "seawall.cost_usd" = tracing::field::Empty,
             "seawall.target" = tracing::field::Empty,
         );
-        let future = {
-            let _enter = span.enter();
-            self.inner.call(req)
+        let pending = Pending {
+            context,
+            start: tokio::time::Instant::now(),
+            recorder: self.recorder.clone(),
+            model,
+            config_version: self.config_version.clone(),
+            span,
         };
-        ResponseFuture::new(
-            future,
-            Pending {
-                context,
-                start: tokio::time::Instant::now(),
-                recorder: self.recorder.clone(),
-                model,
-                config_version: self.config_version.clone(),
-                span,
-            },
-        )
+        let inner = &mut self.inner;
+        ResponseFuture::calling(pending, || inner.call(req))
     }
 }
