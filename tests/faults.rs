@@ -142,7 +142,7 @@ async fn a_healthy_upstream_answers_complete_and_streamed_in_both_wire_formats()
         assert_eq!(v["choices"][0]["finish_reason"], "stop");
 
         let resp = openai.oneshot(chat("gpt-4o-mini", true, 64)).await.unwrap();
-        let stats = StreamStats::of(&resp).cloned().unwrap();
+        let stats = StreamStats::of(&resp).unwrap();
         let (text, err) = drain(resp.into_body()).await;
         assert!(err.is_none(), "{err:?}");
         assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
@@ -378,7 +378,7 @@ async fn a_stream_cut_after_content_ends_with_stream_interrupted_and_is_not_retr
 
         // The head and the first tokens arrive: the caller has an answer in hand...
         let resp = svc.oneshot(chat("gpt-4o-mini", true, 64)).await.unwrap();
-        let stats = StreamStats::of(&resp).cloned().unwrap();
+        let stats = StreamStats::of(&resp).unwrap();
         // ...which ends in an error, never as a silently truncated answer.
         let (text, err) = drain(resp.into_body()).await;
         assert!(text.contains(r#""content":"#), "content came first: {text}");

@@ -70,8 +70,8 @@ pub use request::{
     RequestMeta,
 };
 pub use response::{
-    BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, Usage,
-    as_llm_error, reserve_extensions,
+    BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, StreamEnd,
+    StreamTiming, Usage, as_llm_error, reserve_extensions,
 };
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use thread::{ThreadBound, thread_tag};

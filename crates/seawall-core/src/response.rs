@@ -41,6 +41,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use http::{Extensions, Response};
 use http_body::{Body, Frame, SizeHint};
@@ -52,7 +53,7 @@ use crate::ratelimit::RateLimitSnapshot;
 const EXTENSIONS_ROOM: usize = 7;
 
 /// Gives an empty `Extensions` room for a handful of values in one table, so that the layers
-/// of a stack which each insert one (the classifier's report, the stream layer's stats, the
+/// of a stack which each insert one (the classifier's report, the stream layer's own report, the
 /// gate's queue time, the fallback's served-by) fill it without the table growing on the way.
 ///
 /// An `Extensions` starts with room for three values; the fourth insert reallocates its table.
@@ -130,6 +131,76 @@ pub enum FinishReason {
     Other(Box<str>),
 }
 
+/// How a timed body ended (what the stream-timeout layer writes into [`StreamTiming`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StreamEnd {
+    /// The body ended normally (for a stream: with its finish marker).
+    Complete,
+    /// The body failed after the commit point: an upstream error, a broken connection, or the
+    /// end of a stream without its finish marker.
+    Interrupted,
+    /// The idle timeout or the total deadline cut the body.
+    TimedOut,
+}
+
+/// What a stream-timeout layer measured about one response: its time to first content when
+/// the body was committed to, and how and at what pace the body ended.
+///
+/// It lives in the response's [`BodyReport`] rather than in an extension of its own: the
+/// classifier already allocates the report, so a stack that times its streams pays no second
+/// allocation (and no second extension entry) per call for it. `seawall-stream`'s
+/// `StreamStats` is the handle users read it through.
+#[derive(Debug, Default)]
+pub struct StreamTiming {
+    ttft: Option<Duration>,
+    streamed: bool,
+    end: OnceLock<StreamEnd>,
+    tpot: OnceLock<Duration>,
+}
+
+impl StreamTiming {
+    /// Timings of a body committed to `ttft` after the call (`None`: it ended before any
+    /// content), a server-sent-events stream or not.
+    pub fn new(ttft: Option<Duration>, streamed: bool) -> Self {
+        StreamTiming {
+            ttft,
+            streamed,
+            ..StreamTiming::default()
+        }
+    }
+
+    /// Time from the call to the first real content.
+    pub fn time_to_first_token(&self) -> Option<Duration> {
+        self.ttft
+    }
+
+    /// Whether the body was a server-sent-events stream.
+    pub fn is_streamed(&self) -> bool {
+        self.streamed
+    }
+
+    /// Records how the body ended (first write wins); `false` if it was already recorded.
+    pub fn set_end(&self, end: StreamEnd) -> bool {
+        self.end.set(end).is_ok()
+    }
+
+    /// How the body ended, once it has.
+    pub fn end(&self) -> Option<StreamEnd> {
+        self.end.get().copied()
+    }
+
+    /// Records the mean time per output token (first write wins).
+    pub fn set_time_per_output_token(&self, tpot: Duration) {
+        let _ = self.tpot.set(tpot);
+    }
+
+    /// The mean time per output token after the first, once the body has ended.
+    pub fn time_per_output_token(&self) -> Option<Duration> {
+        self.tpot.get().copied()
+    }
+}
+
 /// Facts about a response body, written once by the body parser next to the transport and
 /// read by every outer layer. Shared through an `Arc` in the response extensions.
 #[derive(Debug, Default)]
@@ -146,6 +217,7 @@ pub struct BodyReport {
     last_content: AtomicU64,
     content_events: AtomicU64,
     started: OnceLock<tokio::time::Instant>,
+    stream: OnceLock<StreamTiming>,
 }
 
 impl BodyReport {
@@ -200,6 +272,17 @@ impl BodyReport {
 
     fn start(&self) -> tokio::time::Instant {
         *self.started.get_or_init(tokio::time::Instant::now)
+    }
+
+    /// Records what a stream-timeout layer measured (first write wins); `false` if another
+    /// layer already did, and `timing` was not kept.
+    pub fn set_stream_timing(&self, timing: StreamTiming) -> bool {
+        self.stream.set(timing).is_ok()
+    }
+
+    /// What a stream-timeout layer measured, when one timed this body.
+    pub fn stream_timing(&self) -> Option<&StreamTiming> {
+        self.stream.get()
     }
 
     /// The usage, once known.

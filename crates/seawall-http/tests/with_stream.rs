@@ -93,7 +93,7 @@ async fn a_stream_with_keepalives_passes_through_whole() {
     tx.send("data: [DONE]\n\n").unwrap();
     drop(tx);
     let resp = stack(&url).oneshot(chat()).await.unwrap();
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     assert!(body.starts_with(b": keep-alive\n\n\n"));
     assert!(body.ends_with(b"data: [DONE]\n\n"));

@@ -92,7 +92,7 @@ async fn a_streamed_answer_flows_through_the_recommended_stack() {
             .service(transport(&mock));
 
         let resp = stack.oneshot(chat(true)).await.unwrap();
-        let stats = StreamStats::of(&resp).cloned().unwrap();
+        let stats = StreamStats::of(&resp).unwrap();
         let (text, err) = drain(resp.into_body()).await;
         assert!(err.is_none(), "{err:?}");
         assert!(text.contains(r#""content":"#), "{text}");

@@ -8,12 +8,14 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
-use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, FrameQueue, LlmError};
+use seawall_core::{
+    BodyReport, BoxError, CallContext, FailureClass, FrameQueue, LlmError, StreamEnd,
+};
 use tokio::time::{Instant, Sleep};
 
 use crate::config::{Deadline, Reason, StreamTimeouts, deadline, earliest};
 use crate::sse::SseScan;
-use crate::stats::{StreamEnd, StreamStats};
+use crate::stats::StreamStats;
 
 /// One sleep, re-armed lazily: a deadline that moves later (the idle deadline after each frame)
 /// is only re-set when the old one fires, so a busy stream does not touch the timer per frame.
@@ -79,7 +81,7 @@ pub struct TimedBody<B> {
     // Boxed, as in the future: a stack with a classifier inside never has one.
     scan: Option<Box<SseScan>>,
     report: Option<Arc<BodyReport>>,
-    stats: Arc<StreamStats>,
+    stats: StreamStats,
     cx: Option<Arc<CallContext>>,
 }
 
@@ -92,7 +94,7 @@ pub(crate) struct Committed<B> {
     pub(crate) start: Instant,
     pub(crate) scan: Option<Box<SseScan>>,
     pub(crate) report: Option<Arc<BodyReport>>,
-    pub(crate) stats: Arc<StreamStats>,
+    pub(crate) stats: StreamStats,
     pub(crate) cx: Option<Arc<CallContext>>,
 }
 
@@ -120,7 +122,7 @@ impl<B> TimedBody<B> {
     }
 
     /// The stats attached to the response.
-    pub fn stats(&self) -> &Arc<StreamStats> {
+    pub fn stats(&self) -> &StreamStats {
         &self.stats
     }
 
@@ -130,12 +132,15 @@ impl<B> TimedBody<B> {
             .as_deref_mut()
             .and_then(SseScan::take_finish_reason)
         {
-            let _ = self.stats.finish_reason.set(r);
+            self.stats.report().set_finish_reason(r);
         }
     }
 
     fn finish(&mut self, end: StreamEnd) {
-        if self.stats.end.set(end).is_err() {
+        let Some(timing) = self.stats.report().stream_timing() else {
+            return;
+        };
+        if !timing.set_end(end) {
             return;
         }
         let tpot = match &self.report {
@@ -143,7 +148,7 @@ impl<B> TimedBody<B> {
             None => self.scan.as_deref().and_then(SseScan::time_per_event),
         };
         if let Some(t) = tpot {
-            let _ = self.stats.tpot.set(t);
+            timing.set_time_per_output_token(t);
             if let Some(cx) = &self.cx {
                 cx.update(|f| f.time_per_output_token = Some(t));
             }

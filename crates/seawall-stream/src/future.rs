@@ -11,13 +11,15 @@ use http::Response;
 use http::response::Parts;
 use http_body::Body;
 use pin_project_lite::pin_project;
-use seawall_core::{BodyReport, BoxError, CallContext, FailureClass, FrameQueue, LlmError};
+use seawall_core::{
+    BodyReport, BoxError, CallContext, FailureClass, FrameQueue, LlmError, StreamTiming,
+};
 use tokio::time::Instant;
 
 use crate::body::{Committed, TimedBody, Timer, llm_error};
 use crate::config::{Deadline, Reason, StreamTimeouts, deadline, earliest};
 use crate::sse::SseScan;
-use crate::stats::StreamStats;
+use crate::stats::{OwnReport, StreamStats};
 
 /// What the service learned from the request.
 pub(crate) struct Call {
@@ -249,10 +251,26 @@ where
         if let (Some(t), Some(cx)) = (ttft, &call.cx) {
             cx.update(|f| f.time_to_first_token = Some(t));
         }
-        let stats = Arc::new(StreamStats::new(ttft, self.sse, self.report.clone()));
         let mut parts = self.parts;
-        seawall_core::reserve_extensions(&mut parts.extensions);
-        parts.extensions.insert(Arc::clone(&stats));
+        // Into the classifier's report when there is one (nothing to allocate), else into a
+        // report of this layer's own, with its start at the call's.
+        let timing = || StreamTiming::new(ttft, self.sse);
+        let stats = match self
+            .report
+            .as_ref()
+            .and_then(|r| StreamStats::record(r, timing()))
+        {
+            Some(stats) => stats,
+            None => {
+                let own = Arc::new(BodyReport::starting_at(call.start));
+                // A report of its own has no timing yet: this one is kept.
+                own.set_stream_timing(timing());
+                let stats = StreamStats::over(Arc::clone(&own));
+                seawall_core::reserve_extensions(&mut parts.extensions);
+                parts.extensions.insert(OwnReport(own));
+                stats
+            }
+        };
         let inner = match step {
             Step::Ended => None,
             Step::Content | Step::Overflow => Some(self.body),

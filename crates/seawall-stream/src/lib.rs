@@ -53,8 +53,10 @@
 //!
 //! # Measurements
 //!
-//! [`StreamStats`] (an `Arc` in the response extensions) holds the time to first token and, once
-//! the body ends, the mean time per output token. Both are also written to the call's
+//! [`StreamStats::of`] reads the time to first token and, once the body ends, how it ended and
+//! the mean time per output token. They are kept in the classifier's shared
+//! [`BodyReport`](seawall_core::BodyReport) when one is stacked inside (no allocation of this
+//! layer's own per call), else in a report this layer keeps. Both are also written to the call's
 //! [`CallContext`](seawall_core::CallContext) when an observing layer put one in the request.
 //!
 //! # Example
@@ -90,7 +92,7 @@
 //!     .body(Bytes::from_static(br#"{"model":"m","stream":true}"#))
 //!     .unwrap();
 //! let resp = svc.oneshot(req).await?; // resolves at the first real token
-//! let stats = StreamStats::of(&resp).cloned().expect("attached by the layer");
+//! let stats = StreamStats::of(&resp).expect("attached by the layer");
 //! let body = resp.into_body().collect().await?.to_bytes();
 //! assert!(body.starts_with(b": keep-alive")); // held frames are replayed, in order
 //! assert!(stats.is_complete() && !stats.hit_length_limit());
@@ -114,8 +116,9 @@ pub use body::TimedBody;
 pub use config::StreamTimeouts;
 pub use future::ResponseFuture;
 pub use layer::{StreamTimeoutBuilder, StreamTimeoutLayer};
+pub use seawall_core::StreamEnd;
 pub use service::StreamTimeout;
-pub use stats::{StreamEnd, StreamStats};
+pub use stats::StreamStats;
 
 #[doc(no_inline)]
 pub use seawall_core::ConfigError;

@@ -155,7 +155,7 @@ async fn first_content_commits_and_held_frames_are_replayed_in_order() {
     let (tx, res) = call(up, StreamTimeouts::new().with_first_token(secs(5)), req).await;
     let resp = res.unwrap();
     assert_eq!(start.elapsed(), secs(3), "resolved at the first real token");
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     assert_eq!(stats.time_to_first_token(), Some(secs(3)));
     assert_eq!(cx.snapshot().time_to_first_token, Some(secs(3)));
     assert!(stats.is_streamed());
@@ -237,7 +237,7 @@ async fn a_body_error_after_content_is_a_stream_interrupted_body_error() {
     up.tx.send(data("data: CONTENT\n\n")).unwrap();
     let (tx, res) = call(up, StreamTimeouts::new(), chat_req(true)).await;
     let resp = res.expect("committed at the first content");
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     tx.send(Err(LlmError::new(FailureClass::Overloaded, "Overloaded")))
         .unwrap();
     let mut body = resp.into_body();
@@ -344,7 +344,7 @@ async fn a_stream_without_its_finish_marker_is_never_a_silent_truncation() {
     up.tx.send(data(DELTA)).unwrap();
     let (tx, res) = call(up, StreamTimeouts::new(), chat_req(true)).await;
     let resp = res.unwrap();
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     tx.send(data(DELTA)).unwrap();
     drop(tx); // EOF without finish_reason or [DONE]
     let err = collect_text(resp.into_body()).await.unwrap_err();
@@ -368,7 +368,7 @@ async fn finish_reason_length_is_exposed_for_a_continuation() {
     up.tx.send(data(DELTA)).unwrap();
     let (tx, res) = call(up, StreamTimeouts::new(), chat_req(true)).await;
     let resp = res.unwrap();
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     tx.send(data(
         "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"length\"}]}\n\n",
     ))
@@ -398,7 +398,7 @@ async fn with_a_report_the_classifier_decides_content_finish_and_tpot() {
     let resp = res.unwrap();
     assert_eq!(start.elapsed(), secs(2));
     let report = resp.extensions().get::<Arc<BodyReport>>().unwrap().clone();
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     let mut body = resp.into_body();
     assert_eq!(
         &body.frame().await.unwrap().unwrap().into_data().unwrap()[..],
@@ -427,6 +427,48 @@ async fn with_a_report_the_classifier_decides_content_finish_and_tpot() {
         cx.snapshot().time_per_output_token,
         Some(Duration::from_millis(100))
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_classifier_inside_the_stats_live_in_its_report_and_add_no_extension() {
+    let up = upstream(Duration::ZERO, SSE, true);
+    up.tx.send(data("data: CONTENT\n\n")).unwrap();
+    let (tx, res) = call(up, StreamTimeouts::new(), chat_req(true)).await;
+    let resp = res.unwrap();
+    // Only the classifier's report: the layer put nothing of its own in the extensions.
+    assert_eq!(resp.extensions().len(), 1);
+    let report = resp.extensions().get::<Arc<BodyReport>>().unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
+    assert_eq!(
+        report.stream_timing().unwrap().time_to_first_token(),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(stats.end(), None);
+    report.set_finished();
+    drop(tx);
+    collect_text(resp.into_body()).await.unwrap();
+    assert_eq!(
+        report.stream_timing().unwrap().end(),
+        Some(StreamEnd::Complete)
+    );
+    assert!(stats.is_complete() && stats.is_streamed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_classifier_the_outer_layers_see_no_body_report() {
+    let up = upstream(Duration::ZERO, SSE, false);
+    up.tx.send(data(DELTA)).unwrap();
+    let (tx, res) = call(up, StreamTimeouts::new(), chat_req(true)).await;
+    let resp = res.unwrap();
+    // The usage readers outside must not take the layer's own record for a classifier's.
+    assert!(resp.extensions().get::<Arc<BodyReport>>().is_none());
+    let stats = StreamStats::of(&resp).unwrap();
+    tx.send(data(STOP)).unwrap();
+    tx.send(data(DONE)).unwrap();
+    drop(tx);
+    collect_text(resp.into_body()).await.unwrap();
+    assert!(stats.is_complete());
+    assert_eq!(stats.finish_reason(), Some(&FinishReason::Stop));
 }
 
 #[tokio::test(start_paused = true)]
@@ -464,7 +506,7 @@ async fn a_plain_json_body_commits_at_its_first_bytes_and_ttft_does_not_apply() 
         .with_attempt(secs(30));
     let (tx, res) = call(up, t, chat_req(false)).await;
     let resp = res.unwrap();
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     assert!(!stats.is_streamed());
     assert_eq!(stats.time_to_first_token(), Some(secs(8)));
     drop(tx);
@@ -497,7 +539,7 @@ async fn the_held_frames_are_bounded() {
     let t = StreamTimeouts::none().with_max_buffer(100);
     let (tx, res) = call(up, t, chat_req(true)).await;
     let resp = res.expect("past the bound the response is handed over");
-    let stats = StreamStats::of(&resp).unwrap().clone();
+    let stats = StreamStats::of(&resp).unwrap();
     assert_eq!(stats.time_to_first_token(), None);
     tx.send(data(DELTA)).unwrap();
     tx.send(data(DONE)).unwrap();
