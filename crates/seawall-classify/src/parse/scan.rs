@@ -1,6 +1,6 @@
 //! The byte scans of the hot paths: a whole JSON answer read for its [`Facts`] without serde's
 //! derive (a call per token through its layers, for fields nobody reads), and each SSE event
-//! laid out flat on a [`JsonTape`] and read through a [`View`] of it instead of a `serde_json::Value` (an allocation per
+//! laid out flat on a [`JsonTape`](seawall_core::json_scan::JsonTape) and read through a [`View`] of it instead of a `serde_json::Value` (an allocation per
 //! string, array and object of every chunk).
 //!
 //! A scan never decides alone. It reads only what it is sure serde reads the same way (on
@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use seawall_core::json_scan::{JsonCursor, JsonKind, JsonNode, JsonTape, Seen};
+use seawall_core::json_scan::{JsonCursor, JsonKind, JsonNode, Seen};
 
 use super::json::Facts;
 use super::usage::RawUsage;
@@ -124,15 +124,6 @@ impl<'a> View<'a> for JsonNode<'_, 'a> {
         let v = serde_json::from_str::<Value>(self.raw()).unwrap_or(Value::Null);
         ProviderError::from_value(&v)
     }
-}
-
-/// Lays an event's data out on `tape`, when the scan is sure serde reads it as the same value;
-/// `None` leaves it to serde.
-pub(super) fn event<'t, 'a>(
-    tape: &'t mut JsonTape<'a>,
-    data: &'a [u8],
-) -> Option<JsonNode<'t, 'a>> {
-    tape.read(std::str::from_utf8(data).ok()?)
 }
 
 /// The facts of a whole answer that serde reads without an error object; `None` when the scan

@@ -9,12 +9,12 @@ use std::ops::ControlFlow;
 use http::StatusCode;
 use serde_json::Value;
 
-use seawall_core::json_scan::JsonTape;
+use seawall_core::json_scan::{JsonCursor, JsonTape};
 use seawall_core::{
     BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
 
-use super::scan::{self, View};
+use super::scan::View;
 use super::usage::RawUsage;
 use super::{broken, embedded_error, empty_answer};
 use crate::error_body::ProviderError;
@@ -72,6 +72,86 @@ pub(crate) struct SseParser {
     scan: bool,
     usage: Option<RawUsage>,
     request_id: Option<Box<str>>,
+    memo: Memo,
+}
+
+/// The longest prefix [`Memo`] remembers.
+const MEMO_MAX: usize = 1024;
+/// Events read in full in a row without a prefix to resume from, after which a stream's
+/// events are no longer searched for one.
+const MEMO_TRIES: u8 = 4;
+
+/// The leading members of an event that the reading never looks at, remembered for the
+/// next events of the stream that repeat them byte for byte.
+///
+/// An OpenAI chunk starts with its id, object, creation time, model and system fingerprint:
+/// about half of a content chunk's bytes, the same in every chunk of a stream, and none of
+/// them read here once the model is known. Reading JSON left to right is deterministic, so an
+/// event whose bytes start with a prefix that an earlier event was read through (ending after
+/// a top-level `,`) is, at that point, where the earlier one was: its members there were
+/// checked then and are not among those the reading asks for (`skippable`). The rest is read
+/// as an object of its own (`{` and the rest: one copy of a hundred bytes, instead of laying
+/// out the repeated half again). The tests hold a stream read this way to the serde reading.
+#[derive(Debug, Default)]
+struct Memo {
+    prefix: Vec<u8>,
+    /// `{` and the rest of the event being read.
+    scratch: String,
+    tries: u8,
+}
+
+impl Memo {
+    /// The length of the remembered prefix if `data` starts with it.
+    fn resumes(&self, data: &[u8]) -> Option<usize> {
+        (!self.prefix.is_empty() && data.starts_with(&self.prefix)).then_some(self.prefix.len())
+    }
+
+    /// Remembers the leading members of `text` (an object the scan read) that the reading
+    /// does not look at, up to [`MEMO_MAX`] bytes.
+    fn learn(&mut self, text: &str, model_known: bool) {
+        self.prefix.clear();
+        if self.tries >= MEMO_TRIES {
+            return;
+        }
+        self.tries += 1;
+        let mut c = JsonCursor::new(text);
+        let mut end = 0;
+        let mut walk = || -> Option<()> {
+            c.eat(b'{')?;
+            loop {
+                c.ws();
+                if !skippable(c.key()?, model_known) {
+                    return Some(());
+                }
+                c.skip(1)?;
+                c.ws();
+                c.eat(b',')?;
+                if c.pos() > MEMO_MAX {
+                    return Some(());
+                }
+                end = c.pos();
+            }
+        };
+        let _ = walk();
+        self.prefix.extend_from_slice(&text.as_bytes()[..end]);
+    }
+}
+
+/// Whether the reading of an event never looks at a top-level member of this name (the
+/// model only until the report has one: it is kept from the first event that gives it).
+fn skippable(name: &[u8], model_known: bool) -> bool {
+    match name {
+        b"type" | b"error" | b"choices" | b"usage" | b"response" | b"message" | b"delta"
+        | b"content_block" => false,
+        b"model" => model_known,
+        _ => true,
+    }
+}
+
+/// The provider error an error event describes, read from the whole event by serde (the
+/// rare path; the whole event, since a resumed reading does not see its prefix).
+fn whole_error(data: &[u8]) -> ProviderError {
+    ProviderError::from_value(&serde_json::from_slice::<Value>(data).unwrap_or(Value::Null))
 }
 
 impl SseParser {
@@ -88,6 +168,7 @@ impl SseParser {
             scan: true,
             usage: None,
             request_id: request_id.map(Into::into),
+            memo: Memo::default(),
         }
     }
 
@@ -163,9 +244,31 @@ impl SseParser {
         // The usual event is read straight from its bytes; what the scan is not sure of is
         // built by serde, as it always was.
         if self.scan {
+            if let Some(at) = self.memo.resumes(data) {
+                let mut scratch = std::mem::take(&mut self.memo.scratch);
+                scratch.clear();
+                let mut tape = JsonTape::new();
+                // The prefix ends after an ASCII `,`: the rest starts on a character.
+                let read = std::str::from_utf8(&data[at..]).ok().and_then(|rest| {
+                    scratch.push('{');
+                    scratch.push_str(rest);
+                    tape.read(&scratch)
+                });
+                let out = read.map(|root| self.on_json(event, root, data, report));
+                self.memo.scratch = scratch;
+                if let Some(out) = out {
+                    self.memo.tries = 0;
+                    return out;
+                }
+            }
+            let text = std::str::from_utf8(data).ok();
             let mut tape = JsonTape::new();
-            if let Some(root) = scan::event(&mut tape, data) {
-                return self.on_json(event, root, report);
+            if let Some(root) = text.and_then(|t| tape.read(t)) {
+                let out = self.on_json(event, root, data, report);
+                if let Some(t) = text {
+                    self.memo.learn(t, report.model().is_some());
+                }
+                return out;
             }
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
@@ -183,13 +286,16 @@ impl SseParser {
             report.record_content();
             return None;
         };
-        self.on_json(event, &v, report)
+        self.on_json(event, &v, data, report)
     }
 
+    /// Reads one event: `v` is its JSON (all of it, or what follows a remembered prefix),
+    /// `data` its bytes.
     fn on_json<'a, V: View<'a>>(
         &mut self,
         event: EventName,
         v: V,
+        data: &[u8],
         report: &BodyReport,
     ) -> Option<LlmError> {
         // The members every event is asked for, read in one walk.
@@ -199,12 +305,15 @@ impl SseParser {
         let error_field = error.is_some_and(|e| !e.is_null());
         if event == EventName::Error || ty == "error" || error_field {
             self.known = true;
-            return Some(self.stream_error(&v.provider_error(), report));
+            return Some(self.stream_error(&whole_error(data), report));
         }
         if ty == "response.failed" {
             self.known = true;
-            let payload = v.get("response").unwrap_or(v);
-            return Some(self.stream_error(&payload.provider_error(), report));
+            let e = match v.get("response") {
+                Some(r) => r.provider_error(),
+                None => whole_error(data),
+            };
+            return Some(self.stream_error(&e, report));
         }
         match ty {
             "message_start" => {
@@ -468,13 +577,71 @@ mod tests {
         for s in [OPENAI, ANTHROPIC, RESPONSES] {
             for line in s.lines().filter_map(|l| l.strip_prefix("data: ")) {
                 if line != "[DONE]" {
-                    assert!(
-                        scan::event(&mut JsonTape::new(), line.as_bytes()).is_some(),
-                        "{line}"
-                    );
+                    assert!(JsonTape::new().read(line).is_some(), "{line}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_streams_repeated_leading_members_are_read_once() {
+        let report = BodyReport::new();
+        let mut p = SseParser::new(None, true);
+        assert!(p.feed(OPENAI.as_bytes(), &report).is_none());
+        // Learnt from the first chunk (the model known by then), resumed from in the others.
+        assert_eq!(
+            p.memo.prefix,
+            br#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","#
+        );
+        assert_eq!(p.memo.tries, 0);
+        // An Anthropic event starts with its type, which the reading needs: nothing to
+        // remember, and after a few events the stream is no longer searched.
+        let mut p = SseParser::new(None, true);
+        assert!(p.feed(ANTHROPIC.as_bytes(), &report).is_none());
+        assert!(p.memo.prefix.is_empty());
+        assert_eq!(p.memo.tries, MEMO_TRIES);
+    }
+
+    #[test]
+    fn an_error_after_a_remembered_prefix_is_read_from_the_whole_event() {
+        let stream = concat!(
+            "data: {\"request_id\":\"req_9\",\"model\":\"m\",\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+            "data: {\"request_id\":\"req_9\",\"model\":\"m\",\"error\":{\"message\":\"boom\"}}\n\n",
+        );
+        agree(stream.as_bytes());
+        assert!(outcome(stream.as_bytes(), true).contains("Some(\"req_9\")"));
+    }
+
+    /// Events that share their leading members, as a stream's do, some of them members the
+    /// reading needs (so no prefix may pass over them).
+    fn shared_prefix_stream() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("id"),
+            Just("object"),
+            Just("created"),
+            Just("model"),
+            Just("request_id"),
+            Just("message"),
+            Just("type"),
+            Just("error"),
+            Just("choices"),
+            Just("usage"),
+            Just("response"),
+        ];
+        let members = |n: usize| proptest::collection::vec((key.clone(), value(3)), 0..n);
+        (members(4), proptest::collection::vec(members(4), 1..6)).prop_map(|(head, rests)| {
+            rests
+                .iter()
+                .map(|rest| {
+                    let m: Vec<_> = head
+                        .iter()
+                        .chain(rest)
+                        .map(|(k, v)| format!("\"{k}\":{v}"))
+                        .collect();
+                    format!("data: {{{}}}\n\n", m.join(","))
+                })
+                .collect()
+        })
     }
 
     /// A JSON value built from the names and words the events use, nested a little.
@@ -575,6 +742,21 @@ mod tests {
                 stream.push_str("data: [DONE]\n\n");
             }
             agree(stream.as_bytes());
+        }
+
+        #[test]
+        fn events_read_after_a_remembered_prefix_read_as_serde_reads_them(
+            stream in shared_prefix_stream(),
+            cut in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            damage in any::<bool>(),
+        ) {
+            let mut stream = stream.into_bytes();
+            if damage {
+                let i = cut.index(stream.len());
+                stream[i] = byte;
+            }
+            agree(&stream);
         }
 
         #[test]
