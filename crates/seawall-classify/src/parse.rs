@@ -5,6 +5,7 @@
 //! they share: the one [`Parser`] the body drives, and the errors a body can end in.
 
 mod json;
+mod memo;
 mod scan;
 mod sse;
 mod usage;

@@ -649,6 +649,12 @@ impl<'t, 'a> JsonNode<'t, 'a> {
         Some(())
     }
 
+    /// Where its bytes start and end in the document.
+    pub fn span(&self) -> (usize, usize) {
+        let (start, end) = self.node().span;
+        (start as usize, end as usize)
+    }
+
     /// Its bytes in the document.
     pub fn raw(&self) -> &'a str {
         let (start, end) = self.node().span;

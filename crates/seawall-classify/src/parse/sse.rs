@@ -9,11 +9,12 @@ use std::ops::ControlFlow;
 use http::StatusCode;
 use serde_json::Value;
 
-use seawall_core::json_scan::{JsonCursor, JsonTape};
+use seawall_core::json_scan::JsonTape;
 use seawall_core::{
     BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
 
+use super::memo::{Memo, Template};
 use super::scan::View;
 use super::usage::RawUsage;
 use super::{broken, embedded_error, empty_answer};
@@ -30,7 +31,7 @@ fn has_output<'a, V: View<'a>>(v: Option<V>) -> bool {
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum EventName {
+pub(super) enum EventName {
     #[default]
     Message,
     Error,
@@ -73,79 +74,7 @@ pub(crate) struct SseParser {
     usage: Option<RawUsage>,
     request_id: Option<Box<str>>,
     memo: Memo,
-}
-
-/// The longest prefix [`Memo`] remembers.
-const MEMO_MAX: usize = 1024;
-/// Events read in full in a row without a prefix to resume from, after which a stream's
-/// events are no longer searched for one.
-const MEMO_TRIES: u8 = 4;
-
-/// The leading members of an event that the reading never looks at, remembered for the
-/// next events of the stream that repeat them byte for byte.
-///
-/// An OpenAI chunk starts with its id, object, creation time, model and system fingerprint:
-/// about half of a content chunk's bytes, the same in every chunk of a stream, and none of
-/// them read here once the model is known. Reading JSON left to right is deterministic, so an
-/// event whose bytes start with a prefix that an earlier event was read through (ending after
-/// a top-level `,`) is, at that point, where the earlier one was: its members there were
-/// checked then and are not among those the reading asks for (`skippable`). The rest is read
-/// as an object of its own (`{` and the rest: one copy of a hundred bytes, instead of laying
-/// out the repeated half again). The tests hold a stream read this way to the serde reading.
-#[derive(Debug, Default)]
-struct Memo {
-    prefix: Vec<u8>,
-    /// `{` and the rest of the event being read.
-    scratch: String,
-    tries: u8,
-}
-
-impl Memo {
-    /// The length of the remembered prefix if `data` starts with it.
-    fn resumes(&self, data: &[u8]) -> Option<usize> {
-        (!self.prefix.is_empty() && data.starts_with(&self.prefix)).then_some(self.prefix.len())
-    }
-
-    /// Remembers the leading members of `text` (an object the scan read) that the reading
-    /// does not look at, up to [`MEMO_MAX`] bytes.
-    fn learn(&mut self, text: &str, model_known: bool) {
-        self.prefix.clear();
-        if self.tries >= MEMO_TRIES {
-            return;
-        }
-        self.tries += 1;
-        let mut c = JsonCursor::new(text);
-        let mut end = 0;
-        let mut walk = || -> Option<()> {
-            c.eat(b'{')?;
-            loop {
-                c.ws();
-                if !skippable(c.key()?, model_known) {
-                    return Some(());
-                }
-                c.skip(1)?;
-                c.ws();
-                c.eat(b',')?;
-                if c.pos() > MEMO_MAX {
-                    return Some(());
-                }
-                end = c.pos();
-            }
-        };
-        let _ = walk();
-        self.prefix.extend_from_slice(&text.as_bytes()[..end]);
-    }
-}
-
-/// Whether the reading of an event never looks at a top-level member of this name (the
-/// model only until the report has one: it is kept from the first event that gives it).
-fn skippable(name: &[u8], model_known: bool) -> bool {
-    match name {
-        b"type" | b"error" | b"choices" | b"usage" | b"response" | b"message" | b"delta"
-        | b"content_block" => false,
-        b"model" => model_known,
-        _ => true,
-    }
+    template: Template,
 }
 
 /// The provider error an error event describes, read from the whole event by serde (the
@@ -169,6 +98,7 @@ impl SseParser {
             usage: None,
             request_id: request_id.map(Into::into),
             memo: Memo::default(),
+            template: Template::default(),
         }
     }
 
@@ -244,6 +174,13 @@ impl SseParser {
         // The usual event is read straight from its bytes; what the scan is not sure of is
         // built by serde, as it always was.
         if self.scan {
+            // A content event shaped as the last one, with other text: all it does.
+            if self.template.matches(event, data, report.model().is_some()) {
+                self.template.tries = 0;
+                self.known = true;
+                report.record_content();
+                return None;
+            }
             if let Some(at) = self.memo.resumes(data) {
                 let mut scratch = std::mem::take(&mut self.memo.scratch);
                 scratch.clear();
@@ -254,7 +191,15 @@ impl SseParser {
                     scratch.push_str(rest);
                     tape.read(&scratch)
                 });
-                let out = read.map(|root| self.on_json(event, root, data, report));
+                let out = read.map(|root| {
+                    let out = self.on_json(event, root, data, report);
+                    let model_known = report.model().is_some();
+                    // Byte `k` of `{` and the rest is byte `at + k - 1` of the event.
+                    let to_event = |k: usize| (at + k).saturating_sub(1);
+                    self.template
+                        .learn(event, root, data, to_event, model_known);
+                    out
+                });
                 self.memo.scratch = scratch;
                 if let Some(out) = out {
                     self.memo.tries = 0;
@@ -265,9 +210,11 @@ impl SseParser {
             let mut tape = JsonTape::new();
             if let Some(root) = text.and_then(|t| tape.read(t)) {
                 let out = self.on_json(event, root, data, report);
+                let model_known = report.model().is_some();
                 if let Some(t) = text {
-                    self.memo.learn(t, report.model().is_some());
+                    self.memo.learn(t, model_known);
                 }
+                self.template.learn(event, root, data, |k| k, model_known);
                 return out;
             }
         }
@@ -599,7 +546,63 @@ mod tests {
         let mut p = SseParser::new(None, true);
         assert!(p.feed(ANTHROPIC.as_bytes(), &report).is_none());
         assert!(p.memo.prefix.is_empty());
-        assert_eq!(p.memo.tries, MEMO_TRIES);
+        assert_eq!(p.memo.tries, super::super::memo::MEMO_TRIES);
+    }
+
+    #[test]
+    fn content_events_of_one_shape_are_read_without_laying_them_out() {
+        let chunk = |text: &str| {
+            format!(
+                "data: {{\"id\":\"c1\",\"model\":\"gpt-4o\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}],\"obfuscation\":\"{text}{text}\"}}\n\n"
+            )
+        };
+        let stream = [
+            chunk("Hel"),
+            chunk("lo"),
+            chunk(""),
+            chunk("w\\u00f6rld"),
+            chunk("!"),
+        ]
+        .concat()
+            + "data: {\"id\":\"c1\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        agree(stream.as_bytes());
+        let report = BodyReport::new();
+        let mut p = SseParser::new(None, true);
+        assert!(p.feed(stream.as_bytes(), &report).is_none());
+        assert!(p.eof(&report).is_none());
+        // Four events with text: the first read in full (and its shape learnt), the others not.
+        assert_eq!(report.content_events(), 4);
+        assert_eq!(report.finish_reason(), Some(&FinishReason::Stop));
+        assert!(p.template.tries <= 2, "{}", p.template.tries);
+        let mut bare = SseParser::new(None, true);
+        let one = chunk("x");
+        assert!(bare.feed(one.as_bytes(), &report).is_none());
+        assert!(
+            bare.template.matches(
+                EventName::Message,
+                chunk("y")
+                    .trim_start_matches("data: ")
+                    .trim_end()
+                    .as_bytes(),
+                true
+            )
+        );
+        // A usage before the choices, hidden in the first event by a `null` one after them:
+        // an event without the later one is read in full (its usage is the earlier one).
+        let hidden = concat!(
+            "data: {\"usage\":{\"prompt_tokens\":5},\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n",
+            "data: {\"usage\":{\"prompt_tokens\":5},\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n",
+        );
+        agree(hidden.as_bytes());
+        assert!(outcome(hidden.as_bytes(), true).starts_with("Some(Usage { input_tokens: 5"));
+        // Another member the reading asks for after the choices: read in full.
+        let usage = chunk("y").replace("\"obfuscation\"", "\"usage\":{\"prompt_tokens\":1},\"o\"");
+        let usage = usage.trim_start_matches("data: ").trim_end();
+        assert!(
+            !bare
+                .template
+                .matches(EventName::Message, usage.as_bytes(), true)
+        );
     }
 
     #[test]
@@ -642,6 +645,76 @@ mod tests {
                 })
                 .collect()
         })
+    }
+
+    /// Streams of content events of one of the three shapes, with other text in each, the
+    /// same leading members and other trailing ones; some of those members ones the reading
+    /// asks for.
+    fn content_stream() -> impl Strategy<Value = String> {
+        let text = prop_oneof![
+            Just(""),
+            Just("x"),
+            Just("Hello"),
+            Just("a\\u00e9b"),
+            Just("\\\"q\\\""),
+            Just("\u{e9}t\u{e9}"),
+            Just("\\ud83d\\ude00"),
+            Just("line\\n"),
+        ];
+        let key = || {
+            prop_oneof![
+                Just("id"),
+                Just("object"),
+                Just("model"),
+                Just("usage"),
+                Just("error"),
+                Just("type"),
+                Just("choices"),
+                Just("obfuscation"),
+                Just("text"),
+                Just("partial_json"),
+                Just("role"),
+                Just("finish_reason"),
+            ]
+        };
+        let members = move |n: usize| {
+            proptest::collection::vec((key(), value(2)), 0..n).prop_map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("\"{k}\":{v}"))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let event = (text, members(3), any::<bool>());
+        (
+            0u8..3,
+            members(3),
+            members(2),
+            proptest::collection::vec(event, 1..6),
+        )
+            .prop_map(|(shape, head, extra, events)| {
+                let extra: String = extra.iter().map(|m| format!("{m},")).collect();
+                events
+                    .iter()
+                    .map(|(t, tail, usage)| {
+                        let core = match shape {
+                            0 => format!(
+                                "\"choices\":[{{\"index\":0,\"delta\":{{{extra}\"content\":\"{t}\"}},\"finish_reason\":null}}]"
+                            ),
+                            1 => format!(
+                                "\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{{extra}\"text\":\"{t}\"}}"
+                            ),
+                            _ => format!("\"type\":\"response.output_text.delta\",\"delta\":\"{t}\""),
+                        };
+                        let mut m = head.clone();
+                        m.push(core);
+                        m.extend(tail.iter().cloned());
+                        if *usage {
+                            m.push("\"usage\":null".to_owned());
+                        }
+                        format!("data: {{{}}}\n\n", m.join(","))
+                    })
+                    .collect()
+            })
     }
 
     /// A JSON value built from the names and words the events use, nested a little.
@@ -754,6 +827,21 @@ mod tests {
             let mut stream = stream.into_bytes();
             if damage {
                 let i = cut.index(stream.len());
+                stream[i] = byte;
+            }
+            agree(&stream);
+        }
+
+        #[test]
+        fn content_events_read_by_their_shape_read_as_serde_reads_them(
+            stream in content_stream(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            damage in any::<bool>(),
+        ) {
+            let mut stream = stream.into_bytes();
+            if damage {
+                let i = at.index(stream.len());
                 stream[i] = byte;
             }
             agree(&stream);
