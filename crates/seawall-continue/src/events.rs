@@ -188,7 +188,13 @@ pub(crate) fn openai<'a>(data: &'a [u8], memo: &mut crate::scan::Memo) -> Seen<'
             ..Seen::default()
         };
     }
+    if let Some(seen) = memo.template.read(data, false) {
+        return seen;
+    }
     if let Some(seen) = crate::scan::openai(data, memo) {
+        if seen.kind == Kind::Content {
+            memo.template.learn(data, false);
+        }
         return seen;
     }
     openai_serde(data)
@@ -289,7 +295,13 @@ pub(crate) fn anthropic<'a>(name: &[u8], data: &'a [u8], memo: &mut crate::scan:
             ..Seen::default()
         };
     }
+    if let Some(seen) = memo.template.read(data, true) {
+        return seen;
+    }
     if let Some(seen) = crate::scan::anthropic(data, memo) {
+        if seen.kind == Kind::Content {
+            memo.template.learn(data, true);
+        }
         return seen;
     }
     anthropic_serde(data)

@@ -115,6 +115,275 @@ pub(crate) struct Memo {
     /// The kept members inside the prefix: their name's span and their value's start.
     keep: [(u32, u32, u32); MEMO_KEEP],
     kept: usize,
+    /// The shape of the stream's text deltas.
+    pub(crate) template: Template,
+}
+
+/// Text deltas read in full in a row without matching a template, after which a stream is no
+/// longer searched for one (until a delta matches again).
+const TEMPLATE_TRIES: u8 = 4;
+
+/// The shape of a stream's text deltas, learnt from one read in full: its bytes up to the
+/// opening quote of its text (`head`), and from the closing quote to the end of the top-level
+/// member holding it (`member_end`: an OpenAI chunk's `choices`, an Anthropic event's `delta`).
+///
+/// The text deltas of a stream differ only in their text (and, in OpenAI's chunks, an
+/// `obfuscation` padding after the choices). A delta that starts with the head, continues with
+/// a valid JSON string that is not empty, then the member's end, then only members the derive
+/// ignores (and one `null` usage, for OpenAI) and the object's end, is what the learnt one
+/// was with another text: the derive would read it as the same kind, with the same id, model,
+/// creation time and index (their bytes are in the head), and this text. The learning walk
+/// admits only deltas whose head holds nothing else the derive reads, one choice at index 0
+/// with no finish reason and a delta of its content alone (OpenAI), or a `text_delta` (Anthropic).
+/// Two comparisons of bytes and a scan of the text and what follows, instead of the event's
+/// walk.
+#[derive(Debug, Default)]
+pub(crate) struct Template {
+    head: Vec<u8>,
+    member_end: String,
+    anthropic: bool,
+    /// The spans of the id and the model in the head (plain strings), the creation time, the
+    /// index.
+    id: Option<(usize, usize)>,
+    model: Option<(usize, usize)>,
+    created: Option<u64>,
+    index: Option<u64>,
+    tries: u8,
+}
+
+impl Template {
+    /// `data` read by the learnt shape; `None` when it is not of it (it is then read in full).
+    pub(crate) fn read<'a>(&mut self, data: &'a [u8], anthropic: bool) -> Option<Seen<'a>> {
+        if self.head.is_empty() || self.anthropic != anthropic || !data.starts_with(&self.head) {
+            return None;
+        }
+        // From the text's opening quote (ASCII: a character starts there).
+        let from_quote = std::str::from_utf8(data.get(self.head.len() - 1..)?).ok()?;
+        let mut c = JsonCursor::new(from_quote);
+        let s = c.string()?;
+        if s.is_empty() {
+            return None;
+        }
+        let text = decode(&c, s)?;
+        let tail = from_quote.get(c.pos()..)?.strip_prefix(&*self.member_end)?;
+        tail_ignored(tail, anthropic)?;
+        let borrowed = |span: Option<(usize, usize)>| match span {
+            Some((a, b)) => std::str::from_utf8(data.get(a..b)?)
+                .ok()
+                .map(|t| Some(Cow::Borrowed(t))),
+            None => Some(None),
+        };
+        let seen = Seen {
+            kind: Kind::Content,
+            text: Some(text),
+            id: borrowed(self.id)?,
+            model: borrowed(self.model)?,
+            created: self.created,
+            index: self.index,
+            ..Seen::default()
+        };
+        self.tries = 0;
+        Some(seen)
+    }
+
+    /// Learns the shape of `data`, a text delta just read in full; keeps the shape it has if
+    /// `data` is not one it can learn.
+    pub(crate) fn learn(&mut self, data: &[u8], anthropic: bool) {
+        if self.tries >= TEMPLATE_TRIES {
+            return;
+        }
+        self.tries += 1;
+        let learnt = if anthropic {
+            learn_anthropic(data)
+        } else {
+            learn_openai(data)
+        };
+        if let Some(t) = learnt {
+            *self = Template {
+                tries: self.tries,
+                ..t
+            };
+        }
+    }
+}
+
+/// The shape of an OpenAI chunk whose one choice (index 0, no finish reason) has a delta of
+/// its content alone, and whose members before the choices are the id, creation time and
+/// model (each once) and members the derive ignores.
+fn learn_openai(data: &[u8]) -> Option<Template> {
+    let t = std::str::from_utf8(data).ok()?;
+    let mut c = JsonCursor::new(t);
+    let mut tpl = Template::default();
+    let mut once = Once::default();
+    c.eat(b'{')?;
+    loop {
+        c.ws();
+        match c.key()? {
+            name @ (b"id" | b"model") => {
+                once.first(u32::from(name == b"model"))?;
+                let s = c.string()?;
+                c.plain(s)?;
+                let span = Some((s.start, s.end));
+                if name == b"id" {
+                    tpl.id = span;
+                } else {
+                    tpl.model = span;
+                }
+            }
+            b"created" => {
+                once.first(2)?;
+                tpl.created = c.count_or_null()?;
+            }
+            b"choices" => break,
+            b"usage" | b"error" => return None,
+            _ => ignored(&mut c, 1)?,
+        }
+        c.eat(b',')?;
+    }
+    c.eat(b'[')?;
+    c.eat(b'{')?;
+    let mut once = Once::default();
+    let mut text = None;
+    loop {
+        c.ws();
+        match c.key()? {
+            b"index" => {
+                once.first(0)?;
+                (c.count()? == 0).then_some(())?;
+            }
+            b"finish_reason" => {
+                once.first(1)?;
+                c.null()?.then_some(())?;
+            }
+            b"delta" => {
+                once.first(2)?;
+                c.eat(b'{')?;
+                c.ws();
+                (c.key()? == b"content").then_some(())?;
+                c.ws();
+                text = Some(c.string()?);
+                c.eat(b'}')?;
+            }
+            _ => ignored(&mut c, 3)?,
+        }
+        c.ws();
+        match c.peek()? {
+            b',' => c.eat(b',')?,
+            _ => {
+                c.eat(b'}')?;
+                break;
+            }
+        }
+    }
+    c.eat(b']')?;
+    tpl.fit(data, text?, c.pos())
+}
+
+/// The shape of an Anthropic `content_block_delta` of type `text_delta`, whose members before
+/// its delta are its type and index (each once) and members the derive ignores.
+fn learn_anthropic(data: &[u8]) -> Option<Template> {
+    let t = std::str::from_utf8(data).ok()?;
+    let mut c = JsonCursor::new(t);
+    let mut tpl = Template {
+        anthropic: true,
+        ..Template::default()
+    };
+    let mut once = Once::default();
+    c.eat(b'{')?;
+    loop {
+        c.ws();
+        match c.key()? {
+            b"type" => {
+                once.first(0)?;
+                let s = c.string()?;
+                (c.plain(s)? == "content_block_delta").then_some(())?;
+            }
+            b"index" => {
+                once.first(1)?;
+                tpl.index = c.count_or_null()?;
+            }
+            b"delta" => break,
+            b"content_block" | b"message" | b"usage" => return None,
+            _ => ignored(&mut c, 1)?,
+        }
+        c.eat(b',')?;
+    }
+    once.has(0).then_some(())?;
+    c.eat(b'{')?;
+    let mut inner = Once::default();
+    let mut text = None;
+    loop {
+        c.ws();
+        match c.key()? {
+            b"type" => {
+                inner.first(0)?;
+                let s = c.string()?;
+                (c.plain(s)? == "text_delta").then_some(())?;
+            }
+            b"text" => {
+                inner.first(1)?;
+                text = Some(c.string()?);
+            }
+            b"stop_reason" | b"stop_sequence" => return None,
+            _ => ignored(&mut c, 2)?,
+        }
+        c.ws();
+        match c.peek()? {
+            b',' => c.eat(b',')?,
+            _ => {
+                c.eat(b'}')?;
+                break;
+            }
+        }
+    }
+    inner.has(0).then_some(())?;
+    tpl.fit(data, text?, c.pos())
+}
+
+impl Template {
+    /// Cuts `data` around its text `text` (a span of it), the member holding it ending at
+    /// `member_end`.
+    fn fit(mut self, data: &[u8], text: JsonStr, member_end: usize) -> Option<Template> {
+        self.head = data.get(..text.start)?.to_vec();
+        self.member_end = std::str::from_utf8(data.get(text.end + 1..member_end)?)
+            .ok()?
+            .to_owned();
+        Some(self)
+    }
+}
+
+/// Whether `tail` is only members the derive ignores (and, for OpenAI, one `null` usage),
+/// then the object's end.
+fn tail_ignored(tail: &str, anthropic: bool) -> Option<()> {
+    let mut c = JsonCursor::new(tail);
+    let mut usage = false;
+    loop {
+        c.ws();
+        if c.peek()? == b'}' {
+            c.eat(b'}')?;
+            return c.at_end().then_some(());
+        }
+        c.eat(b',')?;
+        c.ws();
+        let name = c.key()?;
+        let known = if anthropic {
+            matches!(
+                name,
+                b"type" | b"index" | b"delta" | b"content_block" | b"message" | b"usage"
+            )
+        } else {
+            matches!(name, b"id" | b"created" | b"model" | b"choices" | b"error")
+        };
+        if known {
+            return None;
+        }
+        if name == b"usage" {
+            (!usage && c.null()?).then_some(())?;
+            usage = true;
+        } else {
+            ignored(&mut c, 1)?;
+        }
+    }
 }
 
 /// The most kept members a prefix holds.
@@ -740,6 +1009,52 @@ mod tests {
     }
 
     #[test]
+    fn text_deltas_of_one_shape_are_read_by_it() {
+        for anthropic in [false, true] {
+            let sse = if anthropic {
+                anthropic_stream(&["Hello", " wor", "ld"], false, "\"end_turn\"")
+            } else {
+                openai_stream(&["Hello", " wor", "ld"], false, "\"stop\"")
+            };
+            read_both(anthropic, sse.as_bytes(), 0);
+            let mut memo = Memo::default();
+            let deltas: Vec<&str> = sse
+                .split("\n\n")
+                .filter_map(|e| e.split("data: ").nth(1))
+                .filter(|d| d.contains("ello") || d.contains("wor") || d.contains("\"ld\""))
+                .collect();
+            assert_eq!(deltas.len(), 3);
+            fn read<'a>(anthropic: bool, memo: &mut Memo, d: &'a str) -> Seen<'a> {
+                if anthropic {
+                    events::anthropic(b"content_block_delta", d.as_bytes(), memo)
+                } else {
+                    events::openai(d.as_bytes(), memo)
+                }
+            }
+            let first = read(anthropic, &mut memo, deltas[0]);
+            // Learnt from the first; the next read by it, the same as the full reading.
+            let second = memo
+                .template
+                .read(deltas[1].as_bytes(), anthropic)
+                .expect("shape");
+            assert_eq!(second, read(anthropic, &mut Memo::default(), deltas[1]));
+            assert_eq!(second.text.as_deref(), Some(" wor"));
+            assert_eq!((second.id, second.model), (first.id, first.model));
+            // Another member the derive reads after the text's: read in full.
+            let other = deltas[2].replacen('}', ",\"id\":\"x\"}", 1);
+            let other = if anthropic {
+                deltas[2].replace("}}", "},\"usage\":{}}")
+            } else {
+                other
+            };
+            assert!(
+                memo.template.read(other.as_bytes(), anthropic).is_none(),
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
     fn a_finish_word_inside_a_text_is_text() {
         let data = br#"{"choices":[{"index":0,"delta":{"content":"{\"finish_reason\":\"length\"}"},"finish_reason":null}]}"#;
         let seen = openai(data, &mut Memo::default()).expect("plain");
@@ -818,6 +1133,48 @@ mod tests {
             } else if let Some(s) = super::openai(&data, &mut memo) {
                 prop_assert_eq!(s, events::openai_serde(&data));
             }
+        }
+
+        /// Text deltas read by the shape learnt from an earlier one are read as serde's
+        /// derive reads them, whatever members come before and after the text (ones the
+        /// derive reads among them), with a byte changed or not.
+        #[test]
+        fn text_deltas_read_by_their_shape_read_as_serde_reads_them(
+            anthropic in any::<bool>(),
+            head in proptest::collection::vec((0usize..8, 0usize..6), 0..3),
+            events in proptest::collection::vec(
+                (proptest::sample::select(TEXTS), proptest::collection::vec((0usize..8, 0usize..6), 0..3)),
+                1..6,
+            ),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            damage in any::<bool>(),
+        ) {
+            const KEYS: [&str; 8] = ["id", "model", "created", "usage", "obfuscation", "index", "type", "x"];
+            const VALUES: [&str; 6] = ["null", "\"a\"", "7", "{}", "\"content_block_delta\"", "{\"prompt_tokens\":1}"];
+            let member = |&(k, v): &(usize, usize)| format!("\"{}\":{}", KEYS[k], VALUES[v]);
+            let head: Vec<String> = head.iter().map(member).collect();
+            let mut sse = String::new();
+            for (text, tail) in &events {
+                let core = if anthropic {
+                    format!("\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}")
+                } else {
+                    format!("\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]")
+                };
+                let members: Vec<String> = head
+                    .iter()
+                    .cloned()
+                    .chain([core])
+                    .chain(tail.iter().map(member))
+                    .collect();
+                sse += &format!("data: {{{}}}\n\n", members.join(","));
+            }
+            let mut data = sse.into_bytes();
+            if damage {
+                let i = at.index(data.len());
+                data[i] = byte;
+            }
+            read_both(anthropic, &data, 0);
         }
 
         /// The splice decides (pass on, hold, continue, resume) and builds its follow-up
