@@ -122,6 +122,9 @@ pub(crate) struct Memo {
 /// Text deltas read in full in a row without matching a template, after which a stream is no
 /// longer searched for one (until a delta matches again).
 const TEMPLATE_TRIES: u8 = 4;
+/// The most bytes a template keeps (its head and its member's end): a text delta is a few
+/// hundred bytes; one whose text sits after kilobytes of other members is read in full.
+const TEMPLATE_MAX: usize = 4096;
 
 /// The shape of a stream's text deltas, learnt from one read in full: its bytes up to the
 /// opening quote of its text (`head`), and from the closing quote to the end of the top-level
@@ -344,6 +347,7 @@ impl Template {
     /// Cuts `data` around its text `text` (a span of it), the member holding it ending at
     /// `member_end`.
     fn fit(mut self, data: &[u8], text: JsonStr, member_end: usize) -> Option<Template> {
+        (text.start + member_end.saturating_sub(text.end) <= TEMPLATE_MAX).then_some(())?;
         self.head = data.get(..text.start)?.to_vec();
         self.member_end = std::str::from_utf8(data.get(text.end + 1..member_end)?)
             .ok()?
@@ -1040,6 +1044,12 @@ mod tests {
             assert_eq!(second, read(anthropic, &mut Memo::default(), deltas[1]));
             assert_eq!(second.text.as_deref(), Some(" wor"));
             assert_eq!((second.id, second.model), (first.id, first.model));
+            // A shape longer than a template keeps is not learnt.
+            let pad = format!("{{\"pad\":\"{}\",", "x".repeat(5000));
+            let long = deltas[0].replacen('{', &pad, 1);
+            let mut fresh = Memo::default();
+            let _ = read(anthropic, &mut fresh, &long);
+            assert!(fresh.template.read(long.as_bytes(), anthropic).is_none());
             // Another member the derive reads after the text's: read in full.
             let other = deltas[2].replacen('}', ",\"id\":\"x\"}", 1);
             let other = if anthropic {

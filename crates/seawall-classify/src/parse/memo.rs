@@ -87,6 +87,9 @@ fn skippable(name: &[u8], model_known: bool) -> bool {
 /// Content events read in full in a row without a template to match, after which a stream is
 /// no longer searched for one (until an event matches again).
 pub(super) const TEMPLATE_TRIES: u8 = 4;
+/// The most bytes a template keeps (its head and its member's end): a content event is a few
+/// hundred bytes; one whose text sits after kilobytes of other members is read in full.
+const TEMPLATE_MAX: usize = 4096;
 
 /// The shape of a stream's content events, learnt from one read in full: its bytes up to the
 /// opening quote of its text (`head`), and from the text's closing quote to the end of the
@@ -161,6 +164,9 @@ impl Template {
         ) else {
             return;
         };
+        if head.len() + end.len() > TEMPLATE_MAX {
+            return;
+        }
         self.head.clear();
         self.head.extend_from_slice(head);
         self.member_end.clear();

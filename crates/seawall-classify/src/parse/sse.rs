@@ -595,6 +595,17 @@ mod tests {
         );
         agree(hidden.as_bytes());
         assert!(outcome(hidden.as_bytes(), true).starts_with("Some(Usage { input_tokens: 5"));
+        // A shape longer than a template keeps is not learnt (its events are read in full).
+        let long = format!(
+            "data: {{\"pad\":\"{}\",\"choices\":[{{\"delta\":{{\"content\":\"a\"}}}}]}}\n\n",
+            "x".repeat(5000)
+        );
+        let mut p = SseParser::new(None, true);
+        assert!(p.feed(long.repeat(2).as_bytes(), &report).is_none());
+        assert!(
+            !p.template
+                .matches(EventName::Message, long[6..].trim_end().as_bytes(), true)
+        );
         // Another member the reading asks for after the choices: read in full.
         let usage = chunk("y").replace("\"obfuscation\"", "\"usage\":{\"prompt_tokens\":1},\"o\"");
         let usage = usage.trim_start_matches("data: ").trim_end();
