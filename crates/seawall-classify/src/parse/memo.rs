@@ -16,6 +16,9 @@ pub(super) const MEMO_MAX: usize = 1024;
 /// Events read in full in a row without a prefix to resume from, after which a stream's
 /// events are no longer searched for one.
 pub(super) const MEMO_TRIES: u8 = 4;
+/// The largest scratch buffer a stream keeps between events (a larger one, grown by a rare
+/// large event, is let go).
+pub(super) const MEMO_SCRATCH_KEEP: usize = 16 * 1024;
 
 /// The leading members of an event that the reading never looks at, remembered for the
 /// next events of the stream that repeat them byte for byte.

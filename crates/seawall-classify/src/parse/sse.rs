@@ -14,7 +14,7 @@ use seawall_core::{
     BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
 
-use super::memo::{Memo, Template};
+use super::memo::{MEMO_SCRATCH_KEEP, Memo, Template};
 use super::scan::View;
 use super::usage::RawUsage;
 use super::{broken, embedded_error, empty_answer};
@@ -200,7 +200,10 @@ impl SseParser {
                         .learn(event, root, data, to_event, model_known);
                     out
                 });
-                self.memo.scratch = scratch;
+                // Kept for the next event, unless a rare large one grew it.
+                if scratch.capacity() <= MEMO_SCRATCH_KEEP {
+                    self.memo.scratch = scratch;
+                }
                 if let Some(out) = out {
                     self.memo.tries = 0;
                     return out;
@@ -541,6 +544,14 @@ mod tests {
             br#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","#
         );
         assert_eq!(p.memo.tries, 0);
+        // A large event read after the prefix (not a content event of the learnt shape: it
+        // has a finish reason) leaves no large buffer behind.
+        let large = format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}},\"finish_reason\":\"length\"}}]}}\n\n",
+            "x".repeat(100_000)
+        );
+        assert!(p.feed(large.as_bytes(), &report).is_none());
+        assert!(p.memo.scratch.capacity() <= super::super::memo::MEMO_SCRATCH_KEEP);
         // An Anthropic event starts with its type, which the reading needs: nothing to
         // remember, and after a few events the stream is no longer searched.
         let mut p = SseParser::new(None, true);
