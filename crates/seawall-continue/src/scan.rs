@@ -269,13 +269,8 @@ fn learn_openai(data: &[u8]) -> Option<Template> {
             }
             _ => ignored(&mut c, 3)?,
         }
-        c.ws();
-        match c.peek()? {
-            b',' => c.eat(b',')?,
-            _ => {
-                c.eat(b'}')?;
-                break;
-            }
+        if !more(&mut c)? {
+            break;
         }
     }
     c.eat(b']')?;
@@ -298,8 +293,7 @@ fn learn_anthropic(data: &[u8]) -> Option<Template> {
         match c.key()? {
             b"type" => {
                 once.first(0)?;
-                let s = c.string()?;
-                (c.plain(s)? == "content_block_delta").then_some(())?;
+                word(&mut c, "content_block_delta")?;
             }
             b"index" => {
                 once.first(1)?;
@@ -320,8 +314,7 @@ fn learn_anthropic(data: &[u8]) -> Option<Template> {
         match c.key()? {
             b"type" => {
                 inner.first(0)?;
-                let s = c.string()?;
-                (c.plain(s)? == "text_delta").then_some(())?;
+                word(&mut c, "text_delta")?;
             }
             b"text" => {
                 inner.first(1)?;
@@ -330,17 +323,29 @@ fn learn_anthropic(data: &[u8]) -> Option<Template> {
             b"stop_reason" | b"stop_sequence" => return None,
             _ => ignored(&mut c, 2)?,
         }
-        c.ws();
-        match c.peek()? {
-            b',' => c.eat(b',')?,
-            _ => {
-                c.eat(b'}')?;
-                break;
-            }
+        if !more(&mut c)? {
+            break;
         }
     }
     inner.has(0).then_some(())?;
     tpl.fit(data, text?, c.pos())
+}
+
+/// The string `w`, unescaped, next.
+fn word(c: &mut Cur<'_>, w: &str) -> Option<()> {
+    let s = c.string()?;
+    (c.plain(s)? == w).then_some(())
+}
+
+/// After a member: `true` past the `,` before another, `false` past the object's `}`.
+fn more(c: &mut Cur<'_>) -> Option<bool> {
+    c.ws();
+    if c.peek()? == b',' {
+        c.eat(b',')?;
+        return Some(true);
+    }
+    c.eat(b'}')?;
+    Some(false)
 }
 
 impl Template {
