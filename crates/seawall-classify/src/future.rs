@@ -98,13 +98,17 @@ impl<F, B, C> std::fmt::Debug for ResponseFuture<F, B, C> {
     }
 }
 
-/// Whether a successful body is an SSE stream: by its content type, or, without one, by the
-/// request's `stream` flag.
-fn is_sse(headers: &HeaderMap, streaming: bool) -> bool {
-    match headers
+/// The response's content type, when it has a readable one (looked up once per response).
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-    {
+}
+
+/// Whether a successful body is an SSE stream: by its content type, or, without one, by the
+/// request's `stream` flag.
+fn is_sse(content_type: Option<&str>, streaming: bool) -> bool {
+    match content_type {
         Some(ct) => ct
             .trim_start()
             .get(..17)
@@ -115,11 +119,8 @@ fn is_sse(headers: &HeaderMap, streaming: bool) -> bool {
 
 /// Whether a successful body is a JSON answer worth reading ahead: a JSON content type (or
 /// none) that the body's size hint does not already put over the limit.
-fn is_small_json<B: Body>(headers: &HeaderMap, body: &B, limit: usize) -> bool {
-    let json = match headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    {
+fn is_small_json<B: Body>(content_type: Option<&str>, body: &B, limit: usize) -> bool {
+    let json = match content_type {
         Some(ct) => {
             let essence = ct.split(';').next().unwrap_or("").trim();
             // `+json` compared in place: no lowercase copy of the header per call.
@@ -133,6 +134,34 @@ fn is_small_json<B: Body>(headers: &HeaderMap, body: &B, limit: usize) -> bool {
         None => true,
     };
     json && body.size_hint().lower() <= limit as u64
+}
+
+/// Reads a JSON answer's frames into `frames` until its end or past `limit` bytes: whether it
+/// ended whole within the limit, and the error it broke with.
+fn read_ahead<B>(
+    body: &mut B,
+    cx: &mut Context<'_>,
+    frames: &mut FrameQueue<Bytes>,
+    len: &mut usize,
+    limit: usize,
+) -> Poll<(bool, Option<BoxError>)>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    loop {
+        if *len > limit {
+            return Poll::Ready((false, None));
+        }
+        match ready!(Pin::new(&mut *body).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                *len += frame.data_ref().map_or(0, Bytes::len);
+                frames.push_back(frame);
+            }
+            Some(Err(e)) => return Poll::Ready((false, Some(e.into()))),
+            None => return Poll::Ready((true, None)),
+        }
+    }
 }
 
 /// Joins the data of frames read ahead (one frame, the usual case, is not copied).
@@ -192,14 +221,24 @@ where
                         parts.extensions.insert(snap);
                     }
                     parts.extensions.insert(report.clone());
-                    let sse = is_sse(&parts.headers, *this.streaming);
-                    if !sse && is_small_json(&parts.headers, &body, *this.limit) {
+                    let ct = content_type(&parts.headers);
+                    let sse = is_sse(ct, *this.streaming);
+                    if !sse && is_small_json(ct, &body, *this.limit) {
+                        // Usually the whole answer is in hand: read here, the head not moved
+                        // into the state and out again.
+                        let (mut body, mut frames, mut len) = (body, FrameQueue::new(), 0);
+                        if let Poll::Ready((whole, failed)) =
+                            read_ahead(&mut body, cx, &mut frames, &mut len, *this.limit)
+                        {
+                            this.state.set(State::Done);
+                            return Poll::Ready(answer(parts, body, report, frames, whole, failed));
+                        }
                         this.state.set(State::ReadingAnswer {
                             head: Some(parts),
                             body: Some(body),
                             report,
-                            frames: FrameQueue::new(),
-                            len: 0,
+                            frames,
+                            len,
                         });
                         continue;
                     }
@@ -255,40 +294,14 @@ where
                     let Some(inner) = body.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    // `Some(ended)` once read: whole (`true`) or past the limit (`false`).
-                    let mut failed = None;
-                    let mut ended = None;
-                    while ended.is_none() {
-                        if *len > *this.limit {
-                            ended = Some(false);
-                            break;
-                        }
-                        match ready!(Pin::new(&mut *inner).poll_frame(cx)) {
-                            Some(Ok(frame)) => {
-                                *len += frame.data_ref().map_or(0, Bytes::len);
-                                frames.push_back(frame);
-                            }
-                            Some(Err(e)) => {
-                                failed = Some(e.into());
-                                ended = Some(false);
-                            }
-                            None => ended = Some(true),
-                        }
-                    }
+                    let (whole, failed) = ready!(read_ahead(inner, cx, frames, len, *this.limit));
                     let (Some(parts), Some(inner)) = (head.take(), body.take()) else {
                         seawall_core::polled_after_completion();
                     };
                     let report = Arc::clone(report);
                     let frames = std::mem::take(frames);
                     this.state.set(State::Done);
-                    return Poll::Ready(answer(
-                        parts,
-                        inner,
-                        report,
-                        frames,
-                        ended == Some(true),
-                        failed,
-                    ));
+                    return Poll::Ready(answer(parts, inner, report, frames, whole, failed));
                 }
                 StateProj::Done => seawall_core::polled_after_completion(),
             }
