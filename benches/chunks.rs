@@ -1,7 +1,8 @@
 //! What a streamed answer costs per chunk once it streams (after the commit point), and what a
 //! small non-streamed answer costs to classify: the layers that read every chunk (classify,
-//! the stream timeouts, continue) over a realistic OpenAI Chat Completions and Anthropic
-//! Messages SSE stream, one event per frame as a transport hands them on.
+//! the stream timeouts, continue), and the recommended stack whose hooks pass every chunk on,
+//! over a realistic OpenAI Chat Completions and Anthropic Messages SSE stream, one event per
+//! frame as a transport hands them on.
 //!
 //! ```text
 //! cargo bench -p seawall-benches --bench chunks
@@ -24,7 +25,10 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use seawall::core::LlmError;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+#[path = "support/layers.rs"]
+mod layers;
 
 /// Reads a body to its end; returns the bytes read.
 async fn drain<B: Body>(body: B) -> usize
@@ -253,6 +257,23 @@ fn rows(case: Case, r: &mut impl Row) {
             seawall::stream::StreamTimeoutLayer::new()
                 .layer(seawall::classify::ClassifyLayer::default().layer(up)),
         ),
+    );
+    // The recommended stack but its context guard (which reads only the request): the hooks
+    // of the budget, breaker, gate and observer ride on every chunk too.
+    r.row(
+        "recommended",
+        case,
+        ServiceBuilder::new()
+            .layer(layers::observe())
+            .layer(seawall::continuation::ContinueLayer::new())
+            .layer(layers::fallback_layer())
+            .layer(seawall::retry::BackoffRetryLayer::new())
+            .layer(layers::budget())
+            .layer(seawall::breaker::CircuitBreakerLayer::new())
+            .layer(layers::gate())
+            .layer(seawall::stream::StreamTimeoutLayer::new())
+            .layer(seawall::classify::ClassifyLayer::default())
+            .service(up),
     );
 }
 

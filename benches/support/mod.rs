@@ -16,14 +16,15 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
-use seawall::budget::{Budget, CostBudgetLayer, FixedKey, PriceTable, Usd};
 use seawall::core::{FailureClass, LlmError, LlmRequest};
-use seawall::fallback::{FallbackLayer, Target};
-use seawall::gate::{ConcurrencyGateLayer, Rates};
-use seawall::observe::{NoopRecorder, ObserveLayer};
+use seawall::gate::ConcurrencyGateLayer;
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::StreamTimeoutLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+mod layers;
+
+use layers::{budget, fallback_layer, gate, observe};
 
 /// A small chat request, OpenAI style, as an application builds it for every call.
 pub(crate) const REQUEST_JSON: &[u8] = br#"{"model":"gpt-4o","max_tokens":256,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the whole wide world."}]}"#;
@@ -210,55 +211,12 @@ impl<Res, E> tower::retry::Policy<Request<Bytes>, Res, E> for NeverRetry {
     }
 }
 
-/// A dozen models, as a production price table would list them: the budget crate's example
-/// price file.
-pub(crate) const PRICES: &str = include_str!("../../crates/seawall-budget/prices.example.toml");
-
-/// Three budgets a team would set: a monthly total, a daily one per model, an hourly one per
-/// tenant. The limits are far above what a bench spends, so no call is refused.
-fn budget() -> CostBudgetLayer<FixedKey> {
-    CostBudgetLayer::builder(PriceTable::from_toml_str(PRICES).expect("price table"))
-        .budget(Budget::monthly("monthly", Usd::from_dollars(1_000_000_000)))
-        .budget(Budget::daily("per-model", Usd::from_dollars(1_000_000_000)).per_model())
-        .budget(Budget::hourly("per-tenant", Usd::from_dollars(1_000_000_000)).per_key("tenant"))
-        .keys(FixedKey::new("acme"))
-        .build()
-        .expect("budget layer")
-}
-
-/// The gate of the recommended stack: permits far above what one or two threads hold, and
-/// request/token rates so high that they never throttle (the rate path still runs).
-fn gate() -> ConcurrencyGateLayer {
-    ConcurrencyGateLayer::builder()
-        .limit(64)
-        .rates(
-            Rates::new()
-                .requests_per_minute(u64::MAX / 4)
-                .tokens_per_minute(u64::MAX / 4),
-        )
-        .build()
-        .expect("the bench gate's settings are valid")
-}
-
 /// A fallback to a smaller model that a successful call never uses.
 fn fallback<S>(svc: S) -> seawall::fallback::Fallback<S, Request<Bytes>, S::Response>
 where
     S: Service<Request<Bytes>>,
 {
     fallback_layer().layer(svc)
-}
-
-/// The layer of [`fallback`].
-fn fallback_layer<Resp>() -> FallbackLayer<Request<Bytes>, Resp> {
-    FallbackLayer::new([Target::model("gpt-4o-mini")])
-}
-
-/// The stack's observer, recording nothing.
-fn observe() -> ObserveLayer {
-    ObserveLayer::builder()
-        .recorder(NoopRecorder)
-        .build()
-        .expect("the bench observe settings are valid")
 }
 
 /// The recommended stack, outer to inner, with each layer's defaults (budget and gate as
