@@ -280,7 +280,7 @@ async fn a_failing_length_continuation_leaves_the_answer_as_it_was() {
 async fn an_answer_that_needs_nothing_passes_through_byte_for_byte() {
     for anthropic_wire in [false, true] {
         for stream in [false, true] {
-            let direct = seawall_mock::MockUpstream::new(profile())
+            let direct = common::mock(profile())
                 .oneshot(ask(anthropic_wire, stream, 100))
                 .await
                 .unwrap();
@@ -371,7 +371,7 @@ async fn a_stream_cut_after_more_text_than_the_layer_keeps_is_not_resumed() {
 async fn an_answer_larger_than_the_layer_reads_passes_through_uncontinued() {
     // A `length` answer over `max_body_bytes` is not read for its finish: passed on whole,
     // byte for byte, and no follow-up is made.
-    let direct = seawall_mock::MockUpstream::new(profile())
+    let direct = common::mock(profile())
         .oneshot(anthropic(false, 6))
         .await
         .unwrap();

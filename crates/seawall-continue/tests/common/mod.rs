@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -39,11 +40,17 @@ pub struct Up {
     pub first_calls: usize,
 }
 
+/// An upstream whose wall-clock times (`created`, `date`) start at a fixed instant: two
+/// upstreams made a moment apart answer byte for byte alike, whatever second the clock is in.
+pub fn mock(profile: Profile) -> MockUpstream {
+    MockUpstream::with_epoch(profile, UNIX_EPOCH + Duration::from_secs(1_796_234_761))
+}
+
 impl Up {
     pub fn new(first: Profile, rest: Profile) -> Up {
         Up {
-            first: MockUpstream::new(first),
-            rest: MockUpstream::new(rest),
+            first: mock(first),
+            rest: mock(rest),
             seen: Arc::default(),
             first_calls: 1,
         }
@@ -57,7 +64,7 @@ impl Up {
 
     /// One upstream for every call.
     pub fn single(profile: Profile) -> Up {
-        let mock = MockUpstream::new(profile);
+        let mock = mock(profile);
         Up {
             first: mock.clone(),
             rest: mock,
@@ -162,7 +169,7 @@ pub fn ask(anthropic_wire: bool, stream: bool, max_tokens: u32) -> Request<Bytes
 /// The text the mock answers `req` with, uncut, from a fresh upstream of `profile` (the first
 /// call of an upstream on a seed draws the same answer as the first call of another).
 pub async fn uncut(profile: Profile, anthropic_wire: bool) -> String {
-    let resp = MockUpstream::new(profile)
+    let resp = mock(profile)
         .oneshot(ask(anthropic_wire, false, 1000))
         .await
         .unwrap();
