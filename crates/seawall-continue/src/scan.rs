@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use memchr::memmem::Finder;
 
 use seawall_core::FinishReason;
-use seawall_core::json_scan::{JsonCursor, JsonKind, JsonStr, Seen as Once};
+use seawall_core::json_scan::{JsonCursor, JsonKind, JsonStr, Seen as Once, TextShape};
 use serde_json::Value;
 
 use crate::events::{Kind, Seen};
@@ -122,13 +122,10 @@ pub(crate) struct Memo {
 /// Text deltas read in full in a row without matching a template, after which a stream is no
 /// longer searched for one (until a delta matches again).
 const TEMPLATE_TRIES: u8 = 4;
-/// The most bytes a template keeps (its head and its member's end): a text delta is a few
-/// hundred bytes; one whose text sits after kilobytes of other members is read in full.
-const TEMPLATE_MAX: usize = 4096;
 
-/// The shape of a stream's text deltas, learnt from one read in full: its bytes up to the
-/// opening quote of its text (`head`), and from the closing quote to the end of the top-level
-/// member holding it (`member_end`: an OpenAI chunk's `choices`, an Anthropic event's `delta`).
+/// The shape of a stream's text deltas, learnt from one read in full: the bytes around its
+/// text up to the end of the top-level member holding it (a [`TextShape`]: an OpenAI chunk's
+/// `choices`, an Anthropic event's `delta`).
 ///
 /// The text deltas of a stream differ only in their text (and, in OpenAI's chunks, an
 /// `obfuscation` padding after the choices). A delta that starts with the head, continues with
@@ -142,8 +139,7 @@ const TEMPLATE_MAX: usize = 4096;
 /// walk.
 #[derive(Debug, Default)]
 pub(crate) struct Template {
-    head: Vec<u8>,
-    member_end: String,
+    shape: TextShape,
     anthropic: bool,
     /// The spans of the id and the model in the head (plain strings), the creation time, the
     /// index.
@@ -157,18 +153,11 @@ pub(crate) struct Template {
 impl Template {
     /// `data` read by the learnt shape; `None` when it is not of it (it is then read in full).
     pub(crate) fn read<'a>(&mut self, data: &'a [u8], anthropic: bool) -> Option<Seen<'a>> {
-        if self.head.is_empty() || self.anthropic != anthropic || !data.starts_with(&self.head) {
+        if self.anthropic != anthropic {
             return None;
         }
-        // From the text's opening quote (ASCII: a character starts there).
-        let from_quote = std::str::from_utf8(data.get(self.head.len() - 1..)?).ok()?;
-        let mut c = JsonCursor::new(from_quote);
-        let s = c.string()?;
-        if s.is_empty() {
-            return None;
-        }
+        let (c, s, tail) = self.shape.split(data)?;
         let text = decode(&c, s)?;
-        let tail = from_quote.get(c.pos()..)?.strip_prefix(&*self.member_end)?;
         tail_ignored(tail, anthropic)?;
         let borrowed = |span: Option<(usize, usize)>| match span {
             Some((a, b)) => std::str::from_utf8(data.get(a..b)?)
@@ -352,11 +341,7 @@ impl Template {
     /// Cuts `data` around its text `text` (a span of it), the member holding it ending at
     /// `member_end`.
     fn fit(mut self, data: &[u8], text: JsonStr, member_end: usize) -> Option<Template> {
-        (text.start + member_end.saturating_sub(text.end) <= TEMPLATE_MAX).then_some(())?;
-        self.head = data.get(..text.start)?.to_vec();
-        self.member_end = std::str::from_utf8(data.get(text.end + 1..member_end)?)
-            .ok()?
-            .to_owned();
+        self.shape = TextShape::around(data, text.start - 1..text.end + 1, member_end)?;
         Some(self)
     }
 }
@@ -366,15 +351,7 @@ impl Template {
 fn tail_ignored(tail: &str, anthropic: bool) -> Option<()> {
     let mut c = JsonCursor::new(tail);
     let mut usage = false;
-    loop {
-        c.ws();
-        if c.peek()? == b'}' {
-            c.eat(b'}')?;
-            return c.at_end().then_some(());
-        }
-        c.eat(b',')?;
-        c.ws();
-        let name = c.key()?;
+    c.rest_of_object(|c, name| {
         let known = if anthropic {
             matches!(
                 name,
@@ -389,10 +366,11 @@ fn tail_ignored(tail: &str, anthropic: bool) -> Option<()> {
         if name == b"usage" {
             (!usage && c.null()?).then_some(())?;
             usage = true;
-        } else {
-            ignored(&mut c, 1)?;
+            return Some(());
         }
-    }
+        ignored(c, 1)
+    })?;
+    c.at_end().then_some(())
 }
 
 /// The most kept members a prefix holds.

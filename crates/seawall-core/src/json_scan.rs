@@ -94,6 +94,65 @@ fn plain_run(b: &[u8]) -> usize {
     i
 }
 
+/// The most bytes a [`TextShape`] keeps.
+pub const TEXT_SHAPE_MAX: usize = 4096;
+
+/// The bytes around one JSON string of a document: from the document's start through the
+/// string's opening quote, and from its closing quote to the end of the value holding it. It
+/// finds the same string again in documents that differ from the learnt one only there (a
+/// stream's content events differ in their text), with two comparisons of bytes instead of a
+/// walk of the document. What the rest of such a document may hold, and so whether it reads as
+/// the learnt one did, is the caller's to check. At most [`TEXT_SHAPE_MAX`] bytes: a string
+/// behind kilobytes of other members is not worth remembering.
+///
+/// ```
+/// use seawall_core::json_scan::TextShape;
+///
+/// let doc = br#"{"delta":{"text":"Hi"},"n":1}"#;
+/// // The string `"Hi"` spans bytes 17..21; the `delta` member's value ends at byte 22.
+/// let shape = TextShape::around(doc, 17..21, 22).unwrap();
+/// let (c, text, tail) = shape.split(br#"{"delta":{"text":"there"},"n":2}"#).unwrap();
+/// assert_eq!(c.plain(text), Some("there"));
+/// assert_eq!(tail, r#","n":2}"#);
+/// assert!(shape.split(br#"{"delta":{"text":""},"n":2}"#).is_none()); // an empty string
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct TextShape {
+    head: Vec<u8>,
+    after: String,
+}
+
+impl TextShape {
+    /// The shape of `doc` around its string at `string` (its bytes, quotes included) inside a
+    /// value ending at `end`; `None` past [`TEXT_SHAPE_MAX`] or when `doc` has no such bytes.
+    pub fn around(doc: &[u8], string: std::ops::Range<usize>, end: usize) -> Option<TextShape> {
+        let head = doc.get(..string.start.checked_add(1)?)?;
+        let after = std::str::from_utf8(doc.get(string.end..end)?).ok()?;
+        (head.len() + after.len() <= TEXT_SHAPE_MAX).then(|| TextShape {
+            head: head.to_vec(),
+            after: after.to_owned(),
+        })
+    }
+
+    /// Where `doc` has this shape with a string that is not empty: a cursor just past the
+    /// string (to decode it), the string, and what follows the value holding it. `None`
+    /// otherwise, or when the shape holds nothing.
+    pub fn split<'a>(&self, doc: &'a [u8]) -> Option<(JsonCursor<'a>, JsonStr, &'a str)> {
+        if self.head.is_empty() || !doc.starts_with(&self.head) {
+            return None;
+        }
+        // From the opening quote (ASCII: a character starts there).
+        let from_quote = std::str::from_utf8(doc.get(self.head.len() - 1..)?).ok()?;
+        let mut c = JsonCursor::new(from_quote);
+        let s = c.string()?;
+        if s.is_empty() {
+            return None;
+        }
+        let tail = from_quote.get(c.pos()..)?.strip_prefix(&*self.after)?;
+        Some((c, s, tail))
+    }
+}
+
 /// Known members seen so far in one object, to refuse repeats: serde's derive rejects a
 /// repeated field, and `serde_json::Value` keeps the last, so a repeat is left to serde.
 #[derive(Clone, Copy, Debug, Default)]
@@ -294,13 +353,27 @@ impl<'a> JsonCursor<'a> {
             self.i += 1;
             return Some(());
         }
+        self.ws();
+        let name = self.key()?;
+        member(self, name)?;
+        self.rest_of_object(member)
+    }
+
+    /// The rest of an object after one of its members: each further member handed to
+    /// `member` with its name, then the object's `}`.
+    pub fn rest_of_object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
+    ) -> Option<()> {
         loop {
             self.ws();
-            let name = self.key()?;
-            member(self, name)?;
-            self.ws();
             match self.peek()? {
-                b',' => self.i += 1,
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                    let name = self.key()?;
+                    member(self, name)?;
+                }
                 b'}' => {
                     self.i += 1;
                     return Some(());

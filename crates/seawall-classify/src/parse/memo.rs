@@ -7,7 +7,7 @@
 //! and the SSE parser's, which hold a stream read with them to serde's reading of every event,
 //! whole and damaged.
 
-use seawall_core::json_scan::{JsonCursor, JsonKind, JsonNode};
+use seawall_core::json_scan::{JsonCursor, JsonKind, JsonNode, TextShape};
 
 use super::sse::EventName;
 
@@ -58,12 +58,10 @@ impl Memo {
         let mut walk = || -> Option<()> {
             c.eat(b'{')?;
             loop {
-                c.ws();
                 if !skippable(c.key()?, model_known) {
                     return Some(());
                 }
                 c.skip(1)?;
-                c.ws();
                 c.eat(b',')?;
                 if c.pos() > MEMO_MAX {
                     return Some(());
@@ -90,13 +88,10 @@ fn skippable(name: &[u8], model_known: bool) -> bool {
 /// Content events read in full in a row without a template to match, after which a stream is
 /// no longer searched for one (until an event matches again).
 pub(super) const TEMPLATE_TRIES: u8 = 4;
-/// The most bytes a template keeps (its head and its member's end): a content event is a few
-/// hundred bytes; one whose text sits after kilobytes of other members is read in full.
-const TEMPLATE_MAX: usize = 4096;
 
-/// The shape of a stream's content events, learnt from one read in full: its bytes up to the
-/// opening quote of its text (`head`), and from the text's closing quote to the end of the
-/// top-level member that holds it (`member_end`).
+/// The shape of a stream's content events, learnt from one read in full: the bytes around its
+/// text up to the end of the top-level member that holds it (a [`TextShape`], at most
+/// [`TEXT_SHAPE_MAX`](seawall_core::json_scan::TEXT_SHAPE_MAX) bytes).
 ///
 /// A content event (an OpenAI chunk whose one choice's delta is only its `content`, an
 /// Anthropic `content_block_delta` with a `text`, a Responses `*.delta` event) does nothing but
@@ -109,8 +104,7 @@ const TEMPLATE_MAX: usize = 4096;
 /// it: the check is two comparisons of bytes and a scan of the text and of what follows.
 #[derive(Debug, Default)]
 pub(super) struct Template {
-    head: Vec<u8>,
-    member_end: String,
+    shape: TextShape,
     name: EventName,
     pub(super) tries: u8,
 }
@@ -119,22 +113,11 @@ impl Template {
     /// Whether `data`, an event named `name`, is a content event of the learnt shape with a
     /// text that is not empty. `false` when not sure: the event is then read in full.
     pub(super) fn matches(&self, name: EventName, data: &[u8], model_known: bool) -> bool {
-        if self.head.is_empty() || name != self.name || !data.starts_with(&self.head) {
-            return false;
-        }
-        // From the text's opening quote (an ASCII byte: a character starts there).
-        let Some(Ok(from_quote)) = data.get(self.head.len() - 1..).map(std::str::from_utf8) else {
-            return false;
-        };
-        let mut c = JsonCursor::new(from_quote);
-        match c.string() {
-            Some(text) if !text.is_empty() => {}
-            _ => return false,
-        }
-        from_quote
-            .get(c.pos()..)
-            .and_then(|rest| rest.strip_prefix(&*self.member_end))
-            .is_some_and(|tail| tail_is_unread(tail, model_known))
+        name == self.name
+            && self
+                .shape
+                .split(data)
+                .is_some_and(|(_, _, tail)| tail_is_unread(tail, model_known))
     }
 
     /// Learns the shape of `root` (an event named `name` just read in full, whose byte `k` of
@@ -159,22 +142,11 @@ impl Template {
             return;
         };
         let (open, close) = text.span();
-        let (_, member_end) = member.span();
-        let (open, close, member_end) = (to_event(open), to_event(close), to_event(member_end));
-        let (Some(head), Some(Ok(end))) = (
-            data.get(..=open),
-            data.get(close..member_end).map(std::str::from_utf8),
-        ) else {
-            return;
-        };
-        if head.len() + end.len() > TEMPLATE_MAX {
-            return;
+        let end = to_event(member.span().1);
+        if let Some(shape) = TextShape::around(data, to_event(open)..to_event(close), end) {
+            self.shape = shape;
+            self.name = name;
         }
-        self.head.clear();
-        self.head.extend_from_slice(head);
-        self.member_end.clear();
-        self.member_end.push_str(end);
-        self.name = name;
     }
 }
 
@@ -254,29 +226,11 @@ fn content_text<'t, 'a>(
 /// read as none) and the object's end.
 fn tail_is_unread(tail: &str, model_known: bool) -> bool {
     let mut c = JsonCursor::new(tail);
-    let mut walk = || -> Option<()> {
-        loop {
-            c.ws();
-            match c.peek()? {
-                b'}' => {
-                    c.eat(b'}')?;
-                    return c.at_end().then_some(());
-                }
-                b',' => {
-                    c.eat(b',')?;
-                    c.ws();
-                    let name = c.key()?;
-                    if name == b"usage" {
-                        c.null()?.then_some(())?;
-                    } else if skippable(name, model_known) {
-                        c.skip(1)?;
-                    } else {
-                        return None;
-                    }
-                }
-                _ => return None,
-            }
-        }
-    };
-    walk().is_some()
+    c.rest_of_object(|c, name| match name {
+        b"usage" => c.null()?.then_some(()),
+        _ if skippable(name, model_known) => c.skip(1),
+        _ => None,
+    })
+    .is_some()
+        && c.at_end()
 }

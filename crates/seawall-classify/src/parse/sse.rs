@@ -209,14 +209,13 @@ impl SseParser {
                     return out;
                 }
             }
-            let text = std::str::from_utf8(data).ok();
             let mut tape = JsonTape::new();
-            if let Some(root) = text.and_then(|t| tape.read(t)) {
+            if let Ok(text) = std::str::from_utf8(data)
+                && let Some(root) = tape.read(text)
+            {
                 let out = self.on_json(event, root, data, report);
                 let model_known = report.model().is_some();
-                if let Some(t) = text {
-                    self.memo.learn(t, model_known);
-                }
+                self.memo.learn(text, model_known);
                 self.template.learn(event, root, data, |k| k, model_known);
                 return out;
             }
