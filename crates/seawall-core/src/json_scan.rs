@@ -288,8 +288,25 @@ impl<'a> JsonCursor<'a> {
         if self.peek()? != b'"' {
             return None;
         }
-        self.i += 1;
-        let start = self.i;
+        let start = self.i + 1;
+        // Most strings (every member name, most values) have no escape: found here, inline,
+        // by one run to the closing quote; the rest are read out of line.
+        let end = start + plain_run(self.b.get(start..)?);
+        if self.b.get(end) == Some(&b'"') {
+            self.i = end + 1;
+            return Some(JsonStr {
+                start,
+                end,
+                escaped: false,
+            });
+        }
+        self.i = end;
+        self.string_rest(start)
+    }
+
+    /// The rest of a string from its first escape or control character at the cursor.
+    #[inline(never)]
+    fn string_rest(&mut self, start: usize) -> Option<JsonStr> {
         let mut escaped = false;
         loop {
             self.i += plain_run(&self.b[self.i..]);
@@ -333,12 +350,20 @@ impl<'a> JsonCursor<'a> {
     /// its `:`.
     #[inline]
     pub fn key(&mut self) -> Option<&'a [u8]> {
-        let s = self.string()?;
-        if s.escaped {
+        self.ws();
+        if self.peek()? != b'"' {
             return None;
         }
+        let start = self.i + 1;
+        // One run to the closing quote: a name with an escape (or a control character, which
+        // serde refuses) stops the run elsewhere and is left to serde.
+        let end = start + plain_run(self.b.get(start..)?);
+        if self.b.get(end) != Some(&b'"') {
+            return None;
+        }
+        self.i = end + 1;
         self.eat(b':')?;
-        Some(self.bytes(s))
+        Some(&self.b[start..end])
     }
 
     /// The members of an object whose `{` is next, each handed to `member` with its name;

@@ -203,7 +203,11 @@ impl StreamTiming {
 
 /// Facts about a response body, written once by the body parser next to the transport and
 /// read by every outer layer. Shared through an `Arc` in the response extensions.
-#[derive(Debug, Default)]
+///
+/// Its times are kept as nanoseconds since its start in atomics, not in once-locks: the first
+/// `set` of a once-lock takes its slow path (a few dozen instructions), and a report is built
+/// and written once per call.
+#[derive(Debug)]
 pub struct BodyReport {
     usage: OnceLock<Usage>,
     /// Shared per thread ([`shared_name`](crate::shared_name)): a served model's name costs
@@ -213,11 +217,19 @@ pub struct BodyReport {
     // A flag, not a once-lock: the first `set` of a once-lock takes its slow path, and a
     // flag needs no first-write rule.
     finished: AtomicBool,
-    first_content: OnceLock<tokio::time::Instant>,
+    /// Nanoseconds from the start to the first content, plus one; 0 before any.
+    first_content: AtomicU64,
     last_content: AtomicU64,
     content_events: AtomicU64,
-    started: OnceLock<tokio::time::Instant>,
+    started: tokio::time::Instant,
     stream: OnceLock<StreamTiming>,
+}
+
+impl Default for BodyReport {
+    /// The same as [`BodyReport::new`]: its clock starts now.
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl BodyReport {
@@ -228,10 +240,16 @@ impl BodyReport {
 
     /// A new report whose clock started at `start`.
     pub fn starting_at(start: tokio::time::Instant) -> Self {
-        // Built already set: `set` would take the once-lock's slow path, for nothing.
         BodyReport {
-            started: OnceLock::from(start),
-            ..BodyReport::default()
+            usage: OnceLock::new(),
+            model: OnceLock::new(),
+            finish_reason: OnceLock::new(),
+            finished: AtomicBool::new(false),
+            first_content: AtomicU64::new(0),
+            last_content: AtomicU64::new(0),
+            content_events: AtomicU64::new(0),
+            started: start,
+            stream: OnceLock::new(),
         }
     }
 
@@ -260,18 +278,19 @@ impl BodyReport {
 
     /// Records one event of real content (a token delta, not a keep-alive).
     pub fn record_content(&self) {
-        let now = tokio::time::Instant::now();
-        let _ = self.first_content.set(now);
+        let since = tokio::time::Instant::now().saturating_duration_since(self.started);
+        let since = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1);
+        // Only the first content's time is kept; a later one finds it set.
+        if self.first_content.load(Ordering::Relaxed) == 0 {
+            let _ = self.first_content.compare_exchange(
+                0,
+                since.saturating_add(1),
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
         self.content_events.fetch_add(1, Ordering::Relaxed);
-        let since = now.saturating_duration_since(self.start());
-        self.last_content.store(
-            since.as_nanos().min(u64::MAX as u128) as u64,
-            Ordering::Relaxed,
-        );
-    }
-
-    fn start(&self) -> tokio::time::Instant {
-        *self.started.get_or_init(tokio::time::Instant::now)
+        self.last_content.store(since, Ordering::Relaxed);
     }
 
     /// Records what a stream-timeout layer measured (first write wins); `false` if another
@@ -307,7 +326,7 @@ impl BodyReport {
 
     /// Whether any real content has arrived.
     pub fn has_content(&self) -> bool {
-        self.first_content.get().is_some()
+        self.first_content.load(Ordering::Acquire) != 0
     }
 
     /// The number of content events so far.
@@ -317,11 +336,10 @@ impl BodyReport {
 
     /// Time from the report's start to the first content.
     pub fn time_to_first_token(&self) -> Option<std::time::Duration> {
-        Some(
-            self.first_content
-                .get()?
-                .saturating_duration_since(self.start()),
-        )
+        match self.first_content.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(std::time::Duration::from_nanos(n - 1)),
+        }
     }
 
     /// Mean time per output token after the first: the span from first to last content divided
@@ -841,6 +859,18 @@ mod tests {
                 r.time_per_output_token(),
                 Some(std::time::Duration::from_millis(100))
             );
+        });
+    }
+
+    #[test]
+    fn content_at_the_reports_start_is_content_with_a_zero_first_token_time() {
+        tokio_test_paused(|| async {
+            let r = BodyReport::default();
+            assert!(!r.has_content());
+            r.record_content();
+            assert!(r.has_content());
+            assert_eq!(r.time_to_first_token(), Some(std::time::Duration::ZERO));
+            assert_eq!(r.content_events(), 1);
         });
     }
 
