@@ -16,6 +16,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use seawall_core::FailureClass;
+
 use crate::config::Config;
 use crate::state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
 use crate::sync::{AtomicU8, AtomicU64, Mutex, Ordering};
@@ -61,8 +63,8 @@ pub(crate) enum Admission {
 /// Why a call was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// Open until `retry_after` from now.
-    Open { retry_after: Duration },
+    /// Open until `retry_after` from now; `quota`: an exhausted quota opened it.
+    Open { retry_after: Duration, quota: bool },
     /// Half-open with every probe slot taken; one may free up after `retry_after`.
     ProbesBusy { retry_after: Duration },
     /// Forced open by hand.
@@ -141,6 +143,8 @@ pub(crate) struct Breaker {
     evidence: Option<Evidence>,
     /// `HELD` and `WANTED`: what the fleet's shared state says of this key.
     fleet: AtomicU8,
+    /// Set when an exhausted quota opened the breaker (for the refusals' message).
+    quota_open: AtomicU8,
 }
 
 impl Breaker {
@@ -162,6 +166,7 @@ impl Breaker {
             lock: Mutex::new(Transitions { reopens: 0 }),
             evidence: cfg.shared.is_some().then(Evidence::new),
             fleet: AtomicU8::new(0),
+            quota_open: AtomicU8::new(0),
             cfg,
         }
     }
@@ -238,6 +243,7 @@ impl Breaker {
                     if now < until {
                         return Err(Refusal::Open {
                             retry_after: Duration::from_nanos(until - now),
+                            quota: self.quota_open.load(Ordering::Relaxed) != 0,
                         });
                     }
                     if self.fleet.load(Ordering::Relaxed) & HELD != 0 {
@@ -250,6 +256,7 @@ impl Breaker {
                                 .shared
                                 .as_ref()
                                 .map_or(Duration::ZERO, |s| s.interval()),
+                            quota: self.quota_open.load(Ordering::Relaxed) != 0,
                         });
                     }
                     self.transition(w, State::HalfOpen, Reason::OpenElapsed, now);
@@ -381,6 +388,30 @@ impl Breaker {
         }
     }
 
+    /// An admitted call ended in a class that opens the breaker at once: a counted call is
+    /// recorded as `verdict` says, then opens the breaker if it is still closed in the call's
+    /// epoch; a probe counts as a failed probe (which re-opens it, the cause kept).
+    pub(crate) fn open_at_once(
+        &self,
+        admission: Admission,
+        class: FailureClass,
+        verdict: Verdict,
+        slow: bool,
+        now: impl Fn() -> u64,
+    ) {
+        match admission {
+            Admission::Untracked => {}
+            Admission::Counted { epoch } => {
+                self.record_counted(epoch, verdict, slow, &now);
+                let w = self.word.load(Ordering::Acquire);
+                if epoch_of(w) == epoch && state_of(w) == State::Closed {
+                    self.transition(w, State::Open, Reason::OpenAtOnce(class), now());
+                }
+            }
+            Admission::Probe { .. } => self.record(admission, Verdict::Failure, slow, now),
+        }
+    }
+
     /// Checks the window against the rate thresholds.
     fn evaluate(&self, now: u64) -> Option<Reason> {
         let t = self.window.totals(now);
@@ -470,6 +501,13 @@ impl Breaker {
                         g.reopens = 0;
                     }
                     let d = self.cfg.open_duration(g.reopens);
+                    // A failed probe keeps the cause of the first opening.
+                    if from_state != State::HalfOpen {
+                        self.quota_open.store(
+                            u8::from(reason == Reason::OpenAtOnce(FailureClass::QuotaExhausted)),
+                            Ordering::Relaxed,
+                        );
+                    }
                     self.open_until
                         .store(now.saturating_add(nanos(d)), Ordering::Relaxed);
                     open_for = Some(d);
@@ -534,6 +572,7 @@ impl Breaker {
                 State::Closed | State::HalfOpen => {}
                 _ => return,
             }
+            self.quota_open.store(0, Ordering::Relaxed);
             self.open_until.store(until, Ordering::Relaxed);
             self.word
                 .store(word(epoch_of(w) + 1, State::Open), Ordering::Release);
@@ -637,6 +676,7 @@ impl Breaker {
                 State::Closed | State::HalfOpen => {}
                 _ => return,
             }
+            self.quota_open.store(0, Ordering::Relaxed);
             self.open_until.store(until, Ordering::Relaxed);
             self.fleet.store(HELD, Ordering::Relaxed);
             // Release: a caller that sees the new word sees the deadline and the hold.
@@ -822,7 +862,8 @@ mod tests {
         assert_eq!(
             b.acquire(|| SEC),
             Err(Refusal::Open {
-                retry_after: open_for - Duration::from_secs(1)
+                retry_after: open_for - Duration::from_secs(1),
+                quota: false,
             })
         );
         let p1 = b.acquire(|| 10 * SEC).unwrap();

@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) overrides: Vec<(FailureClass, Verdict)>,
     pub(crate) on_cancel: Verdict,
     pub(crate) open_hint: Option<Arc<HintFn>>,
+    /// Classes of which one call opens the breaker.
+    pub(crate) open_at_once: Vec<FailureClass>,
     pub(crate) max_keys: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) start: tokio::time::Instant,
@@ -66,6 +68,7 @@ impl Default for Config {
             overrides: Vec::new(),
             on_cancel: Verdict::Ignore,
             open_hint: None,
+            open_at_once: vec![FailureClass::QuotaExhausted],
             max_keys: 1024,
             idle_timeout: Duration::from_secs(600),
             start: tokio::time::Instant::now(),
@@ -125,6 +128,7 @@ impl fmt::Debug for Config {
             .field("overrides", &self.overrides)
             .field("on_cancel", &self.on_cancel)
             .field("open_hint", &self.open_hint.is_some())
+            .field("open_at_once", &self.open_at_once)
             .field("on_change", &self.on_change.is_some())
             .field("max_keys", &self.max_keys)
             .field("idle_timeout", &self.idle_timeout)

@@ -59,8 +59,8 @@ impl Permit {
         }
     }
 
-    fn finish_error(self, err: &LlmError) {
-        let Some(b) = &self.breaker else {
+    fn finish_error(mut self, err: &LlmError) {
+        let Some(b) = self.breaker.take() else {
             return;
         };
         let cfg = b.config();
@@ -69,8 +69,13 @@ impl Permit {
                 b.open_for_hint(wait, cfg.now());
             }
         }
-        let verdict = cfg.verdict(err.class());
-        self.finish(verdict);
+        let class = err.class();
+        let verdict = cfg.verdict(class);
+        if cfg.open_at_once.contains(&class) {
+            b.open_at_once(self.admission, class, verdict, self.slow, || cfg.now());
+        } else {
+            b.record(self.admission, verdict, self.slow, || cfg.now());
+        }
     }
 }
 

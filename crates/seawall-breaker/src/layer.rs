@@ -231,6 +231,21 @@ impl<K> CircuitBreakerBuilder<K> {
         })
     }
 
+    /// The classes of which one call opens the key's breaker at once: from closed, it opens
+    /// for the first open period (10 s by default); a half-open probe ending in one counts as
+    /// a failed probe (so the next period is longer, doubling up to the maximum). The class
+    /// still counts for the failure-rate window as its verdict says (by default not at all).
+    /// Default: [`QuotaExhausted`](FailureClass::QuotaExhausted) alone. An exhausted quota
+    /// (a spending limit, an unpaid bill) does not come back in seconds; until it does, every
+    /// call sent to the key costs a round trip for another refusal. With the breaker open, a
+    /// fallback layer outside it sends calls to its next target at once (`CircuitOpen` falls
+    /// back at once), and one probe per open period finds out when the key is topped up.
+    /// Refusals name the cause in their message. An empty list turns this off.
+    pub fn open_at_once(mut self, classes: impl IntoIterator<Item = FailureClass>) -> Self {
+        self.cfg.open_at_once = classes.into_iter().collect();
+        self
+    }
+
     /// The general form of [`open_on_retry_hint`](Self::open_on_retry_hint): `f` returns how
     /// long to keep the key's breaker open after an error, if at all.
     pub fn open_until(

@@ -20,6 +20,14 @@
 //! run of consecutive failures either. Change this per class with
 //! [`CircuitBreakerBuilder::verdict`], [`CircuitBreakerBuilder::dispositions`] and [`CircuitBreakerBuilder::on_cancel`].
 //!
+//! One class is different: an exhausted quota is not sickness, but it does not pass in
+//! seconds either (a spending limit, an unpaid bill), and every call sent to the key meanwhile
+//! costs a round trip for the same refusal. So one call ending in `QuotaExhausted` opens the
+//! key's breaker at once: calls are refused locally (a fallback layer outside sends them to
+//! its next target at once), one probe per open period finds out when the key is topped up,
+//! and the period doubles while it is not. The refusals say the quota is the cause.
+//! [`CircuitBreakerBuilder::open_at_once`] changes the list (empty: off).
+//!
 //! An outcome is known only when the body ends: a stream that breaks after its first token is
 //! a failure, one that ends normally a success. So an admitted call holds its place (a
 //! half-open probe slot in particular) until its body ends or is dropped, through

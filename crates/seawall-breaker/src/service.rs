@@ -91,10 +91,15 @@ impl<S: fmt::Debug, K> fmt::Debug for CircuitBreaker<S, K> {
 
 pub(crate) fn refusal_error(refusal: Refusal) -> LlmError {
     match refusal {
-        Refusal::Open { retry_after } => {
-            LlmError::from_static(FailureClass::CircuitOpen, "circuit breaker is open")
-                .with_retry_after(retry_after)
-        }
+        Refusal::Open { retry_after, quota } => LlmError::from_static(
+            FailureClass::CircuitOpen,
+            if quota {
+                "circuit breaker is open: the upstream said the quota is exhausted"
+            } else {
+                "circuit breaker is open"
+            },
+        )
+        .with_retry_after(retry_after),
         Refusal::ProbesBusy { retry_after } => LlmError::from_static(
             FailureClass::CircuitOpen,
             "circuit breaker is half-open and its probes are busy",

@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use seawall_core::FailureClass;
+
 /// The state of one key's breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum State {
@@ -127,6 +129,10 @@ pub enum Reason {
     /// An error carried a hint (retry-after, an exhausted rate-limit reset) to stay away
     /// until a given instant.
     RetryHint,
+    /// A call ended in a class that opens the breaker at once
+    /// ([`CircuitBreakerBuilder::open_at_once`](crate::CircuitBreakerBuilder::open_at_once); by
+    /// default an exhausted quota).
+    OpenAtOnce(FailureClass),
     /// A mode was set through the handle.
     Manual,
     /// The fleet's shared state said so (a [`SharedBreakerState`](crate::SharedBreakerState)):
@@ -146,6 +152,7 @@ impl Reason {
             Reason::ProbesSucceeded => "probes_succeeded",
             Reason::OpenElapsed => "open_elapsed",
             Reason::RetryHint => "retry_hint",
+            Reason::OpenAtOnce(_) => "open_at_once",
             Reason::Manual => "manual",
             Reason::Shared => "shared",
         }

@@ -177,7 +177,6 @@ async fn four_xx_429_and_local_storms_do_not_open_it() {
     let (mut svc, calls) = stack(&layer);
     let storm = [
         FailureClass::RateLimited,
-        FailureClass::QuotaExhausted,
         FailureClass::InvalidRequest,
         FailureClass::ContextLengthExceeded,
         FailureClass::ContentFiltered,
@@ -198,7 +197,7 @@ async fn four_xx_429_and_local_storms_do_not_open_it() {
     let snap = handle.snapshot(K).unwrap();
     assert_eq!(snap.state, State::Closed);
     assert_eq!(snap.calls, 0, "none of them is a call for the breaker");
-    assert_eq!(calls.load(Ordering::SeqCst), 1200);
+    assert_eq!(calls.load(Ordering::SeqCst), 1100);
     // And they do not break a run of failures: 4 x 500, a 429, then one more 500 opens it.
     for _ in 0..4 {
         run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
@@ -213,6 +212,133 @@ async fn four_xx_429_and_local_storms_do_not_open_it() {
         .await
         .unwrap_err();
     assert_eq!(handle.state(K), Some(State::Open));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_quota_opens_it_at_once_and_probes_find_the_key_topped_up() {
+    let (log, on_change) = recorder();
+    let layer = CircuitBreakerLayer::builder()
+        .jitter(0.0)
+        .on_state_change(on_change)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, calls) = stack(&layer);
+    let quota = || Reply::Fail(FailureClass::QuotaExhausted);
+    // One exhausted quota: the caller sees it, and the key opens for the first period.
+    let r = run(&mut svc, K, quota()).await;
+    assert_eq!(class_of(r), Some(FailureClass::QuotaExhausted));
+    assert_eq!(handle.state(K), Some(State::Open));
+    // Calls meanwhile never reach the upstream; the refusal names the cause and the wait.
+    let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::CircuitOpen);
+    assert!(err.message().contains("quota"), "{}", err.message());
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(10)));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // The probe after the period meets the quota again: open for twice as long.
+    advance(Duration::from_secs(10)).await;
+    run(&mut svc, K, quota()).await.unwrap_err();
+    let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(20)));
+    assert!(err.message().contains("quota"), "{}", err.message());
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // The key is topped up: the next probe closes it.
+    advance(Duration::from_secs(20)).await;
+    run(&mut svc, K, Reply::Ok).await.unwrap();
+    assert_eq!(handle.state(K), Some(State::Closed));
+    assert_eq!(
+        transitions(&log),
+        [
+            (
+                State::Closed,
+                State::Open,
+                Reason::OpenAtOnce(FailureClass::QuotaExhausted)
+            ),
+            (State::Open, State::HalfOpen, Reason::OpenElapsed),
+            (State::HalfOpen, State::Open, Reason::ProbeFailed),
+            (State::Open, State::HalfOpen, Reason::OpenElapsed),
+            (State::HalfOpen, State::Closed, Reason::ProbesSucceeded),
+        ]
+    );
+    // A later opening for another cause does not name the quota.
+    for _ in 0..5 {
+        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
+            .await
+            .unwrap_err();
+    }
+    let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::CircuitOpen);
+    assert!(!err.message().contains("quota"), "{}", err.message());
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_quota_errors_open_it_once() {
+    let (log, on_change) = recorder();
+    let layer = CircuitBreakerLayer::builder()
+        .on_state_change(on_change)
+        .build()
+        .unwrap();
+    let (svc, _) = stack(&layer);
+    // Eight calls admitted together all meet the exhausted quota: one opening, not a re-open
+    // by each of the others (which were admitted before it).
+    let calls = (0..8).map(|_| {
+        let mut svc = svc.clone();
+        async move {
+            let quota = Reply::Fail(FailureClass::QuotaExhausted);
+            run(
+                &mut svc,
+                K,
+                Reply::After(Duration::from_millis(50), Box::new(quota)),
+            )
+            .await
+        }
+    });
+    for r in futures_util::future::join_all(calls).await {
+        assert_eq!(class_of(r), Some(FailureClass::QuotaExhausted));
+    }
+    assert_eq!(
+        transitions(&log),
+        [(
+            State::Closed,
+            State::Open,
+            Reason::OpenAtOnce(FailureClass::QuotaExhausted)
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn classes_that_open_it_at_once_are_configurable() {
+    // Off: an exhausted quota is neither success nor failure, however many.
+    let layer = CircuitBreakerLayer::builder()
+        .open_at_once([])
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, calls) = stack(&layer);
+    for _ in 0..50 {
+        run(&mut svc, K, Reply::Fail(FailureClass::QuotaExhausted))
+            .await
+            .unwrap_err();
+    }
+    assert_eq!(handle.state(K), Some(State::Closed));
+    assert_eq!(calls.load(Ordering::SeqCst), 50);
+    // Another class: an authentication failure opens it, the refusal without the quota's words.
+    let layer = CircuitBreakerLayer::builder()
+        .open_at_once([FailureClass::Authentication])
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    run(&mut svc, K, Reply::Fail(FailureClass::QuotaExhausted))
+        .await
+        .unwrap_err();
+    assert_eq!(handle.state(K), Some(State::Closed));
+    run(&mut svc, K, Reply::Fail(FailureClass::Authentication))
+        .await
+        .unwrap_err();
+    assert_eq!(handle.state(K), Some(State::Open));
+    let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
+    assert!(!err.message().contains("quota"), "{}", err.message());
 }
 
 #[tokio::test(start_paused = true)]
