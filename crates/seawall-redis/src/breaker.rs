@@ -38,8 +38,11 @@
 //!   calls), added to the current bucket of the key's shared window.
 //! - At once: an upstream's "open until" (a breaker opened by
 //!   [`open_on_retry_hint`](seawall_breaker::CircuitBreakerBuilder::open_on_retry_hint) or
-//!   [`open_until`](seawall_breaker::CircuitBreakerBuilder::open_until)). It needs no evidence:
-//!   the upstream said so. It extends the fleet's open period, never shortens it.
+//!   [`open_until`](seawall_breaker::CircuitBreakerBuilder::open_until)), and a breaker
+//!   opened by one call of a class that opens it at once (an exhausted quota, by default:
+//!   [`open_at_once`](seawall_breaker::CircuitBreakerBuilder::open_at_once)), for its open
+//!   period. Neither needs evidence: the upstream said so, of the key every replica calls. It
+//!   extends the fleet's open period, never shortens it.
 //! - At once: the outcome of the fleet's half-open period (closed, or re-opened for the
 //!   breaker's next open period), from the replica holding the probe lease only.
 //! - A local trip is not published as such; the replica syncs at once so that its evidence
@@ -274,7 +277,9 @@ impl SharedBreakerState for RedisBreakerState {
         let event = match (change.from, change.to, change.reason) {
             // The fleet's own doing: nothing to tell it.
             (_, _, Reason::Shared) => return,
-            (_, State::Open, Reason::RetryHint) => {
+            // The upstream said when to come back, or that the key's quota is gone: a fact
+            // about the key, for every replica at once.
+            (_, State::Open, Reason::RetryHint | Reason::OpenAtOnce(_)) => {
                 Some(Event::Hint(key, change.open_for.unwrap_or_default()))
             }
             (State::HalfOpen, State::Closed, _) => Some(Event::Closed(key)),

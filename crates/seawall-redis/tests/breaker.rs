@@ -31,6 +31,8 @@ const FAIL: u8 = 1;
 const HINT: u8 = 2;
 /// Answer only once the test releases a permit.
 const HANG: u8 = 3;
+/// A 429 of an exhausted quota.
+const QUOTA: u8 = 4;
 
 /// The fleet's wall clock, moved by hand: it starts at the system clock's reading.
 fn wall_clock() -> ManualClock {
@@ -98,6 +100,7 @@ fn replica_every(
                 FAIL => Err(LlmError::new(FailureClass::ServerError, "500")),
                 HINT => Err(LlmError::new(FailureClass::RateLimited, "429")
                     .with_retry_after(Duration::from_secs(30))),
+                QUOTA => Err(LlmError::new(FailureClass::QuotaExhausted, "429")),
                 HANG => {
                     release.acquire().await.unwrap().forget();
                     Ok(http::Response::new(String::from("ok")))
@@ -204,6 +207,29 @@ async fn an_upstream_open_until_reaches_the_other_replicas() {
         left > Duration::from_secs(25) && left <= Duration::from_secs(30),
         "open until the upstream said: {left:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_quota_on_one_replica_opens_the_key_on_the_others() {
+    let server = RedisServer::start();
+    let clock = wall_clock();
+    let [a, b] = ["a", "b"].map(|n| replica(&server, n, &clock, |b| b));
+    a.synced(1).await;
+    b.synced(1).await;
+    a.set(QUOTA);
+    let err = a.call().await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::QuotaExhausted);
+    assert_eq!(a.state(), Some(State::Open), "one exhausted quota opens it");
+    let opened = Instant::now();
+    until(|| b.state() == Some(State::Open)).await;
+    let took = opened.elapsed();
+    assert!(took <= a.state.propagation_bound(), "took {took:?}");
+    // The other replica refuses for the open period without asking its upstream.
+    let err = b.call().await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::CircuitOpen);
+    let left = err.retry_after().unwrap();
+    assert!(left <= Duration::from_secs(10), "the open period: {left:?}");
+    assert_eq!(b.upstream_calls.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
