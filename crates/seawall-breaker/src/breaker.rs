@@ -945,6 +945,27 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_error_admitted_before_the_last_close_does_not_open_it() {
+        let b = breaker(cfg(|c| c.consecutive_failures = 1));
+        let old = b.acquire(|| 0).unwrap();
+        // Meanwhile the breaker opens, probes and closes again.
+        call(&b, 0, Verdict::Failure).unwrap();
+        call(&b, 10 * SEC, Verdict::Success).unwrap();
+        assert_eq!(b.state(), State::Closed);
+        let q = FailureClass::QuotaExhausted;
+        b.open_at_once(old, q, Verdict::Ignore, false, || 11 * SEC);
+        assert_eq!(b.state(), State::Closed, "stale: before the close");
+        let fresh = b.acquire(|| 11 * SEC).unwrap();
+        b.open_at_once(fresh, q, Verdict::Ignore, false, || 11 * SEC);
+        assert_eq!(b.state(), State::Open);
+        // Manual modes are left alone.
+        b.set_mode(Mode::MetricsOnly);
+        let counted = b.acquire(|| 12 * SEC).unwrap();
+        b.open_at_once(counted, q, Verdict::Ignore, false, || 12 * SEC);
+        assert_eq!(b.state(), State::MetricsOnly);
+    }
+
+    #[test]
     fn hint_opens_and_only_extends() {
         let b = breaker(cfg(|_| {}));
         b.open_for_hint(Duration::from_secs(30), 0);
