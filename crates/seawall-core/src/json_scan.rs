@@ -852,6 +852,7 @@ mod tests {
     fn plain_documents_are_read_as_serde_reads_them() {
         for doc in [
             r#"{"a":[1,2.5,-3,true,false,null,"x\n\u00e9"],"b":{}}"#,
+            r#"{"a long member name, past eight bytes: clé":{"é":"ü"},"":0}"#,
             " [ ] ",
             r#""""#,
             "0",
@@ -868,6 +869,9 @@ mod tests {
             r#"{"a":01}"#,
             r#"{"a":1e400}"#,
             r#"{"\u0061":1}"#,
+            r#"{"a\"b":1}"#,
+            "{\"a\u{1}\":1}",
+            "{\"a\nb\":1}",
             r#"["\ud800"]"#,
             "[\"\u{1}\"]",
             "[1,]",
