@@ -138,8 +138,10 @@ impl Policy {
                 "openai-python rules above; per-deployment cooldown of 5 s, at once on a 429,",
                 "else when over 50% of the deployment's calls this minute failed (at least 5;",
                 "429/401/404/408/5xx/timeouts count); a 429 or a cooled-down deployment is not",
-                "retried; then fallbacks=[backup], context_window_fallbacks=[gpt-4.1]. Not",
-                "emulated: its timeouts, mid-stream recovery, other deployments per group",
+                "retried; then fallbacks=[backup] for the primary's group and",
+                "context_window_fallbacks=[gpt-4.1] for both groups, nested (the backup's own",
+                "context-length error goes on to gpt-4.1; max_fallbacks 5). Not emulated: its",
+                "timeouts, mid-stream recovery, other deployments per group",
             ],
             Policy::Seawall => &[
                 "observe > continue (resumes a stream cut after its first token) > fallback (to",
@@ -516,10 +518,14 @@ impl GroupError {
     }
 }
 
+/// The Router's default `max_fallbacks`: how deep fallbacks of fallbacks may go.
+const MAX_FALLBACKS: usize = 5;
+
 /// Policy 5: LiteLLM's Router emulated from its documented defaults (see [`Policy::explain`]):
 /// one deployment per model group, each with its [`Cooldown`]; retries with the openai-python
 /// rules inside a group; `fallbacks` to the backup provider's group after the retries, and
-/// `context_window_fallbacks` to the larger-context model for a context-length error.
+/// `context_window_fallbacks` to the larger-context model for a context-length error from
+/// either provider's group, nested as the Router nests them.
 pub(crate) fn litellm<S, B>(classified: S, seed: u64) -> impl AsyncFn(Request<Bytes>) -> Reading
 where
     S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone,
@@ -573,23 +579,34 @@ where
             retries += 1;
         }
     };
+    // Fallbacks nest, as the Router's do: a fallback group's own failure goes through that
+    // group's fallbacks in turn (its fallback handler calls itself for the fallback group, up
+    // to `max_fallbacks`, 5), never back to a group already tried.
     async move |req: Request<Bytes>| {
-        let err = match group(PRIMARY_MODEL, req.clone()).await {
-            Ok(resp) => return read_to_end(resp.into_body()).await,
-            Err(e) => e,
-        };
-        let next = match &err {
-            GroupError::Upstream(e) if e.class() == FailureClass::ContextLengthExceeded => {
-                LARGE_MODEL
-            }
-            GroupError::Upstream(e) if e.class() == FailureClass::InvalidRequest => {
+        let mut model = PRIMARY_MODEL;
+        let mut tried = Vec::with_capacity(3);
+        loop {
+            let err = match group(model, req.clone()).await {
+                Ok(resp) => return read_to_end(resp.into_body()).await,
+                Err(e) => e,
+            };
+            tried.push(model);
+            let next = match &err {
+                // `context_window_fallbacks`, set for each group as the Router's docs set it.
+                GroupError::Upstream(e) if e.class() == FailureClass::ContextLengthExceeded => {
+                    LARGE_MODEL
+                }
+                GroupError::Upstream(e) if e.class() == FailureClass::InvalidRequest => {
+                    return Err(err.label());
+                }
+                // `fallbacks`: the primary's group only.
+                _ if model == PRIMARY_MODEL => BACKUP_MODEL,
+                _ => return Err(err.label()),
+            };
+            if tried.contains(&next) || tried.len() > MAX_FALLBACKS {
                 return Err(err.label());
             }
-            _ => BACKUP_MODEL,
-        };
-        match group(next, req).await {
-            Ok(resp) => read_to_end(resp.into_body()).await,
-            Err(e) => Err(e.label()),
+            model = next;
         }
     }
 }
@@ -847,6 +864,77 @@ mod tests {
         assert!(c.available(S(55)));
         c.record(S(61), true, false);
         assert!(c.available(S(61)));
+    }
+
+    /// What each model group answers in the router tests below.
+    fn groups(
+        answer: fn(&str) -> Result<&'static str, LlmError>,
+    ) -> impl Service<
+        Request<Bytes>,
+        Response = Response<http_body_util::Full<Bytes>>,
+        Error = LlmError,
+        Future = impl Send,
+    > + Clone {
+        tower::service_fn(move |req: Request<Bytes>| {
+            let body: serde_json::Value = serde_json::from_slice(req.body()).unwrap_or_default();
+            let model = body["model"].as_str().unwrap_or_default().to_owned();
+            let result = answer(&model).map(|text| {
+                let sse =
+                    format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n");
+                Response::new(http_body_util::Full::new(Bytes::from(sse)))
+            });
+            std::future::ready(result)
+        })
+    }
+
+    fn ask() -> Request<Bytes> {
+        Request::post("/v1/chat/completions")
+            .body(Bytes::from(format!(
+                r#"{{"model":"{PRIMARY_MODEL}","messages":[{{"role":"user","content":"hi"}}]}}"#
+            )))
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_router_sends_a_context_length_error_of_its_fallback_group_on_to_the_larger_model()
+    {
+        // The primary's key is out of quota; the backup's copy of the model is too small.
+        let router = litellm(
+            groups(|model| match model {
+                PRIMARY_MODEL => Err(LlmError::new(FailureClass::QuotaExhausted, "quota")
+                    .with_status(http::StatusCode::TOO_MANY_REQUESTS)),
+                BACKUP_MODEL => Err(LlmError::new(FailureClass::ContextLengthExceeded, "long")
+                    .with_status(http::StatusCode::BAD_REQUEST)),
+                _ => Ok("answered by the larger model"),
+            }),
+            7,
+        );
+        assert_eq!(router(ask()).await, Ok(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_router_falls_back_only_from_the_primarys_group_and_never_twice_to_one_group() {
+        // The backup's own server error has no fallback of its own: the call fails with it.
+        let router = litellm(
+            groups(|model| match model {
+                PRIMARY_MODEL => Err(LlmError::new(FailureClass::QuotaExhausted, "quota")
+                    .with_status(http::StatusCode::TOO_MANY_REQUESTS)),
+                BACKUP_MODEL => Err(LlmError::new(FailureClass::ServerError, "500")
+                    .with_status(http::StatusCode::INTERNAL_SERVER_ERROR)),
+                _ => Ok("never asked"),
+            }),
+            7,
+        );
+        assert_eq!(router(ask()).await, Err("server_error"));
+        // Every group too small: the larger model's own error ends it, no loop.
+        let router = litellm(
+            groups(|_| {
+                Err(LlmError::new(FailureClass::ContextLengthExceeded, "long")
+                    .with_status(http::StatusCode::BAD_REQUEST))
+            }),
+            7,
+        );
+        assert_eq!(router(ask()).await, Err("context_length_exceeded"));
     }
 
     #[test]
