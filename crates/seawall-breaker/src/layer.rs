@@ -240,7 +240,9 @@ impl<K> CircuitBreakerBuilder<K> {
     /// call sent to the key costs a round trip for another refusal. With the breaker open, a
     /// fallback layer outside it sends calls to its next target at once (`CircuitOpen` falls
     /// back at once), and one probe per open period finds out when the key is topped up.
-    /// Refusals name the cause in their message. An empty list turns this off.
+    /// A refusal while an exhausted quota keeps the breaker open says so in its message and
+    /// carries an error of class `QuotaExhausted` as its source
+    /// ([`LlmError::source_ref`]). An empty list turns this off.
     pub fn open_at_once(mut self, classes: impl IntoIterator<Item = FailureClass>) -> Self {
         self.cfg.open_at_once = classes.into_iter().collect();
         self

@@ -91,15 +91,25 @@ impl<S: fmt::Debug, K> fmt::Debug for CircuitBreaker<S, K> {
 
 pub(crate) fn refusal_error(refusal: Refusal) -> LlmError {
     match refusal {
-        Refusal::Open { retry_after, quota } => LlmError::from_static(
+        Refusal::Open {
+            retry_after,
+            quota: false,
+        } => LlmError::from_static(FailureClass::CircuitOpen, "circuit breaker is open")
+            .with_retry_after(retry_after),
+        // The cause rides along as the source, so a caller can tell "out of quota" from
+        // "the upstream is sick" without reading the message.
+        Refusal::Open {
+            retry_after,
+            quota: true,
+        } => LlmError::from_static(
             FailureClass::CircuitOpen,
-            if quota {
-                "circuit breaker is open: the upstream said the quota is exhausted"
-            } else {
-                "circuit breaker is open"
-            },
+            "circuit breaker is open: the upstream said the quota is exhausted",
         )
-        .with_retry_after(retry_after),
+        .with_retry_after(retry_after)
+        .with_source(LlmError::from_static(
+            FailureClass::QuotaExhausted,
+            "the upstream said the quota is exhausted",
+        )),
         Refusal::ProbesBusy { retry_after } => LlmError::from_static(
             FailureClass::CircuitOpen,
             "circuit breaker is half-open and its probes are busy",

@@ -233,6 +233,7 @@ async fn an_exhausted_quota_opens_it_at_once_and_probes_find_the_key_topped_up()
     let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
     assert_eq!(err.class(), FailureClass::CircuitOpen);
     assert!(err.message().contains("quota"), "{}", err.message());
+    assert_eq!(cause(&err), Some(FailureClass::QuotaExhausted));
     assert_eq!(err.retry_after(), Some(Duration::from_secs(10)));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // The probe after the period meets the quota again: open for twice as long.
@@ -269,6 +270,14 @@ async fn an_exhausted_quota_opens_it_at_once_and_probes_find_the_key_topped_up()
     let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
     assert_eq!(err.class(), FailureClass::CircuitOpen);
     assert!(!err.message().contains("quota"), "{}", err.message());
+    assert_eq!(cause(&err), None);
+}
+
+/// The class of the error a refusal carries as its source, if any.
+fn cause(err: &LlmError) -> Option<FailureClass> {
+    err.source_ref()?
+        .downcast_ref::<LlmError>()
+        .map(LlmError::class)
 }
 
 #[tokio::test(start_paused = true)]
