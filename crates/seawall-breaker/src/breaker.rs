@@ -390,7 +390,7 @@ impl Breaker {
 
     /// An admitted call ended in a class that opens the breaker at once: a counted call is
     /// recorded as `verdict` says, then opens the breaker if it is still closed in the call's
-    /// epoch; a probe counts as a failed probe (which re-opens it, the cause kept).
+    /// epoch; a probe counts as a failed probe (which re-opens it, for this cause).
     pub(crate) fn open_at_once(
         &self,
         admission: Admission,
@@ -408,7 +408,12 @@ impl Breaker {
                     self.transition(w, State::Open, Reason::OpenAtOnce(class), now());
                 }
             }
-            Admission::Probe { .. } => self.record(admission, Verdict::Failure, slow, now),
+            Admission::Probe { .. } => {
+                self.record(admission, Verdict::Failure, slow, now);
+                if class == FailureClass::QuotaExhausted && self.state() == State::Open {
+                    self.quota_open.store(1, Ordering::Relaxed);
+                }
+            }
         }
     }
 
@@ -501,13 +506,11 @@ impl Breaker {
                         g.reopens = 0;
                     }
                     let d = self.cfg.open_duration(g.reopens);
-                    // A failed probe keeps the cause of the first opening.
-                    if from_state != State::HalfOpen {
-                        self.quota_open.store(
-                            u8::from(reason == Reason::OpenAtOnce(FailureClass::QuotaExhausted)),
-                            Ordering::Relaxed,
-                        );
-                    }
+                    // A probe failed by an exhausted quota sets it again (`open_at_once`).
+                    self.quota_open.store(
+                        u8::from(reason == Reason::OpenAtOnce(FailureClass::QuotaExhausted)),
+                        Ordering::Relaxed,
+                    );
                     self.open_until
                         .store(now.saturating_add(nanos(d)), Ordering::Relaxed);
                     open_for = Some(d);

@@ -281,6 +281,24 @@ fn cause(err: &LlmError) -> Option<FailureClass> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_quota_opened_key_whose_probe_meets_a_server_error_no_longer_blames_the_quota() {
+    let layer = CircuitBreakerLayer::builder().jitter(0.0).build().unwrap();
+    let (mut svc, _) = stack(&layer);
+    run(&mut svc, K, Reply::Fail(FailureClass::QuotaExhausted))
+        .await
+        .unwrap_err();
+    advance(Duration::from_secs(10)).await;
+    run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
+        .await
+        .unwrap_err();
+    let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::CircuitOpen);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(20)));
+    assert!(!err.message().contains("quota"), "{}", err.message());
+    assert_eq!(cause(&err), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn concurrent_quota_errors_open_it_once() {
     let (log, on_change) = recorder();
     let layer = CircuitBreakerLayer::builder()
