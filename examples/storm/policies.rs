@@ -518,9 +518,6 @@ impl GroupError {
     }
 }
 
-/// The Router's default `max_fallbacks`: how deep fallbacks of fallbacks may go.
-const MAX_FALLBACKS: usize = 5;
-
 /// Policy 5: LiteLLM's Router emulated from its documented defaults (see [`Policy::explain`]):
 /// one deployment per model group, each with its [`Cooldown`]; retries with the openai-python
 /// rules inside a group; `fallbacks` to the backup provider's group after the retries, and
@@ -580,8 +577,9 @@ where
         }
     };
     // Fallbacks nest, as the Router's do: a fallback group's own failure goes through that
-    // group's fallbacks in turn (its fallback handler calls itself for the fallback group, up
-    // to `max_fallbacks`, 5), never back to a group already tried.
+    // group's fallbacks in turn (its fallback handler calls itself for the fallback group),
+    // never back to a group already tried. With three groups that is at most two levels, so
+    // the Router's `max_fallbacks` (5) never binds here.
     async move |req: Request<Bytes>| {
         let mut model = PRIMARY_MODEL;
         let mut tried = Vec::with_capacity(3);
@@ -603,7 +601,7 @@ where
                 _ if model == PRIMARY_MODEL => BACKUP_MODEL,
                 _ => return Err(err.label()),
             };
-            if tried.contains(&next) || tried.len() > MAX_FALLBACKS {
+            if tried.contains(&next) {
                 return Err(err.label());
             }
             model = next;

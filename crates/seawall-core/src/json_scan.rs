@@ -350,20 +350,12 @@ impl<'a> JsonCursor<'a> {
     /// its `:`.
     #[inline]
     pub fn key(&mut self) -> Option<&'a [u8]> {
-        self.ws();
-        if self.peek()? != b'"' {
+        let s = self.string()?;
+        if s.escaped {
             return None;
         }
-        let start = self.i + 1;
-        // One run to the closing quote: a name with an escape (or a control character, which
-        // serde refuses) stops the run elsewhere and is left to serde.
-        let end = start + plain_run(self.b.get(start..)?);
-        if self.b.get(end) != Some(&b'"') {
-            return None;
-        }
-        self.i = end + 1;
         self.eat(b':')?;
-        Some(&self.b[start..end])
+        Some(self.bytes(s))
     }
 
     /// The members of an object whose `{` is next, each handed to `member` with its name;
