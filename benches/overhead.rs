@@ -23,6 +23,8 @@
 //! Variants (`benches/support/mod.rs` builds them):
 //! - `baseline`: the inner service alone; `ref_prepare_only`: only the request's one JSON
 //!   parse (`LlmRequest::prepare`), which the outermost seawall layer of a stack pays;
+//!   `ref_answer_checked`: that, and the answer's bytes checked as JSON by `serde_json`
+//!   (nothing kept), the least a classifier that tells whole answers from damaged ones pays;
 //! - `seawall_*`: each layer alone with its defaults (`seawall_gate_rates` adds RPM/TPM limits
 //!   that never bind; `seawall_budget` has a 12-model price table and three budgets);
 //!   `seawall_stack` is the recommended stack's eight core layers, and `seawall_recommended`

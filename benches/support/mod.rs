@@ -116,11 +116,16 @@ impl Service<Request<Bytes>> for Failing {
 }
 
 /// Only `req.prepare()` (the one JSON parse of the request that the first seawall layer pays)
-/// in front of the inner service: a reference row, not a layer.
+/// in front of the inner service: a reference row, not a layer. With `CHECK_ANSWER`, also the
+/// answer's bytes checked as JSON by `serde_json` (read into `IgnoredAny`: nothing kept): the
+/// reference for classify, which must at least tell a whole answer from damaged JSON,
+/// whatever else it reads.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct PrepareOnly<S>(S);
+pub(crate) struct PrepareOnly<S, const CHECK_ANSWER: bool>(S);
 
-impl<S: Service<Request<Bytes>>> Service<Request<Bytes>> for PrepareOnly<S> {
+impl<S: Service<Request<Bytes>>, const CHECK_ANSWER: bool> Service<Request<Bytes>>
+    for PrepareOnly<S, CHECK_ANSWER>
+{
     type Response = S::Response;
     type Error = S::Error;
     type Future = S::Future;
@@ -131,6 +136,11 @@ impl<S: Service<Request<Bytes>>> Service<Request<Bytes>> for PrepareOnly<S> {
 
     fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
         req.prepare();
+        if CHECK_ANSWER {
+            let answer = std::hint::black_box(RESPONSE_JSON);
+            let checked = serde_json::from_slice::<serde::de::IgnoredAny>(answer);
+            assert!(checked.is_ok(), "the bench's answer is JSON");
+        }
         self.0.call(req)
     }
 }
@@ -284,7 +294,8 @@ fn setup<F: std::future::Future>(f: F) -> F::Output {
 /// Visits every variant, in the order the tables list them.
 pub(crate) fn variants<V: Visit>(v: &mut V) {
     v.ok("baseline", NOOP);
-    v.ok("ref_prepare_only", PrepareOnly(NOOP));
+    v.ok("ref_prepare_only", PrepareOnly::<_, false>(NOOP));
+    v.ok("ref_answer_checked", PrepareOnly::<_, true>(NOOP));
 
     // Each seawall layer alone, inner to outer.
     v.ok(

@@ -55,7 +55,6 @@ pin_project_lite::pin_project! {
         ReadingAnswer {
             head: Option<http::response::Parts>,
             body: Option<B>,
-            report: Arc<BodyReport>,
             frames: FrameQueue<Bytes>,
             len: usize,
         },
@@ -100,17 +99,16 @@ impl<F, B, C> std::fmt::Debug for ResponseFuture<F, B, C> {
 
 /// The response's content type, when it has a readable one (looked up once per response).
 fn content_type(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+    seawall_core::header(headers, &http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
 }
 
 /// Whether a successful body is an SSE stream: by its content type, or, without one, by the
 /// request's `stream` flag.
 fn is_sse(content_type: Option<&str>, streaming: bool) -> bool {
     match content_type {
+        // A value `to_str` took is visible ASCII: its whitespace is ASCII.
         Some(ct) => ct
-            .trim_start()
+            .trim_ascii_start()
             .get(..17)
             .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream")),
         None => streaming,
@@ -122,7 +120,13 @@ fn is_sse(content_type: Option<&str>, streaming: bool) -> bool {
 fn is_small_json<B: Body>(content_type: Option<&str>, body: &B, limit: usize) -> bool {
     let json = match content_type {
         Some(ct) => {
-            let essence = ct.split(';').next().unwrap_or("").trim();
+            // A byte search and an ASCII trim: the value is visible ASCII, and a few bytes
+            // long (a character search's set-up costs more than the search).
+            let essence = match ct.bytes().position(|b| b == b';') {
+                Some(at) => &ct[..at],
+                None => ct,
+            };
+            let essence = essence.trim_ascii();
             // `+json` compared in place: no lowercase copy of the header per call.
             essence.eq_ignore_ascii_case("application/json")
                 || essence
@@ -214,15 +218,14 @@ where
                         });
                         continue;
                     }
-                    let report = Arc::new(BodyReport::starting_at(*this.started));
                     // The layers above add their own values: one table for them all.
                     seawall_core::reserve_extensions(&mut parts.extensions);
                     if let Some(snap) = hints::rate_limits_lazily(&parts.headers, SystemTime::now) {
                         parts.extensions.insert(snap);
                     }
-                    parts.extensions.insert(report.clone());
                     let ct = content_type(&parts.headers);
                     let sse = is_sse(ct, *this.streaming);
+                    let started = *this.started;
                     if !sse && is_small_json(ct, &body, *this.limit) {
                         // Usually the whole answer is in hand: read here, the head not moved
                         // into the state and out again.
@@ -231,17 +234,20 @@ where
                             read_ahead(&mut body, cx, &mut frames, &mut len, *this.limit)
                         {
                             this.state.set(State::Done);
-                            return Poll::Ready(answer(parts, body, report, frames, whole, failed));
+                            return Poll::Ready(answer(
+                                parts, body, started, frames, whole, failed,
+                            ));
                         }
                         this.state.set(State::ReadingAnswer {
                             head: Some(parts),
                             body: Some(body),
-                            report,
                             frames,
                             len,
                         });
                         continue;
                     }
+                    let report = Arc::new(BodyReport::starting_at(started));
+                    parts.extensions.insert(report.clone());
                     let parser = if sse {
                         Parser::sse(hints::request_id(&parts.headers), *this.known_api)
                     } else {
@@ -287,7 +293,6 @@ where
                 StateProj::ReadingAnswer {
                     head,
                     body,
-                    report,
                     frames,
                     len,
                 } => {
@@ -298,10 +303,10 @@ where
                     let (Some(parts), Some(inner)) = (head.take(), body.take()) else {
                         seawall_core::polled_after_completion();
                     };
-                    let report = Arc::clone(report);
                     let frames = std::mem::take(frames);
                     this.state.set(State::Done);
-                    return Poll::Ready(answer(parts, inner, report, frames, whole, failed));
+                    let started = *this.started;
+                    return Poll::Ready(answer(parts, inner, started, frames, whole, failed));
                 }
                 StateProj::Done => seawall_core::polled_after_completion(),
             }
@@ -310,18 +315,22 @@ where
 }
 
 /// The outcome of a JSON answer read ahead: `whole` when the body ended within the limit,
-/// `failed` when it broke while being read.
+/// `failed` when it broke while being read. The report is made here, once the answer is in
+/// hand, and written before anything shares it.
 fn answer<B>(
-    parts: http::response::Parts,
+    mut parts: http::response::Parts,
     inner: B,
-    report: Arc<BodyReport>,
+    started: Instant,
     mut frames: FrameQueue<Bytes>,
     whole: bool,
     failed: Option<BoxError>,
 ) -> Result<Response<ClassifiedBody<B>>, LlmError> {
+    let mut report = BodyReport::starting_at(started);
     if whole {
         let data = joined(&frames);
-        let verdict = parse::read_whole(&data, &report);
+        let verdict = parse::read_whole(&data, &mut report);
+        let report = Arc::new(report);
+        parts.extensions.insert(report.clone());
         let err = match verdict {
             Some(Verdict::Answer) => {
                 // Read and reported: replay it as one frame, with any trailers after it.
@@ -345,6 +354,8 @@ fn answer<B>(
         let response = ErrorResponse::new(parts.status, &parts.headers, &data);
         return Err(response.decorate(err));
     }
+    let report = Arc::new(report);
+    parts.extensions.insert(report.clone());
     let mut parser = Parser::json();
     for data in frames.data() {
         parser.feed(data, &report);

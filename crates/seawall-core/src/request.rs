@@ -195,8 +195,8 @@ impl Provider {
         let path = uri.path();
         const ANTHROPIC_VERSION: http::HeaderName =
             http::HeaderName::from_static("anthropic-version");
-        // The path first: a header lookup hashes the name.
-        if path.ends_with("/messages") || headers.contains_key(ANTHROPIC_VERSION) {
+        // The path first: even a header lookup compares names.
+        if path.ends_with("/messages") || crate::header(headers, &ANTHROPIC_VERSION).is_some() {
             Provider::Anthropic
         } else if path.ends_with("/completions")
             || path.ends_with("/responses")
@@ -509,6 +509,34 @@ mod tests {
         // "user" + 33 chars of content = 37 chars -> 10 tokens, plus 4 per text part.
         assert_eq!(r.estimated_input_tokens(), 10 + 8);
         assert_eq!(meta(&r).unwrap().provider, Provider::OpenAi);
+    }
+
+    #[test]
+    fn an_anthropic_version_header_marks_the_wire_format_among_few_or_many_headers() {
+        let uri: http::Uri = "https://gateway.example/v1/chat/completions"
+            .parse()
+            .unwrap();
+        for others in [0, 3, 20] {
+            let mut headers = http::HeaderMap::new();
+            for i in 0..others {
+                let name = http::HeaderName::try_from(format!("x-extra-{i}")).unwrap();
+                headers.insert(name, http::HeaderValue::from_static("1"));
+            }
+            assert_eq!(
+                Provider::detect(&uri, &headers),
+                Provider::OpenAi,
+                "{others}"
+            );
+            headers.insert(
+                "anthropic-version",
+                http::HeaderValue::from_static("2023-06-01"),
+            );
+            assert_eq!(
+                Provider::detect(&uri, &headers),
+                Provider::Anthropic,
+                "{others}"
+            );
+        }
     }
 
     #[test]

@@ -45,12 +45,37 @@ use std::time::Duration;
 
 use http::{Extensions, Response};
 use http_body::{Body, Frame, SizeHint};
+use once_cell::sync::OnceCell;
 
 use crate::error::{BoxError, LlmError};
 use crate::ratelimit::RateLimitSnapshot;
 
 /// How many values [`reserve_extensions`] makes room for.
 const EXTENSIONS_ROOM: usize = 7;
+
+/// The first value of header `name`, as [`HeaderMap::get`](http::HeaderMap::get) finds it.
+///
+/// A lookup hashes the name; a request or response has a handful of headers, and comparing
+/// each name costs less than that hash (a known name is compared as a tag). A map with more
+/// than a few values is looked up as usual.
+///
+/// ```
+/// use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+/// assert_eq!(seawall_core::header(&headers, &CONTENT_TYPE), headers.get(CONTENT_TYPE));
+/// ```
+pub fn header<'a>(
+    headers: &'a http::HeaderMap,
+    name: &http::HeaderName,
+) -> Option<&'a http::HeaderValue> {
+    if headers.len() <= 8 {
+        headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    } else {
+        headers.get(name)
+    }
+}
 
 /// Gives an empty `Extensions` room for a handful of values in one table, so that the layers
 /// of a stack which each insert one (the classifier's report, the stream layer's own report, the
@@ -209,11 +234,15 @@ impl StreamTiming {
 /// and written once per call.
 #[derive(Debug)]
 pub struct BodyReport {
-    usage: OnceLock<Usage>,
+    // `once_cell`'s cells, not the standard library's once-locks, for the three values a
+    // whole answer records at once: a cell can be made already holding its value
+    // (`with_value`), where a once-lock is always filled through its first `set`'s slow path
+    // (about 80 instructions each, three per call).
+    usage: OnceCell<Usage>,
     /// Shared per thread ([`shared_name`](crate::shared_name)): a served model's name costs
     /// no allocation once the thread has seen it.
-    model: OnceLock<Arc<str>>,
-    finish_reason: OnceLock<FinishReason>,
+    model: OnceCell<Arc<str>>,
+    finish_reason: OnceCell<FinishReason>,
     // A flag, not a once-lock: the first `set` of a once-lock takes its slow path, and a
     // flag needs no first-write rule.
     finished: AtomicBool,
@@ -241,9 +270,9 @@ impl BodyReport {
     /// A new report whose clock started at `start`.
     pub fn starting_at(start: tokio::time::Instant) -> Self {
         BodyReport {
-            usage: OnceLock::new(),
-            model: OnceLock::new(),
-            finish_reason: OnceLock::new(),
+            usage: OnceCell::new(),
+            model: OnceCell::new(),
+            finish_reason: OnceCell::new(),
             finished: AtomicBool::new(false),
             first_content: AtomicU64::new(0),
             last_content: AtomicU64::new(0),
@@ -268,6 +297,26 @@ impl BodyReport {
     /// Records the finish reason (first write wins).
     pub fn set_finish_reason(&self, reason: FinishReason) {
         let _ = self.finish_reason.set(reason);
+    }
+
+    /// Records the model, usage and finish reason of an answer read whole before its report
+    /// is shared, first write wins as with the setters. Through `&mut self` each value is
+    /// stored as it is, without the synchronisation of a shared first write.
+    pub fn record_answer(
+        &mut self,
+        model: Option<&str>,
+        usage: Option<Usage>,
+        finish: Option<FinishReason>,
+    ) {
+        if let Some(m) = model.filter(|_| self.model.get_mut().is_none()) {
+            self.model = OnceCell::with_value(crate::inline::shared_name(m));
+        }
+        if let Some(u) = usage.filter(|_| self.usage.get_mut().is_none()) {
+            self.usage = OnceCell::with_value(u);
+        }
+        if let Some(f) = finish.filter(|_| self.finish_reason.get_mut().is_none()) {
+            self.finish_reason = OnceCell::with_value(f);
+        }
     }
 
     /// Records that the finish marker (`[DONE]`, `message_stop`, or the end of a complete JSON
@@ -871,6 +920,34 @@ mod tests {
             assert!(r.has_content());
             assert_eq!(r.time_to_first_token(), Some(std::time::Duration::ZERO));
             assert_eq!(r.content_events(), 1);
+        });
+    }
+
+    #[test]
+    fn an_answer_recorded_before_sharing_keeps_the_first_write_of_each_field() {
+        tokio_test_paused(|| async {
+            let mut r = BodyReport::new();
+            r.set_model("first");
+            let usage = Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                cached_input_tokens: 1,
+            };
+            r.record_answer(Some("second"), Some(usage), Some(FinishReason::Length));
+            assert_eq!(r.model(), Some("first"));
+            assert_eq!(r.usage(), Some(usage));
+            assert_eq!(r.finish_reason(), Some(&FinishReason::Length));
+            // Written once, by either path: later writes change nothing.
+            r.record_answer(None, Some(Usage::default()), Some(FinishReason::Stop));
+            r.set_finish_reason(FinishReason::ToolCalls);
+            assert_eq!(r.usage(), Some(usage));
+            assert_eq!(r.finish_reason(), Some(&FinishReason::Length));
+            let mut empty = BodyReport::new();
+            empty.record_answer(None, None, None);
+            assert_eq!(
+                (empty.model(), empty.usage(), empty.finish_reason()),
+                (None, None, None)
+            );
         });
     }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 use http::StatusCode;
-use seawall_core::{BodyReport, FinishReason, LlmError};
+use seawall_core::{BodyReport, FinishReason, LlmError, Usage};
 
 use super::broken;
 use super::usage::{RawUsage, UsageWire};
@@ -220,15 +220,32 @@ impl WholeBody<'_> {
 
 impl Facts<'_> {
     /// Fills the report's model, usage and finish reason.
-    fn report(&self, report: &BodyReport) {
-        if let Some(m) = &self.model {
+    /// What the report records: the model, the usage, the finish reason.
+    fn recorded(&self) -> (Option<&str>, Option<Usage>, Option<FinishReason>) {
+        (
+            self.model.as_deref(),
+            self.usage.map(|u| u.to_usage()),
+            self.finish.as_deref().map(FinishReason::from_provider),
+        )
+    }
+
+    /// Writes them into a report nothing shares yet.
+    fn report(&self, report: &mut BodyReport) {
+        let (model, usage, finish) = self.recorded();
+        report.record_answer(model, usage, finish);
+    }
+
+    /// Writes them into a shared report.
+    fn report_shared(&self, report: &BodyReport) {
+        let (model, usage, finish) = self.recorded();
+        if let Some(m) = model {
             report.set_model(m);
         }
-        if let Some(u) = self.usage {
-            report.set_usage(u.to_usage());
+        if let Some(u) = usage {
+            report.set_usage(u);
         }
-        if let Some(r) = &self.finish {
-            report.set_finish_reason(FinishReason::from_provider(r));
+        if let Some(f) = finish {
+            report.set_finish_reason(f);
         }
     }
 
@@ -258,7 +275,7 @@ impl Facts<'_> {
 ///
 /// The byte scan reads the usual answer; whatever it is not sure of (an error object, odd
 /// spellings, damage) is read by serde, which decides.
-pub(crate) fn read_whole(body: &[u8], report: &BodyReport) -> Option<Verdict> {
+pub(crate) fn read_whole(body: &[u8], report: &mut BodyReport) -> Option<Verdict> {
     let verdict = if let Some(facts) = super::scan::whole(body) {
         facts.report(report);
         facts.verdict(report)
@@ -382,7 +399,7 @@ impl JsonScanner {
             // The whole body is in the tail window: parse it properly, reading only the few
             // fields the report needs (the rest is skipped, not built).
             if let Ok(body) = serde_json::from_slice::<WholeBody<'_>>(&self.tail) {
-                body.facts().report(report);
+                body.facts().report_shared(report);
             }
         } else {
             if let Some(m) = error_body::string_field(&self.head, "model") {

@@ -131,7 +131,9 @@ impl<'a> View<'a> for JsonNode<'_, 'a> {
 pub(super) fn whole(body: &[u8]) -> Option<Facts<'_>> {
     let text = std::str::from_utf8(body).ok()?;
     let mut s = JsonCursor::new(text);
-    let facts = top(&mut s)?;
+    // Filled in place: the facts are a few hundred bytes, copied at each return otherwise.
+    let mut facts = Facts::default();
+    top(&mut s, &mut facts)?;
     s.at_end().then_some(facts)
 }
 
@@ -147,7 +149,7 @@ fn text<'a>(s: &mut JsonCursor<'a>) -> Option<Option<Cow<'a, str>>> {
     s.plain(span).map(|t| Some(Cow::Borrowed(t)))
 }
 
-fn top<'a>(s: &mut JsonCursor<'a>) -> Option<Facts<'a>> {
+fn top<'a>(s: &mut JsonCursor<'a>, facts: &mut Facts<'a>) -> Option<()> {
     const MODEL: u32 = 0;
     const USAGE: u32 = 1;
     const RESPONSE: u32 = 2;
@@ -159,7 +161,6 @@ fn top<'a>(s: &mut JsonCursor<'a>) -> Option<Facts<'a>> {
     const ERROR: u32 = 8;
     const REQUEST_ID: u32 = 9;
     let mut seen = Seen::default();
-    let mut facts = Facts::default();
     // `usage`, else `response.usage`: each `Some` when present and not `null`.
     let mut usage: Option<Option<RawUsage>> = None;
     let mut response_usage: Option<Option<RawUsage>> = None;
@@ -250,7 +251,7 @@ fn top<'a>(s: &mut JsonCursor<'a>) -> Option<Facts<'a>> {
     })?;
     facts.usage = usage.or(response_usage).flatten();
     facts.finish = first_finish.or(stop);
-    Some(facts)
+    Some(())
 }
 
 /// One choice: its finish reason and whether it carries output.

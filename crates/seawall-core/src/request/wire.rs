@@ -1,6 +1,11 @@
-//! Reading an OpenAI- or Anthropic-style request body: one pass of a borrowing deserializer
-//! that takes the model, the output bound and the stream flag, and counts the prompt's text
-//! and its non-text parts without copying them.
+//! Reading an OpenAI- or Anthropic-style request body: one pass that takes the model, the
+//! output bound and the stream flag, and counts the prompt's text and its non-text parts
+//! without copying them.
+//!
+//! The pass is a byte scan (the `scan` submodule) for the bodies it is sure to read as serde
+//! does; a borrowing serde deserializer, the reference, reads the rest. Both build the same
+//! [`Wire`] by the same counting rules ([`TextCount`]), and a property test holds them to the
+//! same result.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -12,6 +17,8 @@ use http::Request;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{MediaParts, Provider};
+
+mod scan;
 
 /// The fields of a request body whose text the model reads, and which the prompt's estimate
 /// counts ([`RequestMeta::parse`]): what a request asks, as opposed to how it is sent.
@@ -60,9 +67,10 @@ impl RequestMeta {
     /// Parses an HTTP request. A body that is not JSON gives an empty meta (no model, no
     /// estimate) rather than an error: the upstream, not seawall, rejects bad requests.
     ///
-    /// One pass of a typed, borrowing deserializer: the prompt's text is counted as it goes
-    /// by, never copied; the model and key strings are shared with the thread's earlier
-    /// requests that named the same ones, so a usual call allocates nothing here.
+    /// One pass over the body (a byte scan; a typed, borrowing deserializer for what the scan
+    /// is not sure of): the prompt's text is counted as it goes by, never copied; the model
+    /// and key strings are shared with the thread's earlier requests that named the same ones,
+    /// so a usual call allocates nothing here.
     ///
     /// What is read, and how odd values are taken (never a panic):
     ///
@@ -91,12 +99,14 @@ impl RequestMeta {
         // UTF-8 checked once for the whole body, not once per string read (a dozen calls of
         // the checker for a small chat request, each costing more than the string); a body
         // that is not UTF-8 is read as bytes, to the same result.
+        // The byte scan reads the usual body; serde reads what the scan is not sure of.
         let wire: Wire<'_> = match std::str::from_utf8(req.body()) {
-            Ok(text) => serde_json::from_str(text),
-            Err(_) => serde_json::from_slice(req.body()),
-        }
-        .unwrap_or_default();
-        let host = req.uri().host().unwrap_or("upstream");
+            Ok(text) => {
+                scan::wire(text).unwrap_or_else(|| serde_json::from_str(text).unwrap_or_default())
+            }
+            Err(_) => serde_json::from_slice(req.body()).unwrap_or_default(),
+        };
+        let host = host(req.uri()).unwrap_or("upstream");
         let (model, key) = match wire.model.as_deref() {
             Some(m) => {
                 let (model, key) = names::shared(host, m);
@@ -124,6 +134,19 @@ impl RequestMeta {
             key,
         }
     }
+}
+
+/// The URI's host, as [`Uri::host`](http::Uri::host) finds it. That splits the authority
+/// at `@` and `:` with a generic character search (about 400 instructions, a tenth of reading
+/// a small request); an authority with neither is its host.
+fn host(uri: &http::Uri) -> Option<&str> {
+    let authority = uri.authority()?;
+    let text = authority.as_str();
+    // A byte loop: an authority is a few dozen bytes, less than `memchr`'s set-up.
+    if !text.bytes().any(|b| b == b'@' || b == b':') {
+        return Some(text);
+    }
+    Some(authority.host())
 }
 
 fn clamp_u32(n: u64) -> u32 {
@@ -251,7 +274,7 @@ mod names {
 }
 
 /// The fields of an OpenAI- or Anthropic-style request body that seawall reads.
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Wire<'a> {
     model: Option<Cow<'a, str>>,
     max_output: Option<u64>,
@@ -442,7 +465,7 @@ fn wav_seconds(b64: &str) -> Option<u32> {
 
 /// Counts the characters and the pieces of text in any JSON value, and its non-text parts,
 /// without keeping them.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct TextCount {
     chars: usize,
     parts: usize,
@@ -510,13 +533,7 @@ impl<'de> Deserialize<'de> for TextCount {
                 f.write_str("any JSON value")
             }
             fn visit_str<E>(self, s: &str) -> Result<TextCount, E> {
-                Ok(TextCount {
-                    chars: s.chars().count(),
-                    parts: 1,
-                    kind: Kind::of(s),
-                    wav_seconds: wav_seconds(s),
-                    ..TextCount::default()
-                })
+                Ok(TextCount::of_str(s))
             }
             fn visit_bool<E>(self, _: bool) -> Result<TextCount, E> {
                 Ok(TextCount::default())
@@ -628,6 +645,22 @@ mod tests {
         r.prepare();
         assert_eq!(r.model(), None);
         assert_eq!(r.max_output_tokens(), None);
+    }
+
+    #[test]
+    fn the_host_is_found_as_the_uri_finds_it() {
+        for uri in [
+            "https://api.openai.com/v1/chat/completions",
+            "http://user:secret@example.com:8080/v1",
+            "http://user@example.com/v1",
+            "http://example.com:443/v1",
+            "http://[::1]:8080/v1",
+            "http://[::1]/v1",
+            "/v1/chat/completions",
+        ] {
+            let uri: http::Uri = uri.parse().unwrap();
+            assert_eq!(host(&uri), uri.host(), "{uri}");
+        }
     }
 
     fn meta_of(uri: &str, body: &str) -> RequestMeta {
