@@ -25,6 +25,8 @@
 //!   parse (`LlmRequest::prepare`), which the outermost seawall layer of a stack pays;
 //!   `ref_answer_checked`: that, and the answer's bytes checked as JSON by `serde_json`
 //!   (nothing kept), the least a classifier that tells whole answers from damaged ones pays;
+//!   `ref_clock_read` (not a call): one read of the clock, which the layers take for their
+//!   timings;
 //! - `seawall_*`: each layer alone with its defaults (`seawall_gate_rates` adds RPM/TPM limits
 //!   that never bind; `seawall_budget` has a 12-model price table and three budgets);
 //!   `seawall_stack` is the recommended stack's eight core layers, and `seawall_recommended`
@@ -190,6 +192,11 @@ fn uncontended(c: &mut Criterion) {
     };
     support::variants(&mut v);
     support::leave_one_out(&mut v);
+    // The price of one read of the clock, which the layers take for their timings: a few
+    // dozen instructions under callgrind, tens of nanoseconds on a VM.
+    v.group.bench_function("ref_clock_read", |b| {
+        b.iter(|| black_box(tokio::time::Instant::now()))
+    });
     v.group.finish();
 }
 

@@ -38,7 +38,7 @@
 
 use std::any::Any;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -176,12 +176,49 @@ pub enum StreamEnd {
 /// classifier already allocates the report, so a stack that times its streams pays no second
 /// allocation (and no second extension entry) per call for it. `seawall-stream`'s
 /// `StreamStats` is the handle users read it through.
-#[derive(Debug, Default)]
+///
+/// The end and the pace, written once at the end of the body, are atomics rather than
+/// once-locks: the first `set` of a once-lock takes the standard library's slow path (about 80
+/// instructions), and both are small values written once per call.
+#[derive(Default)]
 pub struct StreamTiming {
     ttft: Option<Duration>,
     streamed: bool,
-    end: OnceLock<StreamEnd>,
-    tpot: OnceLock<Duration>,
+    /// 0 before the end; else the [`StreamEnd`]'s code (see `StreamEnd::code`).
+    end: AtomicU8,
+    /// Nanoseconds per output token, plus one; 0 before it is known.
+    tpot: AtomicU64,
+}
+
+impl std::fmt::Debug for StreamTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamTiming")
+            .field("ttft", &self.ttft)
+            .field("streamed", &self.streamed)
+            .field("end", &self.end())
+            .field("tpot", &self.time_per_output_token())
+            .finish()
+    }
+}
+
+impl StreamEnd {
+    /// Its code in [`StreamTiming`]'s atomic (0 is "not ended").
+    fn code(self) -> u8 {
+        match self {
+            StreamEnd::Complete => 1,
+            StreamEnd::Interrupted => 2,
+            StreamEnd::TimedOut => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<StreamEnd> {
+        match code {
+            1 => Some(StreamEnd::Complete),
+            2 => Some(StreamEnd::Interrupted),
+            3 => Some(StreamEnd::TimedOut),
+            _ => None,
+        }
+    }
 }
 
 impl StreamTiming {
@@ -207,22 +244,34 @@ impl StreamTiming {
 
     /// Records how the body ended (first write wins); `false` if it was already recorded.
     pub fn set_end(&self, end: StreamEnd) -> bool {
-        self.end.set(end).is_ok()
+        self.end
+            .compare_exchange(0, end.code(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// How the body ended, once it has.
     pub fn end(&self) -> Option<StreamEnd> {
-        self.end.get().copied()
+        StreamEnd::from_code(self.end.load(Ordering::Acquire))
     }
 
-    /// Records the mean time per output token (first write wins).
+    /// Records the mean time per output token (first write wins). A pace beyond `u64::MAX`
+    /// nanoseconds (five centuries) is kept as that.
     pub fn set_time_per_output_token(&self, tpot: Duration) {
-        let _ = self.tpot.set(tpot);
+        let nanos = u64::try_from(tpot.as_nanos()).unwrap_or(u64::MAX - 1);
+        let _ = self.tpot.compare_exchange(
+            0,
+            nanos.min(u64::MAX - 1) + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// The mean time per output token after the first, once the body has ended.
     pub fn time_per_output_token(&self) -> Option<Duration> {
-        self.tpot.get().copied()
+        match self.tpot.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(Duration::from_nanos(n - 1)),
+        }
     }
 }
 
@@ -921,6 +970,45 @@ mod tests {
             assert_eq!(r.time_to_first_token(), Some(std::time::Duration::ZERO));
             assert_eq!(r.content_events(), 1);
         });
+    }
+
+    #[test]
+    fn a_stream_timing_keeps_the_first_end_and_pace_written() {
+        let t = StreamTiming::new(Some(Duration::from_millis(40)), true);
+        assert_eq!((t.end(), t.time_per_output_token()), (None, None));
+        for end in [
+            StreamEnd::Complete,
+            StreamEnd::Interrupted,
+            StreamEnd::TimedOut,
+        ] {
+            let fresh = StreamTiming::default();
+            assert!(fresh.set_end(end));
+            assert_eq!(fresh.end(), Some(end));
+        }
+        assert!(t.set_end(StreamEnd::Interrupted));
+        assert!(!t.set_end(StreamEnd::Complete));
+        assert_eq!(t.end(), Some(StreamEnd::Interrupted));
+        t.set_time_per_output_token(Duration::from_micros(12_345));
+        t.set_time_per_output_token(Duration::from_secs(1));
+        assert_eq!(
+            t.time_per_output_token(),
+            Some(Duration::from_micros(12_345))
+        );
+        // A zero pace is a pace, not "unknown"; one past u64 nanoseconds is kept as the most.
+        let zero = StreamTiming::default();
+        zero.set_time_per_output_token(Duration::ZERO);
+        assert_eq!(zero.time_per_output_token(), Some(Duration::ZERO));
+        let huge = StreamTiming::default();
+        huge.set_time_per_output_token(Duration::MAX);
+        assert_eq!(
+            huge.time_per_output_token(),
+            Some(Duration::from_nanos(u64::MAX - 1))
+        );
+        let shown = format!("{t:?}");
+        assert!(
+            shown.contains("Some(Interrupted)") && shown.contains("12.345ms"),
+            "{shown}"
+        );
     }
 
     #[test]

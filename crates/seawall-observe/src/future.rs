@@ -230,7 +230,7 @@ fn request_id(headers: Option<&http::HeaderMap>) -> Option<String> {
     let h = headers?;
     NAMES
         .iter()
-        .find_map(|n| h.get(n)?.to_str().ok())
+        .find_map(|n| seawall_core::header(h, n)?.to_str().ok())
         .map(|s| s.chars().take(128).collect())
 }
 

@@ -92,6 +92,8 @@ pub(crate) struct Committed<B> {
     pub(crate) timer: Timer,
     pub(crate) config: StreamTimeouts,
     pub(crate) start: Instant,
+    /// When the last frame before the commit point arrived: the idle timer runs from it.
+    pub(crate) last_frame: Instant,
     pub(crate) scan: Option<Box<SseScan>>,
     pub(crate) report: Option<Arc<BodyReport>>,
     pub(crate) stats: StreamStats,
@@ -107,7 +109,7 @@ impl<B> TimedBody<B> {
             timer: c.timer,
             total: deadline(c.start, c.config.total(), Reason::Total),
             config: c.config,
-            last_frame: Instant::now(),
+            last_frame: c.last_frame,
             scan: c.scan,
             report: c.report,
             stats: c.stats,
