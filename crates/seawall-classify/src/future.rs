@@ -326,11 +326,15 @@ fn answer<B>(
     failed: Option<BoxError>,
 ) -> Result<Response<ClassifiedBody<B>>, LlmError> {
     let mut report = BodyReport::starting_at(started);
-    if whole {
+    // A whole answer is read into the report before the report is shared.
+    let read = whole.then(|| {
         let data = joined(&frames);
         let verdict = parse::read_whole(&data, &mut report);
-        let report = Arc::new(report);
-        parts.extensions.insert(report.clone());
+        (data, verdict)
+    });
+    let report = Arc::new(report);
+    parts.extensions.insert(report.clone());
+    if let Some((data, verdict)) = read {
         let err = match verdict {
             Some(Verdict::Answer) => {
                 // Read and reported: replay it as one frame, with any trailers after it.
@@ -354,8 +358,6 @@ fn answer<B>(
         let response = ErrorResponse::new(parts.status, &parts.headers, &data);
         return Err(response.decorate(err));
     }
-    let report = Arc::new(report);
-    parts.extensions.insert(report.clone());
     let mut parser = Parser::json();
     for data in frames.data() {
         parser.feed(data, &report);

@@ -29,19 +29,6 @@ use crate::request::Wire;
 /// A cursor over `text`, which every method below reads through.
 type Cur<'a> = JsonCursor<'a>;
 
-/// The text of a string span: borrowed when it has no escapes, decoded by serde (the rare
-/// case) when it has.
-fn decode<'a>(c: &Cur<'a>, s: JsonStr) -> Option<Cow<'a, str>> {
-    if let Some(plain) = c.plain(s) {
-        return Some(Cow::Borrowed(plain));
-    }
-    // With its quotes: a JSON string serde decodes (the rare case, so the copy is fine).
-    let inner = std::str::from_utf8(c.bytes(s)).ok()?;
-    serde_json::from_str::<String>(&format!("\"{inner}\""))
-        .ok()
-        .map(Cow::Owned)
-}
-
 /// A string or `null` (`None` inside); anything else is left to serde.
 // The outer `None`: not sure (serde decides); the inner one: `null`.
 #[allow(clippy::option_option)]
@@ -50,7 +37,7 @@ fn text<'a>(c: &mut Cur<'a>) -> Option<Option<Cow<'a, str>>> {
         return Some(None);
     }
     let s = c.string()?;
-    decode(c, s).map(Some)
+    c.decoded(s).map(Some)
 }
 
 /// Any value but `null`, built (only usage and stop sequences, once or twice per stream).
@@ -157,7 +144,7 @@ impl Template {
             return None;
         }
         let (c, s, tail) = self.shape.split(data)?;
-        let text = decode(&c, s)?;
+        let text = c.decoded(s)?;
         tail_ignored(tail, anthropic)?;
         let borrowed = |span: Option<(usize, usize)>| match span {
             Some((a, b)) => std::str::from_utf8(data.get(a..b)?)
@@ -624,7 +611,7 @@ pub(crate) fn anthropic<'a>(data: &'a [u8], memo: &mut Memo) -> Option<Seen<'a>>
             b"type" => {
                 once.first(0)?;
                 let s = c.string()?;
-                kind = Some(decode(c, s)?);
+                kind = Some(c.decoded(s)?);
             }
             b"index" => {
                 once.first(1)?;
@@ -669,7 +656,7 @@ pub(crate) fn anthropic<'a>(data: &'a [u8], memo: &mut Memo) -> Option<Seen<'a>>
                     if name == b"type" {
                         inner.first(0)?;
                         let s = c.string()?;
-                        block_kind = Some(decode(c, s)?);
+                        block_kind = Some(c.decoded(s)?);
                     } else {
                         ignored(c, 2)?;
                     }
@@ -825,7 +812,7 @@ pub(crate) fn answer_finish(wire: Wire, data: &[u8]) -> Option<Option<FinishReas
     }
     match word {
         None => Some(None),
-        Some(s) => Some(Some(FinishReason::from_provider(&decode(&c, s)?))),
+        Some(s) => Some(Some(FinishReason::from_provider(&c.decoded(s)?))),
     }
 }
 

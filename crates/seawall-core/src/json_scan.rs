@@ -270,14 +270,35 @@ impl<'a> JsonCursor<'a> {
         &self.b[s.start..s.end]
     }
 
+    /// The raw text of a string's span, escapes as written (not decoded).
+    #[inline]
+    pub fn raw(&self, s: JsonStr) -> Option<&'a str> {
+        // Both ends are next to an ASCII quote: character boundaries.
+        self.text.get(s.start..s.end)
+    }
+
     /// The text of a string without escapes; `None` for an escaped one.
     #[inline]
     pub fn plain(&self, s: JsonStr) -> Option<&'a str> {
         if s.escaped {
             return None;
         }
-        // Both ends are next to an ASCII quote: character boundaries.
-        self.text.get(s.start..s.end)
+        self.raw(s)
+    }
+
+    /// The text of a string: borrowed when it has no escapes, decoded by serde (the rare
+    /// case, a copy) when it has.
+    pub fn decoded(&self, s: JsonStr) -> Option<std::borrow::Cow<'a, str>> {
+        if !s.escaped {
+            return self.raw(s).map(std::borrow::Cow::Borrowed);
+        }
+        // With its quotes: a JSON string serde decodes.
+        let quoted = self
+            .text
+            .get(s.start.checked_sub(1)?..s.end.checked_add(1)?)?;
+        serde_json::from_str::<String>(quoted)
+            .ok()
+            .map(std::borrow::Cow::Owned)
     }
 
     /// A string whose `"` is next (after whitespace), its escapes checked as serde checks them

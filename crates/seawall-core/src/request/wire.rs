@@ -98,8 +98,8 @@ impl RequestMeta {
         let provider = Provider::detect(req.uri(), req.headers());
         // UTF-8 checked once for the whole body, not once per string read (a dozen calls of
         // the checker for a small chat request, each costing more than the string); a body
-        // that is not UTF-8 is read as bytes, to the same result.
-        // The byte scan reads the usual body; serde reads what the scan is not sure of.
+        // that is not UTF-8 is read as bytes, to the same result. The byte scan reads the
+        // usual body; serde reads what the scan is not sure of.
         let wire: Wire<'_> = match std::str::from_utf8(req.body()) {
             Ok(text) => {
                 scan::wire(text).unwrap_or_else(|| serde_json::from_str(text).unwrap_or_default())

@@ -116,8 +116,10 @@ fn text_count(s: &mut JsonCursor<'_>, depth: u32, into: &mut TextCount) -> Optio
 /// A string with escapes, counted as its decoded text. It is decoded only when it may be a
 /// part's `type` (short, and every escape a `\uXXXX`: the others decode to characters no tag
 /// has) or WAV data: a prompt with a newline is counted without a copy.
+// Out of line: inlined, it crowds the registers of the walk that every string takes.
+#[inline(never)]
 fn escaped(s: &JsonCursor<'_>, span: JsonStr) -> Option<TextCount> {
-    let raw = std::str::from_utf8(s.bytes(span)).ok()?;
+    let raw = s.raw(span)?;
     let (extra, only_unicode) = escapes(raw);
     let maybe_tag = only_unicode && raw.len() <= TAG_BYTES;
     let maybe_wav = raw.len() >= WAV_HEAD && decodes_to_riff(raw);
@@ -126,14 +128,7 @@ fn escaped(s: &JsonCursor<'_>, span: JsonStr) -> Option<TextCount> {
         let chars = raw.chars().count() - extra;
         return Some(TextCount::of_decoded(chars, Kind::Text, None));
     }
-    // The string with its quotes, for serde to decode.
-    let quoted = JsonStr {
-        start: span.start - 1,
-        end: span.end + 1,
-        escaped: true,
-    };
-    let decoded: String = serde_json::from_slice(s.bytes(quoted)).ok()?;
-    Some(TextCount::of_str(&decoded))
+    Some(TextCount::of_str(&s.decoded(span)?))
 }
 
 /// The longest escaped string that may decode to one of [`Kind::of`]'s tags: 11 characters,
