@@ -57,11 +57,15 @@ impl<S, F, B: Body> ResponseFuture<S, F, B> {
         }
     }
 
-    pub(crate) fn first(fut: F, job: Job<S>) -> Self {
+    /// The first attempt, made by `call` on the job's service. The job is boxed first and the
+    /// call made last, in the struct the future is kept in: the inner future (the stack's,
+    /// kilobytes) is then written in place, not built apart and copied in.
+    pub(crate) fn first(job: Job<S>, call: impl FnOnce(&mut S) -> F) -> Self {
+        let mut job = Box::new(job);
         ResponseFuture {
             state: FutState::First {
-                fut,
-                job: Some(Box::new(job)),
+                fut: call(&mut job.svc),
+                job: Some(job),
             },
         }
     }
@@ -101,17 +105,21 @@ where
                     this.state.set(FutState::Done);
                     return Poll::Ready(resp.map(|r| r.map(ContinueBody::pass)));
                 }
+                // Each outcome handled where it lands: every move of a response is a copy.
                 FutProj::First { fut, job } => {
-                    let resp = ready!(fut.poll(cx));
-                    let Some(job) = job.take() else {
-                        seawall_core::polled_after_completion();
-                    };
-                    let resp = match resp {
-                        Ok(r) if r.status().is_success() => r,
-                        other => {
+                    let resp = match fut.poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(r)) if r.status().is_success() => r,
+                        Poll::Ready(other) => {
+                            if job.take().is_none() {
+                                seawall_core::polled_after_completion();
+                            }
                             this.state.set(FutState::Done);
                             return Poll::Ready(other.map(|r| r.map(ContinueBody::pass)));
                         }
+                    };
+                    let Some(job) = job.take() else {
+                        seawall_core::polled_after_completion();
                     };
                     if job.stream {
                         this.state.set(FutState::Done);

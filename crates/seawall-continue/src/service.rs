@@ -86,18 +86,15 @@ where
         // The ready service makes this call and goes with the future for the follow-ups
         // (polled ready again before each); a clone takes its place, as tower's retry does.
         let clone = self.inner.clone();
-        let mut svc = std::mem::replace(&mut self.inner, clone);
-        let fut = svc.call(req);
-        ResponseFuture::first(
-            fut,
-            Job {
-                svc,
-                template,
-                config: config.clone(),
-                context,
-                stream,
-                started: tokio::time::Instant::now(),
-            },
-        )
+        let svc = std::mem::replace(&mut self.inner, clone);
+        let job = Job {
+            svc,
+            template,
+            config: config.clone(),
+            context,
+            stream,
+            started: tokio::time::Instant::now(),
+        };
+        ResponseFuture::first(job, |svc| svc.call(req))
     }
 }

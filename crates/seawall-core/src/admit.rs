@@ -167,25 +167,28 @@ where
                         }
                     }
                 }
-                StateProj::Calling { future, guard } => {
-                    let result = ready!(future.poll(cx));
-                    let guard = guard.take();
-                    this.state.set(State::Done);
-                    let Some(mut guard) = guard else {
-                        polled_after_completion();
-                    };
-                    return Poll::Ready(match result {
-                        Ok(mut resp) => {
-                            guard.at_head(&mut resp);
-                            Ok(resp.on_complete(guard))
-                        }
-                        Err(e) => {
-                            let e: LlmError = e.into();
-                            guard.failed(&e);
-                            Err(e)
-                        }
-                    });
-                }
+                // Each outcome is handled where it lands: a response is a few hundred bytes,
+                // and every move of it on the way up is a copy.
+                StateProj::Calling { future, guard } => match future.poll(cx) {
+                    Poll::Ready(Ok(mut resp)) => {
+                        let Some(mut guard) = guard.take() else {
+                            polled_after_completion();
+                        };
+                        this.state.set(State::Done);
+                        guard.at_head(&mut resp);
+                        return Poll::Ready(Ok(resp.on_complete(guard)));
+                    }
+                    Poll::Ready(Err(e)) => {
+                        let Some(guard) = guard.take() else {
+                            polled_after_completion();
+                        };
+                        this.state.set(State::Done);
+                        let e: LlmError = e.into();
+                        guard.failed(&e);
+                        return Poll::Ready(Err(e));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
                 StateProj::Refused { error } => {
                     let Some(e) = error.take() else {
                         polled_after_completion();

@@ -90,7 +90,6 @@ struct Chain<S, Req, Resp> {
 impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        fut: F,
         shared: Arc<Local<Req, Resp>>,
         original: Option<KeptRequest<Req>>,
         primary: Option<S>,
@@ -98,12 +97,17 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
         cache_key: Option<u64>,
         context: Option<Arc<CallContext>>,
         deadline_at: Option<Instant>,
+        call: impl FnOnce() -> F,
     ) -> Self {
+        // Everything else first, the primary's future last, in the struct it is kept in: the
+        // future (the inner stack's, kilobytes) is then written in place, not copied in.
+        let deadline = deadline_at.map(|at| Box::pin(sleep_until(at)));
+        let current_name = shared.primary_name.clone();
         ResponseFuture {
-            state: State::Calling { fut },
-            deadline: deadline_at.map(|at| Box::pin(sleep_until(at))),
+            state: State::Calling { fut: call() },
+            deadline,
             chain: Chain {
-                current_name: shared.primary_name.clone(),
+                current_name,
                 shared,
                 original,
                 primary,
@@ -181,7 +185,10 @@ where
         }
     }
 
-    fn succeed(&mut self, mut resp: Resp) -> Step<Resp> {
+    /// Marks a success in place: `Some` with what the last-resort cache needs when the answer
+    /// is to be read into it, `None` when it goes back as it is. The response is taken by
+    /// reference: a few hundred bytes, not moved in and out on every call's way back.
+    fn succeed(&mut self, resp: &mut Resp) -> Option<(u64, ServedBy)> {
         // The name the request asked for is reused when the upstream echoes it back.
         let model = match (resp.served_model(), &self.current_model) {
             (Some(served), Some(asked)) if served == &**asked => Some(asked.clone()),
@@ -195,14 +202,22 @@ where
             degraded: false,
         };
         match (&self.shared.cache, self.cache_key) {
-            (Some(cache), Some(key)) => {
-                self.mark(&mut resp, served.clone(), None);
-                Step::Capture(cache.capture(key, served, resp))
+            (Some(_), Some(key)) => {
+                self.mark(resp, served.clone(), None);
+                Some((key, served))
             }
             _ => {
-                self.mark(&mut resp, served, None);
-                Step::Done(Ok(resp))
+                self.mark(resp, served, None);
+                None
             }
+        }
+    }
+
+    /// The future that reads a success into the last-resort cache.
+    fn capture(&self, key: u64, served: ServedBy, resp: Resp) -> Result<BoxFuture<Resp>, Resp> {
+        match &self.shared.cache {
+            Some(cache) => Ok(cache.capture(key, served, resp)),
+            None => Err(resp),
         }
     }
 
@@ -369,7 +384,23 @@ where
         let mut this = self.project();
         loop {
             let polled = match this.state.as_mut().project() {
-                StateProj::Calling { fut } => fut.poll(cx).map_err(Into::into),
+                StateProj::Calling { fut } => match fut.poll(cx) {
+                    // The usual end, handled where the response lands: marked in place and
+                    // handed back, not moved through the chain's steps.
+                    Poll::Ready(Ok(mut resp)) => {
+                        this.state.set(State::Done);
+                        let Some((key, served)) = this.chain.succeed(&mut resp) else {
+                            return Poll::Ready(Ok(resp));
+                        };
+                        match this.chain.capture(key, served, resp) {
+                            Ok(fut) => this.state.set(State::Capture { fut }),
+                            Err(resp) => return Poll::Ready(Ok(resp)),
+                        }
+                        continue;
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+                    Poll::Pending => Poll::Pending,
+                },
                 StateProj::Other { fut } => fut.as_mut().poll(cx),
                 StateProj::Ready => match this.chain.poll_target_ready(cx) {
                     Poll::Ready(Ok(())) => match this.chain.call_target() {
@@ -414,7 +445,13 @@ where
             // Drops the finished (or cancelled) target's future before anything else starts.
             this.state.set(State::Done);
             let step = match outcome {
-                Ok(resp) => this.chain.succeed(resp),
+                Ok(mut resp) => match this.chain.succeed(&mut resp) {
+                    None => Step::Done(Ok(resp)),
+                    Some((key, served)) => match this.chain.capture(key, served, resp) {
+                        Ok(fut) => Step::Capture(fut),
+                        Err(resp) => Step::Done(Ok(resp)),
+                    },
+                },
                 Err(err) => this.chain.fail(err, cut),
             };
             match step {

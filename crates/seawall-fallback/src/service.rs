@@ -88,9 +88,8 @@ where
         // `self.inner` is the service that was driven ready: it takes this call. A clone (made
         // ready again inside the future) takes any later call routed to the primary.
         let primary = shared.uses_primary.then(|| self.inner.clone());
-        let fut = self.inner.call(req);
+        let inner = &mut self.inner;
         ResponseFuture::new(
-            fut,
             shared,
             original,
             primary,
@@ -98,6 +97,7 @@ where
             cache_key,
             context,
             deadline_at,
+            || inner.call(req),
         )
     }
 }

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use seawall_core::{
     CacheStatus, CallContext, CallFacts, Completion, ContextAction, FailureClass, LlmError,
@@ -288,15 +288,17 @@ where
         if this.pending.0.is_none() {
             seawall_core::polled_after_completion();
         }
-        let result = {
+        let polled = {
             let _enter = this.pending.0.as_ref().map(|p| p.span.enter());
-            ready!(this.inner.poll(cx))
+            this.inner.poll(cx)
         };
-        let Some(pending) = this.pending.0.take() else {
-            seawall_core::polled_after_completion();
-        };
-        Poll::Ready(match result {
-            Ok(resp) => {
+        // Each outcome handled where it lands: every move of a response is a copy.
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(resp)) => {
+                let Some(pending) = this.pending.0.take() else {
+                    seawall_core::polled_after_completion();
+                };
                 let head = Head {
                     status: resp.status().map(|s| s.as_u16()),
                     request_id: request_id(resp.headers()),
@@ -308,9 +310,12 @@ where
                         .copied(),
                     ..Head::default()
                 };
-                Ok(resp.on_complete(Finish { pending, head }))
+                Poll::Ready(Ok(resp.on_complete(Finish { pending, head })))
             }
-            Err(e) => {
+            Poll::Ready(Err(e)) => {
+                let Some(pending) = this.pending.0.take() else {
+                    seawall_core::polled_after_completion();
+                };
                 let e: LlmError = e.into();
                 let head = Head {
                     status: e.status().map(|s| s.as_u16()),
@@ -325,9 +330,9 @@ where
                     ..Head::default()
                 };
                 pending.finish(head, CallOutcome::Failed, None);
-                Err(e)
+                Poll::Ready(Err(e))
             }
-        })
+        }
     }
 }
 
