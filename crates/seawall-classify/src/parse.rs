@@ -70,7 +70,9 @@ pub(crate) enum Parser {
     /// Boxed: a stream's parser is three times the size of the others, and the parser rides
     /// in the body that every layer above moves; a stream pays one allocation for it instead.
     Sse(Box<SseParser>),
-    Json(JsonScanner),
+    /// Boxed too: only an answer not read whole before the response is handed on (one over
+    /// the read-ahead limit, or one the whole-answer read was not sure of) uses it.
+    Json(Box<JsonScanner>),
     /// The body was read whole and reported before the response was handed on.
     Read,
 }
@@ -83,7 +85,7 @@ impl Parser {
     }
 
     pub(crate) fn json() -> Parser {
-        Parser::Json(JsonScanner::default())
+        Parser::Json(Box::default())
     }
 
     /// For a body already read whole and reported ([`read_whole`]).

@@ -3,7 +3,7 @@
 //! A call through the recommended stack is counted in allocations as much as in instructions:
 //! the frames a layer holds back before its commit point are almost always one data frame (a
 //! small answer arrives whole), and the model names an application's answers report are a
-//! handful. [`FrameQueue`] keeps that one frame inline and uses a `VecDeque` only past it;
+//! handful. [`FrameQueue`] keeps that one frame inline and a boxed `VecDeque` only past it;
 //! [`shared_name`] builds each of those names once per thread and hands out shared copies.
 
 use std::cell::RefCell;
@@ -18,7 +18,8 @@ use http_body::Frame;
 /// A small answer arrives as one data frame, so the queue keeps a first data frame inline
 /// (its `Bytes` handle, not the whole `Frame`, which is large enough to cost copies): holding
 /// one frame and passing it on allocates nothing. Anything more (a second frame, trailers
-/// first) goes to a `VecDeque`.
+/// first) goes to a `VecDeque`, boxed: the queue rides in bodies that every layer above moves,
+/// so its unused overflow is a pointer, not a deque's 32 bytes.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -35,8 +36,11 @@ use http_body::Frame;
 pub struct FrameQueue<D> {
     /// A data frame before everything in `rest`.
     first: Option<D>,
-    /// The frames after it.
-    rest: VecDeque<Frame<D>>,
+    /// The frames after it, once there are any. Boxed on purpose: a pointer inline, not a
+    /// deque's 32 bytes, in every body that holds a queue (the box is the deque's second
+    /// allocation, made only by the few bodies that hold more than one frame).
+    #[allow(clippy::box_collection)]
+    rest: Option<Box<VecDeque<Frame<D>>>>,
 }
 
 impl<D> FrameQueue<D> {
@@ -44,18 +48,23 @@ impl<D> FrameQueue<D> {
     pub const fn new() -> Self {
         FrameQueue {
             first: None,
-            rest: VecDeque::new(),
+            rest: None,
         }
+    }
+
+    /// The overflow, made on first use.
+    fn rest_mut(&mut self) -> &mut VecDeque<Frame<D>> {
+        self.rest.get_or_insert_with(Box::default)
     }
 
     /// Whether the queue is empty.
     pub fn is_empty(&self) -> bool {
-        self.first.is_none() && self.rest.is_empty()
+        self.first.is_none() && self.rest.as_ref().is_none_or(|r| r.is_empty())
     }
 
     /// How many frames the queue holds.
     pub fn len(&self) -> usize {
-        usize::from(self.first.is_some()) + self.rest.len()
+        usize::from(self.first.is_some()) + self.rest.as_ref().map_or(0, |r| r.len())
     }
 
     /// Adds a frame at the back.
@@ -63,21 +72,21 @@ impl<D> FrameQueue<D> {
         if self.is_empty() {
             match frame.into_data() {
                 Ok(data) => self.first = Some(data),
-                Err(frame) => self.rest.push_back(frame),
+                Err(frame) => self.rest_mut().push_back(frame),
             }
         } else {
-            self.rest.push_back(frame);
+            self.rest_mut().push_back(frame);
         }
     }
 
     /// Adds a frame at the front.
     pub fn push_front(&mut self, frame: Frame<D>) {
         if let Some(old) = self.first.take() {
-            self.rest.push_front(Frame::data(old));
+            self.rest_mut().push_front(Frame::data(old));
         }
         match frame.into_data() {
             Ok(data) => self.first = Some(data),
-            Err(frame) => self.rest.push_front(frame),
+            Err(frame) => self.rest_mut().push_front(frame),
         }
     }
 
@@ -85,21 +94,26 @@ impl<D> FrameQueue<D> {
     pub fn pop_front(&mut self) -> Option<Frame<D>> {
         match self.first.take() {
             Some(data) => Some(Frame::data(data)),
-            None => self.rest.pop_front(),
+            None => self.rest.as_mut()?.pop_front(),
         }
     }
 
     /// The data of the data frames, front to back.
     pub fn data(&self) -> impl Iterator<Item = &D> {
-        self.first
-            .iter()
-            .chain(self.rest.iter().filter_map(Frame::data_ref))
+        self.first.iter().chain(
+            self.rest
+                .iter()
+                .flat_map(|r| r.iter())
+                .filter_map(Frame::data_ref),
+        )
     }
 
     /// Drops the data frames, keeping the others (trailers) in order.
     pub fn retain_non_data(&mut self) {
         self.first = None;
-        self.rest.retain(|f| !f.is_data());
+        if let Some(rest) = &mut self.rest {
+            rest.retain(|f| !f.is_data());
+        }
     }
 }
 

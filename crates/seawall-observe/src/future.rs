@@ -24,51 +24,16 @@ pub(crate) struct Pending {
     pub(crate) span: tracing::Span,
 }
 
-/// The model name the response head gave, kept without allocating: the record uses it only
-/// when neither the fallback's `ServedBy` nor the body report names the model, so it is made
-/// a shared string only then.
-enum Name {
-    /// A name of at most [`Name::INLINE`] bytes (every model name an upstream sends).
-    Inline { len: u8, bytes: [u8; Name::INLINE] },
-    /// A longer one.
-    Shared(Arc<str>),
-}
-
-impl Name {
-    const INLINE: usize = 62;
-
-    fn new(name: &str) -> Name {
-        match name.as_bytes() {
-            b if b.len() <= Name::INLINE => {
-                let mut bytes = [0; Name::INLINE];
-                bytes[..b.len()].copy_from_slice(b);
-                Name::Inline {
-                    len: b.len() as u8,
-                    bytes,
-                }
-            }
-            _ => Name::Shared(Arc::from(name)),
-        }
-    }
-
-    fn into_shared(self) -> Arc<str> {
-        match self {
-            Name::Inline { len, bytes } => {
-                // The bytes were copied whole from a `str`: still valid UTF-8.
-                Arc::from(std::str::from_utf8(&bytes[..usize::from(len)]).unwrap_or_default())
-            }
-            Name::Shared(s) => s,
-        }
-    }
-}
-
 /// What the response head told us, kept until the body ends.
 #[derive(Default)]
 struct Head {
     status: Option<u16>,
     request_id: Option<String>,
     served_by: Option<ServedBy>,
-    served_model: Option<Name>,
+    /// The model the response names, kept only when it has no body report: with one, the
+    /// record reads the model from the report the completion hands over, and the name does
+    /// not ride in the body (every layer above moves it).
+    served_model: Option<Arc<str>>,
     class: Option<FailureClass>,
     error_code: Option<String>,
     error_attempts: u32,
@@ -84,7 +49,7 @@ impl Pending {
             .as_ref()
             .and_then(|s| s.model.clone())
             .or_else(|| report.and_then(|r| r.model()).map(Arc::from))
-            .or_else(|| head.served_model.map(Name::into_shared))
+            .or(head.served_model)
             .or_else(|| self.model.clone());
         let usage = completion.and_then(|c| c.usage).or(facts.usage);
         let cache = facts.cache.or(head.cache);
@@ -303,7 +268,11 @@ where
                     status: resp.status().map(|s| s.as_u16()),
                     request_id: request_id(resp.headers()),
                     served_by: resp.extensions().and_then(|e| e.get::<ServedBy>()).cloned(),
-                    served_model: resp.served_model().map(Name::new),
+                    served_model: resp
+                        .body_report()
+                        .is_none()
+                        .then(|| resp.served_model().map(seawall_core::shared_name))
+                        .flatten(),
                     cache: resp
                         .extensions()
                         .and_then(|e| e.get::<CacheStatus>())
@@ -333,22 +302,5 @@ where
                 Poll::Ready(Err(e))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_served_model_name_is_kept_whole_short_or_long() {
-        let short = "gpt-4o-2024-08-06";
-        assert!(matches!(Name::new(short), Name::Inline { .. }));
-        assert_eq!(&*Name::new(short).into_shared(), short);
-        let exact = "m".repeat(Name::INLINE);
-        assert_eq!(*Name::new(&exact).into_shared(), *exact);
-        let long = "é".repeat(Name::INLINE);
-        assert!(matches!(Name::new(&long), Name::Shared(_)));
-        assert_eq!(*Name::new(&long).into_shared(), *long);
     }
 }

@@ -9,7 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full};
-use seawall_core::{BodyReport, CallContext, FailureClass, LlmError, LlmRequest, ServedBy, Usage};
+use seawall_core::{
+    BodyReport, CallContext, Completion, FailureClass, LlmError, LlmRequest, LlmResponse,
+    OnComplete, Outcome, ServedBy, Usage,
+};
 use seawall_observe::{CallOutcome, CallRecord, MetricsRecorder, ObserveLayer, Summary};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -429,4 +432,50 @@ async fn a_released_context_is_reused_empty() {
     assert_eq!(addrs[0], addrs[1], "the first call's context was reused");
     let records = records.lock().unwrap();
     assert!(records.iter().all(|r| r.cost_usd == Some(1.0)));
+}
+
+/// A user's own, fully-read response type: it names its model, and has no body report.
+struct Answer {
+    model: &'static str,
+}
+
+impl LlmResponse for Answer {
+    type Hooked<G: OnComplete> = Answer;
+    fn usage(&self) -> Option<Usage> {
+        None
+    }
+    fn served_model(&self) -> Option<&str> {
+        Some(self.model)
+    }
+    fn on_complete<G: OnComplete>(self, hook: G) -> Answer {
+        hook.on_complete(Completion {
+            outcome: Outcome::Complete,
+            report: None,
+            usage: None,
+        });
+        self
+    }
+}
+
+#[tokio::test]
+async fn a_response_without_a_body_report_still_names_the_model_that_served() {
+    let records = Records::default();
+    let inner = service_fn(|_req: http::Request<Bytes>| async {
+        Ok::<_, Infallible>(Answer {
+            model: "gpt-4o-mini-2024-07-18",
+        })
+    });
+    let mut svc = layer(&records).layer(inner);
+    let answer = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request(false))
+        .await
+        .unwrap();
+    assert_eq!(answer.model, "gpt-4o-mini-2024-07-18");
+    let r = records.lock().unwrap().pop().unwrap();
+    assert_eq!(r.outcome, CallOutcome::Success);
+    assert_eq!(r.served_model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
+    assert_eq!(r.model.as_deref(), Some("gpt-4o-mini"));
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
@@ -75,7 +76,10 @@ pub struct TimedBody<B> {
     replay: FrameQueue<Bytes>,
     pending_error: Option<LlmError>,
     timer: Timer,
-    config: StreamTimeouts,
+    /// The two timeouts a body can still meet (the others end at the commit point): kept
+    /// alone, not the whole configuration, since the body rides through every layer above.
+    idle: Option<Duration>,
+    total_after: Option<Duration>,
     total: Deadline,
     last_frame: Instant,
     // Boxed, as in the future: a stack with a classifier inside never has one.
@@ -108,7 +112,8 @@ impl<B> TimedBody<B> {
             pending_error: None,
             timer: c.timer,
             total: deadline(c.start, c.config.total(), Reason::Total),
-            config: c.config,
+            idle: c.config.idle(),
+            total_after: c.config.total(),
             last_frame: c.last_frame,
             scan: c.scan,
             report: c.report,
@@ -168,7 +173,7 @@ impl<B> TimedBody<B> {
     }
 
     fn idle_deadline(&self) -> Deadline {
-        deadline(self.last_frame, self.config.idle(), Reason::Idle)
+        deadline(self.last_frame, self.idle, Reason::Idle)
     }
 }
 
@@ -196,7 +201,7 @@ where
         };
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if this.config.idle().is_some() {
+                if this.idle.is_some() {
                     this.last_frame = Instant::now();
                 }
                 if let (Some(scan), Some(data)) = (this.scan.as_mut(), frame.data_ref()) {
@@ -229,7 +234,7 @@ where
             Poll::Ready(reason) => {
                 let err = LlmError::new(
                     FailureClass::StreamInterrupted,
-                    reason.describe(&this.config),
+                    reason.describe(&StreamTimeouts::body(this.idle, this.total_after)),
                 );
                 this.fail(StreamEnd::TimedOut, err)
             }

@@ -51,6 +51,15 @@ impl Default for StreamTimeouts {
 }
 
 impl StreamTimeouts {
+    /// The timeouts a committed body still runs under, for describing the one it met.
+    pub(crate) fn body(idle: Option<Duration>, total: Option<Duration>) -> Self {
+        StreamTimeouts {
+            idle,
+            total,
+            ..StreamTimeouts::new()
+        }
+    }
+
     /// The defaults described on the type.
     pub const fn new() -> Self {
         StreamTimeouts {
