@@ -600,7 +600,7 @@ where
     #[inline]
     fn on_complete<G: OnComplete>(self, hook: G) -> Self::Hooked<G> {
         let report = self.body_report().cloned();
-        let usage = self.extensions().get::<Usage>().copied();
+        let usage = KeptUsage::new(self.extensions().get::<Usage>().copied());
         let mut hook = Hook {
             hook: Some(hook),
             report,
@@ -640,13 +640,51 @@ pin_project_lite::pin_project! {
 struct Hook<G: OnComplete> {
     hook: Option<G>,
     report: Option<Arc<BodyReport>>,
-    usage: Option<Usage>,
+    usage: KeptUsage,
 }
 
 impl<G: OnComplete> Hook<G> {
     fn fire(&mut self, outcome: Outcome<'_>) {
         if let Some(hook) = self.hook.take() {
-            fire(hook, outcome, self.report.as_deref(), self.usage);
+            fire(hook, outcome, self.report.as_deref(), self.usage.get());
+        }
+    }
+}
+
+/// A response's [`Usage`] extension, as a hook keeps it: in 16 bytes rather than 32. Each
+/// layer with a hook keeps one in the body that every layer above moves; counts beyond `u32`
+/// (no real answer's) are boxed.
+enum KeptUsage {
+    None,
+    Small([u32; 3]),
+    Large(Box<Usage>),
+}
+
+impl KeptUsage {
+    fn new(usage: Option<Usage>) -> KeptUsage {
+        let Some(u) = usage else {
+            return KeptUsage::None;
+        };
+        let small = |n: u64| u32::try_from(n).ok();
+        match (
+            small(u.input_tokens),
+            small(u.output_tokens),
+            small(u.cached_input_tokens),
+        ) {
+            (Some(i), Some(o), Some(c)) => KeptUsage::Small([i, o, c]),
+            _ => KeptUsage::Large(Box::new(u)),
+        }
+    }
+
+    fn get(&self) -> Option<Usage> {
+        match self {
+            KeptUsage::None => None,
+            KeptUsage::Small([i, o, c]) => Some(Usage {
+                input_tokens: (*i).into(),
+                output_tokens: (*o).into(),
+                cached_input_tokens: (*c).into(),
+            }),
+            KeptUsage::Large(u) => Some(**u),
         }
     }
 }
@@ -766,6 +804,26 @@ mod tests {
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"hello");
         assert_eq!(*log.lock().unwrap(), ["complete:Some(5)"]);
+    }
+
+    proptest::proptest! {
+        /// A hook keeps a response's `Usage` extension in a compact form: whatever the counts,
+        /// it hears them exactly.
+        #[test]
+        fn a_hook_hears_the_usage_extension_exactly(
+            input in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
+            output in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
+            cached in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
+        ) {
+            let usage = Usage { input_tokens: input, output_tokens: output, cached_input_tokens: cached };
+            let heard = Arc::new(Mutex::new(None));
+            let sink = heard.clone();
+            let mut resp = Response::new(http_body_util::Empty::<Bytes>::new());
+            resp.extensions_mut().insert(usage);
+            // An empty body is done at once: the hook fires here.
+            let _resp = resp.on_complete(move |c: Completion<'_>| *sink.lock().unwrap() = c.usage);
+            proptest::prop_assert_eq!(*heard.lock().unwrap(), Some(usage));
+        }
     }
 
     #[tokio::test]

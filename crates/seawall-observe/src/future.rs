@@ -34,14 +34,34 @@ struct Head {
     /// record reads the model from the report the completion hands over, and the name does
     /// not ride in the body (every layer above moves it).
     served_model: Option<Arc<str>>,
-    class: Option<FailureClass>,
-    error_code: Option<String>,
     error_attempts: u32,
     cache: Option<CacheStatus>,
 }
 
+/// How the call failed, known only when it does: not kept in the head, which rides in the body.
+struct Failure {
+    class: FailureClass,
+    code: Option<String>,
+}
+
+impl Failure {
+    fn of(e: &LlmError) -> Failure {
+        Failure {
+            class: e.class(),
+            code: e.code().map(str::to_owned),
+        }
+    }
+}
+
 impl Pending {
-    fn finish(self, head: Head, outcome: CallOutcome, completion: Option<&Completion<'_>>) {
+    fn finish(
+        self,
+        head: Head,
+        outcome: CallOutcome,
+        failure: Option<Failure>,
+        completion: Option<&Completion<'_>>,
+    ) {
+        let class = failure.as_ref().map(|f| f.class);
         let facts: CallFacts = self.context.snapshot();
         let report = completion.and_then(|c| c.report);
         let served_by = facts.served_by.clone().or(head.served_by);
@@ -59,8 +79,8 @@ impl Pending {
         } else if head.error_attempts > 0 {
             head.error_attempts
         } else if hit
-            || head.class.is_some_and(FailureClass::is_local)
-            || refused_by_guard(&facts, head.class)
+            || class.is_some_and(FailureClass::is_local)
+            || refused_by_guard(&facts, class)
         {
             0
         } else {
@@ -75,8 +95,8 @@ impl Pending {
             target: served_by.as_ref().map(|s| s.target.clone()),
             outcome,
             status: head.status,
-            class: head.class,
-            error_code: head.error_code,
+            class,
+            error_code: failure.and_then(|f| f.code),
             usage,
             cost_usd: facts.cost_usd,
             attempts,
@@ -172,17 +192,22 @@ impl std::fmt::Debug for Finish {
 
 impl OnComplete for Finish {
     fn on_complete(self, completion: Completion<'_>) {
-        let mut head = self.head;
-        let outcome = match completion.outcome {
-            Outcome::Complete => CallOutcome::Success,
-            Outcome::Failed(e) => {
-                head.class = Some(e.map_or(FailureClass::StreamInterrupted, LlmError::class));
-                head.error_code = e.and_then(|e| e.code()).map(str::to_owned);
-                CallOutcome::Interrupted
-            }
-            Outcome::Dropped => CallOutcome::Cancelled,
+        let (outcome, failure) = match completion.outcome {
+            Outcome::Complete => (CallOutcome::Success, None),
+            Outcome::Failed(e) => (
+                CallOutcome::Interrupted,
+                Some(e.map_or(
+                    Failure {
+                        class: FailureClass::StreamInterrupted,
+                        code: None,
+                    },
+                    Failure::of,
+                )),
+            ),
+            Outcome::Dropped => (CallOutcome::Cancelled, None),
         };
-        self.pending.finish(head, outcome, Some(&completion));
+        self.pending
+            .finish(self.head, outcome, failure, Some(&completion));
     }
 }
 
@@ -217,7 +242,7 @@ struct Unfinished(Option<Pending>);
 impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(p) = self.0.take() {
-            p.finish(Head::default(), CallOutcome::Cancelled, None);
+            p.finish(Head::default(), CallOutcome::Cancelled, None, None);
         }
     }
 }
@@ -289,8 +314,6 @@ where
                 let head = Head {
                     status: e.status().map(|s| s.as_u16()),
                     request_id: e.request_id().map(str::to_owned),
-                    class: Some(e.class()),
-                    error_code: e.code().map(str::to_owned),
                     error_attempts: if e.attempts().is_empty() {
                         0
                     } else {
@@ -298,7 +321,7 @@ where
                     },
                     ..Head::default()
                 };
-                pending.finish(head, CallOutcome::Failed, None);
+                pending.finish(head, CallOutcome::Failed, Some(Failure::of(&e)), None);
                 Poll::Ready(Err(e))
             }
         }
