@@ -6,10 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::Extensions;
-use seawall_core::{
-    Completion, FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, Outcome, ServedBy,
-    Usage,
-};
+use seawall_core::{FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, ServedBy, Usage};
 use seawall_fallback::{FallbackLayer, LastResort, Replay, RequestKey, ResponseCache, Target};
 use tower::{Layer, ServiceExt};
 
@@ -61,11 +58,7 @@ impl LlmResponse for Answer {
         Some(&mut self.ext)
     }
     fn on_complete<G: OnComplete>(self, hook: G) -> Answer {
-        hook.on_complete(Completion {
-            outcome: Outcome::Complete,
-            report: None,
-            usage: None,
-        });
+        seawall_test_support::complete_now(hook);
         self
     }
 }

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full};
 use seawall_core::{
-    BodyReport, CallContext, Completion, FailureClass, LlmError, LlmRequest, LlmResponse,
-    OnComplete, Outcome, ServedBy, Usage,
+    BodyReport, CallContext, FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, ServedBy,
+    Usage,
 };
 use seawall_observe::{CallOutcome, CallRecord, MetricsRecorder, ObserveLayer, Summary};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -448,11 +448,7 @@ impl LlmResponse for Answer {
         Some(self.model)
     }
     fn on_complete<G: OnComplete>(self, hook: G) -> Answer {
-        hook.on_complete(Completion {
-            outcome: Outcome::Complete,
-            report: None,
-            usage: None,
-        });
+        seawall_test_support::complete_now(hook);
         self
     }
 }

@@ -45,3 +45,13 @@ impl LlmResponse for Done {
         self
     }
 }
+
+/// Tells `hook` that a fully-read response without a report or usage is complete: what the
+/// `on_complete` of a test's own response type does.
+pub fn complete_now<G: OnComplete>(hook: G) {
+    hook.on_complete(Completion {
+        outcome: Outcome::Complete,
+        report: None,
+        usage: None,
+    });
+}

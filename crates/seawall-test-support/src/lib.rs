@@ -31,7 +31,7 @@ pub use tokio;
 
 #[cfg(feature = "budget")]
 pub use audit::AuditStore;
-pub use bench::{Bare, Done};
+pub use bench::{Bare, Done, complete_now};
 pub use body::{ChanBody, Feed, drain};
 pub use captured::{Captured, global_log};
 #[cfg(feature = "mock")]
