@@ -111,9 +111,6 @@ where
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(r)) if r.status().is_success() => r,
                         Poll::Ready(other) => {
-                            if job.take().is_none() {
-                                seawall_core::polled_after_completion();
-                            }
                             this.state.set(FutState::Done);
                             return Poll::Ready(other.map(|r| r.map(ContinueBody::pass)));
                         }

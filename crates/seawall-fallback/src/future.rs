@@ -15,7 +15,7 @@ use tokio::time::{Instant, Sleep, sleep_until};
 use tower::util::BoxCloneSyncService;
 use tower_service::Service;
 
-use crate::cache::{BoxFuture, LastResort};
+use crate::cache::{BoxFuture, CacheOps, LastResort};
 use crate::error::{FallbackError, Tried};
 use crate::state::Local;
 use crate::target::Route;
@@ -185,10 +185,11 @@ where
         }
     }
 
-    /// Marks a success in place: `Some` with what the last-resort cache needs when the answer
-    /// is to be read into it, `None` when it goes back as it is. The response is taken by
-    /// reference: a few hundred bytes, not moved in and out on every call's way back.
-    fn succeed(&mut self, resp: &mut Resp) -> Option<(u64, ServedBy)> {
+    /// Marks a success in place: `Some` with the last-resort cache, its key and the answer's
+    /// server when the answer is to be read into it, `None` when it goes back as it is. The
+    /// response is taken by reference: a few hundred bytes, not moved in and out on every
+    /// call's way back.
+    fn succeed(&self, resp: &mut Resp) -> Option<(&dyn CacheOps<Req, Resp>, u64, ServedBy)> {
         // The name the request asked for is reused when the upstream echoes it back.
         let model = match (resp.served_model(), &self.current_model) {
             (Some(served), Some(asked)) if served == &**asked => Some(asked.clone()),
@@ -202,22 +203,14 @@ where
             degraded: false,
         };
         match (&self.shared.cache, self.cache_key) {
-            (Some(_), Some(key)) => {
+            (Some(cache), Some(key)) => {
                 self.mark(resp, served.clone(), None);
-                Some((key, served))
+                Some((&**cache, key, served))
             }
             _ => {
                 self.mark(resp, served, None);
                 None
             }
-        }
-    }
-
-    /// The future that reads a success into the last-resort cache.
-    fn capture(&self, key: u64, served: ServedBy, resp: Resp) -> Result<BoxFuture<Resp>, Resp> {
-        match &self.shared.cache {
-            Some(cache) => Ok(cache.capture(key, served, resp)),
-            None => Err(resp),
         }
     }
 
@@ -389,13 +382,11 @@ where
                     // handed back, not moved through the chain's steps.
                     Poll::Ready(Ok(mut resp)) => {
                         this.state.set(State::Done);
-                        let Some((key, served)) = this.chain.succeed(&mut resp) else {
+                        let Some((cache, key, served)) = this.chain.succeed(&mut resp) else {
                             return Poll::Ready(Ok(resp));
                         };
-                        match this.chain.capture(key, served, resp) {
-                            Ok(fut) => this.state.set(State::Capture { fut }),
-                            Err(resp) => return Poll::Ready(Ok(resp)),
-                        }
+                        let fut = cache.capture(key, served, resp);
+                        this.state.set(State::Capture { fut });
                         continue;
                     }
                     Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
@@ -447,10 +438,7 @@ where
             let step = match outcome {
                 Ok(mut resp) => match this.chain.succeed(&mut resp) {
                     None => Step::Done(Ok(resp)),
-                    Some((key, served)) => match this.chain.capture(key, served, resp) {
-                        Ok(fut) => Step::Capture(fut),
-                        Err(resp) => Step::Done(Ok(resp)),
-                    },
+                    Some((cache, key, served)) => Step::Capture(cache.capture(key, served, resp)),
                 },
                 Err(err) => this.chain.fail(err, cut),
             };
