@@ -154,7 +154,10 @@ where
     K: KeyFn<Req>,
 {
     let mut guard = BudgetGuard::new(core.clone(), req.call_context().cloned());
-    let model = req.model();
+    // The request's shared copy of the name (an HTTP request's `prepare` made it, from a
+    // per-thread cache): no allocation.
+    guard.set_model(req.model_shared());
+    let model = guard.model().map(|m| &**m);
     let Some(price) = core.prices.price_of(model) else {
         let msg = match model {
             Some(m) => format!(
@@ -162,15 +165,13 @@ where
             ),
             None => "the request names no model and the price table has no default price".into(),
         };
-        guard.set_model(req.model_shared());
         let err = LlmError::new(FailureClass::BudgetExceeded, msg).with_code("unpriced_model");
         return Err(guard.reject(err));
     };
-    // The request's shared copy of the name (an HTTP request's `prepare` made it, from a
-    // per-thread cache): no allocation.
-    guard.set_model(req.model_shared());
     guard.set_price(price);
-    let max_output = match (req.max_output_tokens(), core.missing_max) {
+    // The sizes in one look, not one per method.
+    let sizes = req.sizes();
+    let max_output = match (sizes.max_output_tokens, core.missing_max) {
         (Some(n), _) => n,
         (None, MissingMaxOutput::Default(n)) => {
             if let Err(e) = req.set_max_output_tokens(n) {
@@ -189,9 +190,8 @@ where
         }
     };
     // Every answer (`n`, `best_of`) may use the whole maximum.
-    let output = u64::from(max_output).saturating_mul(u64::from(req.choices().max(1)));
-    let input = u64::from(req.estimated_input_tokens())
-        .saturating_add(core.parts.tokens(&req.media_parts()));
+    let output = u64::from(max_output).saturating_mul(u64::from(sizes.choices.max(1)));
+    let input = sizes.input_tokens(&core.parts);
     let input = u128::from(input) * u128::from(100 + core.input_margin_percent);
     let input = u64::try_from(input.div_ceil(100)).unwrap_or(u64::MAX);
     let amount = price.estimate(input, output);

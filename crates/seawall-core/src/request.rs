@@ -105,6 +105,18 @@ pub trait LlmRequest {
             .saturating_add(self.max_billed_output_tokens().unwrap_or(0))
     }
 
+    /// The four sizes above at once, for a layer that prices or rate-limits the request by
+    /// them all. The default calls each method; an HTTP request reads them from its
+    /// [`RequestMeta`] in one look (each method above is one look of its own).
+    fn sizes(&self) -> RequestSizes {
+        RequestSizes {
+            max_output_tokens: self.max_output_tokens(),
+            estimated_input_tokens: self.estimated_input_tokens(),
+            choices: self.choices(),
+            media: self.media_parts(),
+        }
+    }
+
     /// Whether the response is streamed.
     fn is_streaming(&self) -> bool {
         false
@@ -214,6 +226,33 @@ impl Provider {
 /// request's extensions; a request with an `Idempotency-Key` header counts too.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Idempotent;
+
+/// What [`LlmRequest::sizes`] reads: the sizes a request is priced and rate-limited by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestSizes {
+    /// [`LlmRequest::max_output_tokens`].
+    pub max_output_tokens: Option<u32>,
+    /// [`LlmRequest::estimated_input_tokens`].
+    pub estimated_input_tokens: u32,
+    /// [`LlmRequest::choices`].
+    pub choices: u32,
+    /// [`LlmRequest::media_parts`].
+    pub media: MediaParts,
+}
+
+impl RequestSizes {
+    /// The most output tokens the upstream may bill, as
+    /// [`LlmRequest::max_billed_output_tokens`] says.
+    pub fn max_billed_output_tokens(&self) -> Option<u64> {
+        let max = u64::from(self.max_output_tokens?);
+        Some(max.saturating_mul(u64::from(self.choices.max(1))))
+    }
+
+    /// The estimated input: the text's tokens and the media parts' at `parts`.
+    pub fn input_tokens(&self, parts: &PartEstimate) -> u64 {
+        u64::from(self.estimated_input_tokens).saturating_add(parts.tokens(&self.media))
+    }
+}
 
 /// The non-text parts of a prompt, counted by kind (see [`RequestMeta::parse`] for what
 /// counts as which). A [`PartEstimate`] turns them into tokens.
@@ -399,6 +438,22 @@ impl LlmRequest for Request<Bytes> {
 
     fn media_parts(&self) -> MediaParts {
         meta(self).map_or_else(MediaParts::default, |m| m.media)
+    }
+
+    fn sizes(&self) -> RequestSizes {
+        // Without a parse, what the methods above say without one.
+        let Some(m) = meta(self) else {
+            return RequestSizes {
+                choices: 1,
+                ..RequestSizes::default()
+            };
+        };
+        RequestSizes {
+            max_output_tokens: m.max_output_tokens,
+            estimated_input_tokens: m.estimated_input_tokens,
+            choices: m.choices.max(1),
+            media: m.media,
+        }
     }
 
     fn is_streaming(&self) -> bool {

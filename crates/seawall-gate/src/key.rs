@@ -58,11 +58,12 @@ impl Cost {
     /// assert_eq!(cost.tokens() - cost.input(), 128);
     /// ```
     pub fn of<R: LlmRequest + ?Sized>(req: &R, parts: &PartEstimate) -> Cost {
-        let input = u64::from(req.estimated_input_tokens())
-            .saturating_add(parts.tokens(&req.media_parts()));
+        // The sizes in one look, not one per method.
+        let sizes = req.sizes();
+        let input = sizes.input_tokens(parts);
         // Output without a maximum may be anything: charged as the most a request can ask
         // for, it waits for a full bucket and holds the key until its usage is known.
-        let output = req.max_billed_output_tokens().unwrap_or(UNBOUNDED_OUTPUT);
+        let output = sizes.max_billed_output_tokens().unwrap_or(UNBOUNDED_OUTPUT);
         Cost {
             tokens: input.saturating_add(output),
             input,

@@ -741,6 +741,52 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// `sizes` reads in one look exactly what the four methods read one by one, parsed
+        /// or not, whatever the request asks for.
+        #[test]
+        fn sizes_in_one_look_are_the_methods_answers(
+            max in proptest::option::of(0u64..5_000_000_000),
+            n in proptest::option::of(0u64..8),
+            text in "[a-z ]{0,40}",
+            images in 0usize..3,
+            prepared in proptest::bool::ANY,
+        ) {
+            let mut fields = vec![r#""model":"gpt-4o""#.to_owned()];
+            if let Some(max) = max {
+                fields.push(format!(r#""max_tokens":{max}"#));
+            }
+            if let Some(n) = n {
+                fields.push(format!(r#""n":{n}"#));
+            }
+            let mut parts = vec![format!(r#"{{"type":"text","text":"{text}"}}"#)];
+            parts.extend((0..images).map(|_| {
+                r#"{"type":"image_url","image_url":{"url":"https://x/y.png"}}"#.to_owned()
+            }));
+            fields.push(format!(
+                r#""messages":[{{"role":"user","content":[{}]}}]"#,
+                parts.join(",")
+            ));
+            let body = format!("{{{}}}", fields.join(","));
+            let r = if prepared {
+                req(CHAT, &body)
+            } else {
+                Request::post(CHAT).body(Bytes::from(body)).unwrap()
+            };
+            let sizes = r.sizes();
+            proptest::prop_assert_eq!(sizes.max_output_tokens, r.max_output_tokens());
+            proptest::prop_assert_eq!(sizes.estimated_input_tokens, r.estimated_input_tokens());
+            proptest::prop_assert_eq!(sizes.choices, r.choices());
+            proptest::prop_assert_eq!(sizes.media, r.media_parts());
+            proptest::prop_assert_eq!(
+                sizes.max_billed_output_tokens(),
+                r.max_billed_output_tokens()
+            );
+            proptest::prop_assert_eq!(
+                sizes.input_tokens(&PartEstimate::DEFAULT),
+                r.estimated_tokens() - r.max_billed_output_tokens().unwrap_or(0)
+            );
+        }
+
         /// Whatever number (or numeric string) a max-output field holds, the parse never
         /// panics, and the bound it keeps is at least the value asked for, up to `u32::MAX`.
         #[test]
