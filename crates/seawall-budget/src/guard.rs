@@ -99,6 +99,7 @@ impl BudgetGuard {
             now,
             self.id,
         )
+        .of_list(self.core.list)
     }
 
     pub(crate) fn admission_time(&self) -> Timestamp {

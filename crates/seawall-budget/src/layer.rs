@@ -345,6 +345,7 @@ impl<K> CostBudgetBuilder<K> {
             core: Arc::new(Core {
                 prices: s.prices,
                 budgets: s.budgets.into_boxed_slice(),
+                list: crate::local::next_id(),
                 keyed,
                 store: s.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 sink: s.sink,

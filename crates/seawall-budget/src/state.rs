@@ -19,6 +19,9 @@ pub(crate) type SoftFn = dyn Fn(&SoftLimitCrossed) + Send + Sync;
 pub(crate) struct Core {
     pub(crate) prices: PriceTable,
     pub(crate) budgets: Box<[Budget]>,
+    /// A number for `budgets` no other list of this process has, so that a lease recognises
+    /// them without comparing each budget.
+    pub(crate) list: u64,
     pub(crate) keyed: bool,
     pub(crate) store: Arc<dyn BudgetStore>,
     pub(crate) sink: Option<Arc<dyn AccountingSink>>,

@@ -32,6 +32,9 @@ pub struct Charge<'a> {
     amount: Usd,
     now: Timestamp,
     id: u64,
+    /// The layer's number for `budgets` (0: none), which a lease compares instead of the
+    /// budgets themselves (see [`Lease::serves`]).
+    list: u64,
 }
 
 pub(crate) use crate::local::next_id;
@@ -49,6 +52,13 @@ impl<'a> Charge<'a> {
         Charge::with_known_id(budgets, keys, amount, now, next_id())
     }
 
+    /// The same charge, its budgets known by the number `list` their layer gave them: no
+    /// other list of this process has it.
+    pub(crate) fn of_list(mut self, list: u64) -> Self {
+        self.list = list;
+        self
+    }
+
     /// A charge that keeps the id of an earlier one (the guard's reservation).
     pub(crate) fn with_known_id(
         budgets: &'a [Budget],
@@ -63,6 +73,7 @@ impl<'a> Charge<'a> {
             amount,
             now,
             id,
+            list: 0,
         }
     }
 
@@ -392,6 +403,8 @@ struct Stripe(Mutex<Vec<Lease>>);
 #[derive(Debug)]
 struct Lease {
     budgets: Box<[Budget]>,
+    /// The number of the layer's list these budgets are (0: none).
+    list: u64,
     keys: Box<[Option<Arc<str>>]>,
     /// Counted as reserved on every counter, not reserved by any attempt.
     free: u64,
@@ -403,14 +416,21 @@ struct Lease {
 }
 
 impl Lease {
+    /// Whether this lease is on the counters `charge` is. Budgets numbered by one layer are
+    /// that layer's, compared by their number (the usual case, every call); others are
+    /// compared one by one.
     fn serves(&self, charge: &Charge<'_>) -> bool {
-        self.budgets.len() == charge.budgets.len()
-            && self
-                .budgets
-                .iter()
-                .zip(charge.budgets)
-                .all(|(a, b)| a.same_as(b))
-            && *self.keys == *charge.keys
+        let same = if self.list != 0 && self.list == charge.list {
+            true
+        } else {
+            self.budgets.len() == charge.budgets.len()
+                && self
+                    .budgets
+                    .iter()
+                    .zip(charge.budgets)
+                    .all(|(a, b)| a.same_as(b))
+        };
+        same && *self.keys == *charge.keys
     }
 }
 
@@ -723,6 +743,7 @@ impl MemoryStore {
             let evicted = (leases.len() >= LEASES).then(|| leases.remove(0));
             leases.push(Lease {
                 budgets: charge.budgets.into(),
+                list: charge.list,
                 keys: charge.keys.into(),
                 free: size,
                 pending: 0,
