@@ -6,6 +6,11 @@
 //! lookup, once: exact names, and patterns ending in `*` that match by prefix, the longest
 //! pattern first. [`read_table_file`] reads such a table's file, TOML or JSON by extension;
 //! each table parses its own shape.
+//!
+//! The exact names are hashed with `foldhash`, not the standard library's SipHash: the table
+//! is built from configuration and only looked up with the names requests bring, so a hostile
+//! name can cost one probe but can never grow a bucket, and a lookup is on every call's path
+//! (SipHash was most of the budget's price lookup).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,7 +34,7 @@ use crate::config::ConfigError;
 /// ```
 #[derive(Debug, Clone)]
 pub struct ModelMap<V> {
-    exact: HashMap<Arc<str>, V>,
+    exact: HashMap<Arc<str>, V, foldhash::fast::RandomState>,
     // Longest pattern first.
     prefixes: Vec<(Arc<str>, V)>,
 }
@@ -37,7 +42,7 @@ pub struct ModelMap<V> {
 impl<V> Default for ModelMap<V> {
     fn default() -> Self {
         ModelMap {
-            exact: HashMap::new(),
+            exact: HashMap::default(),
             prefixes: Vec::new(),
         }
     }
