@@ -109,11 +109,9 @@ impl AdmitGuard for GatePermit {
     /// and puts the queue time in the response's extensions.
     fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
         if let Some(h) = &self.held {
-            h.shared.autosize_limits(resp.rate_limit());
-            if let Some(d) = resp
-                .rate_limit()
-                .and_then(RateLimitSnapshot::exhausted_until)
-            {
+            let snapshot = resp.rate_limit();
+            h.shared.autosize_limits(snapshot);
+            if let Some(d) = snapshot.and_then(RateLimitSnapshot::exhausted_until) {
                 h.shared.pause(&h.key, d);
             }
         }
