@@ -426,13 +426,15 @@ impl Canon {
             Ok(small) => {
                 self.buf.push(b'i');
                 self.buf.extend_from_slice(&small.to_le_bytes());
+                // From 64 bits, one instruction; from 128, a library call.
+                self.number = Some(small as f64);
             }
             Err(_) => {
                 self.buf.push(b'I');
                 self.buf.extend_from_slice(&v.to_le_bytes());
+                self.number = Some(v as f64);
             }
         }
-        self.number = Some(v as f64);
     }
 
     fn float(&mut self, v: f64) {

@@ -218,11 +218,11 @@ impl MemoryStore {
 
     /// The answer under `key`, looked up at once (what [`CacheStore::get`] resolves to).
     pub fn lookup(&self, key: &CacheKey) -> Option<Arc<Answer>> {
-        let now = Instant::now();
         let answer = {
             let mut s = self.inner.lock();
             let entry = s.map.get(key)?;
-            if entry.expires > now {
+            // The clock is read only for an entry found: a miss reads it once, to store.
+            if entry.expires > Instant::now() {
                 entry.answer.clone()
             } else {
                 let bytes = entry.bytes;
