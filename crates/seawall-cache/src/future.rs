@@ -28,8 +28,12 @@ type WaitFuture = Pin<Box<dyn Future<Output = FlightState> + Send>>;
 pin_project_lite::pin_project! {
     /// The response future of [`Cache`](crate::Cache).
     pub struct ResponseFuture<S, F> {
+        // The upstream call's future, once made. It is kept apart from `state`, which stays
+        // a few dozen bytes: each change of state writes those, not a copy of the future of
+        // the whole stack below (kilobytes) that an enum holding it would be as large as.
         #[pin]
-        state: State<F>,
+        upstream: Option<F>,
+        state: State,
         call: Option<Box<Pending<S>>>,
     }
 }
@@ -44,19 +48,29 @@ struct Served {
     format: Format,
 }
 
-pin_project_lite::pin_project! {
-    #[project = StateProj]
-    enum State<F> {
-        Lookup { fut: StoreFuture<Option<Arc<Answer>>> },
-        // A lookup the store answered at once (`CacheStore::get_now`).
-        Looked { found: Option<Found> },
-        // A hit decided in `call`.
-        Hit { served: Option<Served> },
-        Wait { fut: WaitFuture },
-        Semantic { fut: crate::semantic::SearchFuture },
-        Call { #[pin] fut: F },
-        Done,
-    }
+enum State {
+    Lookup {
+        fut: StoreFuture<Option<Arc<Answer>>>,
+    },
+    // A lookup the store answered at once (`CacheStore::get_now`).
+    Looked {
+        found: Option<Found>,
+    },
+    // A hit decided in `call`.
+    Hit {
+        served: Option<Served>,
+    },
+    Wait {
+        fut: WaitFuture,
+    },
+    Semantic {
+        fut: crate::semantic::SearchFuture,
+    },
+    // Send the pending request upstream (where a `no-cache` call starts).
+    Send,
+    // Wait for `upstream`.
+    Call,
+    Done,
 }
 
 /// A cacheable call: what it needs until its answer is stored.
@@ -98,7 +112,8 @@ impl<S, F> ResponseFuture<S, F> {
             cx.update(|f| f.cache = Some(CacheStatus::Bypass));
         }
         ResponseFuture {
-            state: State::Call { fut },
+            upstream: Some(fut),
+            state: State::Call,
             call: None,
         }
     }
@@ -109,6 +124,7 @@ impl<S, F> ResponseFuture<S, F> {
             served(cx, CacheStatus::Hit);
         }
         ResponseFuture {
+            upstream: None,
             state: State::Hit {
                 served: Some(Served {
                     body: answer.render(format),
@@ -134,7 +150,7 @@ impl<S, F> ResponseFuture<S, F> {
         let context = context_of(&req);
         let (state, status) = if refresh {
             // `no-cache`: straight upstream, then the fresh answer is stored.
-            (State::Done, CacheStatus::Bypass)
+            (State::Send, CacheStatus::Bypass)
         } else if let Some(found) = found {
             (State::Looked { found: Some(found) }, CacheStatus::Miss)
         } else {
@@ -149,6 +165,7 @@ impl<S, F> ResponseFuture<S, F> {
             cx.update(|f| f.cache = Some(status));
         }
         ResponseFuture {
+            upstream: None,
             state,
             call: Some(Box::new(Pending {
                 svc: Some(svc),
@@ -209,52 +226,42 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        // A `no-cache` call starts in `Done` with its request still pending: send it.
-        if matches!(this.state.as_ref().get_ref(), State::Done) {
-            match this.call.as_mut() {
-                Some(p) if p.req.is_some() => {
-                    let fut = p.send();
-                    this.state.set(State::Call { fut });
-                }
-                _ => seawall_core::polled_after_completion(),
-            }
-        }
         loop {
-            match this.state.as_mut().project() {
-                StateProj::Hit { served } => {
+            match this.state {
+                State::Hit { served } => {
                     let Some(served) = served.take() else {
                         seawall_core::polled_after_completion();
                     };
-                    this.state.set(State::Done);
+                    *this.state = State::Done;
                     return Poll::Ready(Ok(hit_response(served, CacheStatus::Hit)));
                 }
-                StateProj::Lookup { fut } => {
+                State::Lookup { fut } => {
                     let found = ready!(fut.as_mut().poll(cx));
-                    if let Some(resp) = looked(this.call, this.state.as_mut(), found) {
+                    if let Some(resp) = looked(this.call, this.state, found) {
                         return Poll::Ready(Ok(resp));
                     }
                 }
-                StateProj::Looked { found } => {
+                State::Looked { found } => {
                     let found = found.take().unwrap_or(Ok(None));
-                    if let Some(resp) = looked(this.call, this.state.as_mut(), found) {
+                    if let Some(resp) = looked(this.call, this.state, found) {
                         return Poll::Ready(Ok(resp));
                     }
                 }
-                StateProj::Wait { fut } => {
-                    let state = ready!(fut.as_mut().poll(cx));
+                State::Wait { fut } => {
+                    let flight = ready!(fut.as_mut().poll(cx));
                     let Some(p) = this.call.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    match state {
+                    match flight {
                         // An answer stored unchecked is checked before it is served; one
                         // that fails is a failed flight's (see `Answer::unchecked`).
                         FlightState::Done(answer) if answer.checked().is_some() => {
-                            this.state.set(State::Done);
+                            *this.state = State::Done;
                             return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Hit)));
                         }
                         FlightState::Done(_) => p.may_wait = false,
                         FlightState::Similar(answer, score) => {
-                            this.state.set(State::Done);
+                            *this.state = State::Done;
                             return Poll::Ready(Ok(p.hit(&answer, CacheStatus::Semantic(score))));
                         }
                         // The leader went away: join again (and maybe lead).
@@ -262,10 +269,9 @@ where
                         // A failure is not shared: call on our own.
                         FlightState::Failed => p.may_wait = false,
                     }
-                    let next = p.miss();
-                    this.state.set(next);
+                    *this.state = p.miss();
                 }
-                StateProj::Semantic { fut } => {
+                State::Semantic { fut } => {
                     let searched = ready!(fut.as_mut().poll(cx));
                     let Some(p) = this.call.as_mut() else {
                         seawall_core::polled_after_completion();
@@ -275,20 +281,31 @@ where
                             if let Some(lead) = p.lead.take() {
                                 lead.similar(answer.clone(), score);
                             }
-                            this.state.set(State::Done);
+                            *this.state = State::Done;
                             let status = CacheStatus::Semantic(score);
                             return Poll::Ready(Ok(p.hit(&answer, status)));
                         }
                         crate::semantic::Searched::NotFound(ticket) => {
                             p.ticket = ticket;
-                            let fut = p.send();
-                            this.state.set(State::Call { fut });
+                            *this.state = State::Send;
                         }
                     }
                 }
-                StateProj::Call { fut } => {
+                State::Send => {
+                    let Some(p) = this.call.as_mut() else {
+                        seawall_core::polled_after_completion();
+                    };
+                    p.send(this.upstream.as_mut());
+                    *this.state = State::Call;
+                }
+                State::Call => {
+                    let Some(fut) = this.upstream.as_mut().as_pin_mut() else {
+                        seawall_core::polled_after_completion();
+                    };
+                    // The finished future stays until this one is dropped: setting it to
+                    // `None` would copy a future's worth of bytes for nothing.
                     let result = ready!(fut.poll(cx));
-                    this.state.set(State::Done);
+                    *this.state = State::Done;
                     return Poll::Ready(match this.call.take() {
                         None => result.map(|resp| {
                             let mut resp = resp.map(CacheBody::pass);
@@ -298,7 +315,7 @@ where
                         Some(p) => (*p).answered(result),
                     });
                 }
-                StateProj::Done => seawall_core::polled_after_completion(),
+                State::Done => seawall_core::polled_after_completion(),
             }
         }
     }
@@ -308,7 +325,7 @@ where
 /// state set.
 fn looked<S, B>(
     call: &mut Option<Box<Pending<S>>>,
-    mut state: Pin<&mut State<S::Future>>,
+    state: &mut State,
     found: Found,
 ) -> Option<Response<CacheBody<B>>>
 where
@@ -320,11 +337,11 @@ where
     };
     match p.looked(found) {
         ControlFlow::Break(resp) => {
-            state.set(State::Done);
+            *state = State::Done;
             Some(resp)
         }
         ControlFlow::Continue(next) => {
-            state.set(next);
+            *state = next;
             None
         }
     }
@@ -337,7 +354,7 @@ where
 {
     /// After a lookup: serve what it found as a hit, or go on (upstream when this call
     /// already leads its flight, else to the flight).
-    fn looked(&mut self, found: Found) -> ControlFlow<Response<CacheBody<B>>, State<S::Future>> {
+    fn looked(&mut self, found: Found) -> ControlFlow<Response<CacheBody<B>>, State> {
         match found {
             Ok(Some(answer)) => {
                 if let Some(lead) = self.lead.take() {
@@ -362,7 +379,7 @@ where
     /// look and its joining, a flight landed (stored its answer and left the table): it may
     /// have been this key's, and the answer is then in the store. When none landed (the
     /// flight table counts them), the first look still holds and the leader calls at once.
-    fn miss(&mut self) -> State<S::Future> {
+    fn miss(&mut self) -> State {
         if self.may_wait && self.shared.single_flight {
             match self.shared.flights.join(self.key) {
                 Join::Lead(lead) => {
@@ -390,7 +407,7 @@ where
     }
 
     /// On the way upstream: search the semantic cache first (once), when it is on.
-    fn upstream(&mut self) -> State<S::Future> {
+    fn upstream(&mut self) -> State {
         if !self.searched {
             self.searched = true;
             if let Some(fut) = self
@@ -401,12 +418,13 @@ where
                 return State::Semantic { fut };
             }
         }
-        State::Call { fut: self.send() }
+        State::Send
     }
 
-    fn send(&mut self) -> S::Future {
+    /// Sends the request upstream, its future made where it is kept.
+    fn send(&mut self, mut slot: Pin<&mut Option<S::Future>>) {
         match (self.svc.take(), self.req.take()) {
-            (Some(mut svc), Some(req)) => svc.call(req),
+            (Some(mut svc), Some(req)) => slot.set(Some(svc.call(req))),
             // Each call is sent once: `miss` runs at most once per future that gets this far.
             _ => seawall_core::polled_after_completion(),
         }
