@@ -32,6 +32,10 @@
 //!   `seawall_stack` is the recommended stack's eight core layers, and `seawall_recommended`
 //!   the README's whole recommended stack (those eight, the continuation layer and the context
 //!   guard; `benches/summarize.awk` divides its time by tower-resilience's stack);
+//! - the cache over `seawall_recommended`: `cache_hit_over_recommended` (the same question
+//!   every call: all hits but the first), and `cache_miss_over_recommended_new_questions`
+//!   against `recommended_new_questions` (each call a question not asked before, the
+//!   difference being what a miss adds over the stack);
 //! - `tower_*`: `Retry` with a policy that never retries, `ConcurrencyLimit`, `Timeout`, and
 //!   a stack of the three; `resilience_*`: tower-resilience's retry, circuit breaker, bulkhead,
 //!   and a stack of them with tower's timeout;

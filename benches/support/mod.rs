@@ -260,11 +260,14 @@ fn windows() -> seawall::guard::ContextWindows {
 /// settings, plus the continuation layer (under observe) and the context guard (under
 /// fallback), in the README's order. The cache is left out: every bench call sends the same
 /// request, so a cache would answer all but the first from memory and the row would time a
-/// hit, not the stack (the cache's own benches time hits and misses).
+/// hit, not the stack (the `cache_*_over_recommended*` rows put the cache over it).
 pub(crate) fn seawall_recommended(
     inner: Noop,
-) -> impl Service<Request<Bytes>, Response = Response<impl Body<Error = impl Debug>>, Error = LlmError>
-+ Clone
+) -> impl Service<
+    Request<Bytes>,
+    Response = Response<impl Body<Data = Bytes, Error = impl Debug>>,
+    Error = LlmError,
+> + Clone
 + Send
 + 'static {
     let inner = ServiceBuilder::new()
@@ -280,6 +283,62 @@ pub(crate) fn seawall_recommended(
         .layer(observe())
         .layer(seawall::continuation::ContinueLayer::new())
         .service(fallback(inner))
+}
+
+/// Each call a question not asked before: the request's user message ends with a number this
+/// service has not sent. Outermost in the two `*_new_questions` rows, which both pay for it,
+/// so that their difference is what the cache adds on a miss over the recommended stack.
+#[derive(Debug)]
+pub(crate) struct NewQuestions<S> {
+    inner: S,
+    next: u64,
+}
+
+impl<S> NewQuestions<S> {
+    fn new(inner: S) -> Self {
+        NewQuestions {
+            inner,
+            next: Self::first(),
+        }
+    }
+
+    /// Numbers of their own for each service and clone (each bench thread calls a clone).
+    fn first() -> u64 {
+        static START: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        START.fetch_add(1 << 40, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<S: Clone> Clone for NewQuestions<S> {
+    fn clone(&self) -> Self {
+        NewQuestions {
+            inner: self.inner.clone(),
+            next: Self::first(),
+        }
+    }
+}
+
+impl<S: Service<Request<Bytes>>> Service<Request<Bytes>> for NewQuestions<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Bytes>) -> S::Future {
+        use std::io::Write;
+        // `REQUEST_JSON` with the number before the user message's final `."}]}`.
+        let (head, tail) = REQUEST_JSON.split_at(REQUEST_JSON.len() - 5);
+        let mut body = Vec::with_capacity(REQUEST_JSON.len() + 21);
+        body.extend_from_slice(head);
+        let _ = write!(body, " {}", self.next);
+        body.extend_from_slice(tail);
+        self.next += 1;
+        *req.body_mut() = Bytes::from(body);
+        self.inner.call(req)
+    }
 }
 
 /// Runs `f` to completion on a throwaway runtime (setup only, never measured).
@@ -354,6 +413,27 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
     );
     v.ok("seawall_stack", seawall_stack(NOOP));
     v.ok("seawall_recommended", seawall_recommended(NOOP));
+    // The cache over the recommended stack, every call the same question: every call but the
+    // first a hit, answered from memory without reaching the stack.
+    v.ok(
+        "cache_hit_over_recommended",
+        seawall::cache::CacheLayer::new(seawall::cache::MemoryStore::new())
+            .layer(seawall_recommended(NOOP)),
+    );
+    // Every call a new question: the recommended stack, and the cache over it (every call a
+    // miss, stored in the in-memory store at its default bounds, the oldest answer evicted once
+    // it holds 10,000).
+    v.ok(
+        "recommended_new_questions",
+        NewQuestions::new(seawall_recommended(NOOP)),
+    );
+    v.ok(
+        "cache_miss_over_recommended_new_questions",
+        NewQuestions::new(
+            seawall::cache::CacheLayer::new(seawall::cache::MemoryStore::new())
+                .layer(seawall_recommended(NOOP)),
+        ),
+    );
 
     // tower's own layers.
     v.ok("tower_retry", tower::retry::Retry::new(NeverRetry, NOOP));
