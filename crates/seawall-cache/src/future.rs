@@ -28,11 +28,12 @@ type WaitFuture = Pin<Box<dyn Future<Output = FlightState> + Send>>;
 pin_project_lite::pin_project! {
     /// The response future of [`Cache`](crate::Cache).
     pub struct ResponseFuture<S, F> {
-        // The upstream call's future, once made. It is kept apart from `state`, which stays
-        // a few dozen bytes: each change of state writes those, not a copy of the future of
-        // the whole stack below (kilobytes) that an enum holding it would be as large as.
-        #[pin]
-        upstream: Option<F>,
+        // The upstream call's future, once made, boxed: under a stack it is the future of
+        // every layer below (kilobytes), and a hit, which never makes it, would otherwise
+        // move that much with every move of this future; a miss or a bypass, which goes
+        // upstream anyway, pays one allocation for it. Kept apart from `state`, so a change
+        // of state writes a few dozen bytes.
+        upstream: Option<Pin<Box<F>>>,
         state: State,
         call: Option<Box<Pending<S>>>,
     }
@@ -112,7 +113,7 @@ impl<S, F> ResponseFuture<S, F> {
             cx.update(|f| f.cache = Some(CacheStatus::Bypass));
         }
         ResponseFuture {
-            upstream: Some(fut),
+            upstream: Some(Box::pin(fut)),
             state: State::Call,
             call: None,
         }
@@ -225,7 +226,7 @@ where
     type Output = Result<Response<CacheBody<B>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let this = self.project();
         loop {
             match this.state {
                 State::Hit { served } => {
@@ -295,16 +296,15 @@ where
                     let Some(p) = this.call.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    p.send(this.upstream.as_mut());
+                    *this.upstream = Some(p.send());
                     *this.state = State::Call;
                 }
                 State::Call => {
-                    let Some(fut) = this.upstream.as_mut().as_pin_mut() else {
+                    let Some(fut) = this.upstream.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    // The finished future stays until this one is dropped: setting it to
-                    // `None` would copy a future's worth of bytes for nothing.
-                    let result = ready!(fut.poll(cx));
+                    let result = ready!(fut.as_mut().poll(cx));
+                    *this.upstream = None;
                     *this.state = State::Done;
                     return Poll::Ready(match this.call.take() {
                         None => result.map(|resp| {
@@ -421,10 +421,10 @@ where
         State::Send
     }
 
-    /// Sends the request upstream, its future made where it is kept.
-    fn send(&mut self, mut slot: Pin<&mut Option<S::Future>>) {
+    /// Sends the request upstream.
+    fn send(&mut self) -> Pin<Box<S::Future>> {
         match (self.svc.take(), self.req.take()) {
-            (Some(mut svc), Some(req)) => slot.set(Some(svc.call(req))),
+            (Some(mut svc), Some(req)) => Box::pin(svc.call(req)),
             // Each call is sent once: `miss` runs at most once per future that gets this far.
             _ => seawall_core::polled_after_completion(),
         }
