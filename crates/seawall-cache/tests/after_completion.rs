@@ -27,17 +27,6 @@ fn request(method: http::Method, control: Option<&'static str>) -> http::Request
     .unwrap()
 }
 
-/// Polls the call once (it must finish, as `status`), then again.
-fn finish_then_poll_again<F, B>(call: F, status: &'static str)
-where
-    F: std::future::Future<Output = Result<http::Response<B>, Infallible>>,
-{
-    poll_again_after(call, |out| {
-        let resp = out.unwrap();
-        assert_eq!(resp.headers()[CACHE_HEADER], status);
-    });
-}
-
 /// The cache over an upstream that answers at once, after `warm` calls made to the end (so
 /// their answer is stored).
 async fn cache(
@@ -67,54 +56,38 @@ async fn cache(
     svc
 }
 
+/// Makes one call to the cache after `warm` calls, polls it once (it must finish, as
+/// `status`), then again.
+async fn finish_then_poll_again(warm: usize, req: http::Request<Bytes>, status: &'static str) {
+    let mut svc = cache(warm).await;
+    let call = svc.ready().await.unwrap().call(req);
+    poll_again_after(call, |out| {
+        let resp = out.unwrap();
+        assert_eq!(resp.headers()[CACHE_HEADER], status);
+    });
+}
+
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_miss_again_panics() {
-    let mut svc = cache(0).await;
-    finish_then_poll_again(
-        svc.ready()
-            .await
-            .unwrap()
-            .call(request(http::Method::POST, None)),
-        "miss",
-    );
+    finish_then_poll_again(0, request(http::Method::POST, None), "miss").await;
 }
 
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_hit_again_panics() {
-    let mut svc = cache(1).await;
-    finish_then_poll_again(
-        svc.ready()
-            .await
-            .unwrap()
-            .call(request(http::Method::POST, None)),
-        "hit",
-    );
+    finish_then_poll_again(1, request(http::Method::POST, None), "hit").await;
 }
 
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_bypass_again_panics() {
-    let mut svc = cache(0).await;
-    finish_then_poll_again(
-        svc.ready()
-            .await
-            .unwrap()
-            .call(request(http::Method::GET, None)),
-        "bypass",
-    );
+    finish_then_poll_again(0, request(http::Method::GET, None), "bypass").await;
 }
 
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "seawall: future polled after completion")]
 async fn polling_a_finished_refresh_again_panics() {
-    let mut svc = cache(1).await;
-    finish_then_poll_again(
-        svc.ready()
-            .await
-            .unwrap()
-            .call(request(http::Method::POST, Some("no-cache"))),
-        "bypass",
-    );
+    let refresh = request(http::Method::POST, Some("no-cache"));
+    finish_then_poll_again(1, refresh, "bypass").await;
 }
