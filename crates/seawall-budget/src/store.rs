@@ -420,16 +420,13 @@ impl Lease {
     /// that layer's, compared by their number (the usual case, every call); others are
     /// compared one by one.
     fn serves(&self, charge: &Charge<'_>) -> bool {
-        let same = if self.list != 0 && self.list == charge.list {
-            true
-        } else {
-            self.budgets.len() == charge.budgets.len()
+        let same = (self.list != 0 && self.list == charge.list)
+            || (self.budgets.len() == charge.budgets.len()
                 && self
                     .budgets
                     .iter()
                     .zip(charge.budgets)
-                    .all(|(a, b)| a.same_as(b))
-        };
+                    .all(|(a, b)| a.same_as(b)));
         same && *self.keys == *charge.keys
     }
 }

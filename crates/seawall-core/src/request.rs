@@ -92,17 +92,17 @@ pub trait LlmRequest {
     /// The most output tokens the upstream may bill: the maximum output tokens times the
     /// [`choices`](LlmRequest::choices); `None` if the request sets no maximum.
     fn max_billed_output_tokens(&self) -> Option<u64> {
-        let max = u64::from(self.max_output_tokens()?);
-        Some(max.saturating_mul(u64::from(self.choices().max(1))))
+        self.sizes().max_billed_output_tokens()
     }
 
     /// Estimated input (text, and non-text parts at the [default](PartEstimate::DEFAULT)
     /// estimate) plus the most output tokens that may be billed; a request that sets no
     /// maximum output adds none, so a limiter must decide what to reserve for it.
     fn estimated_tokens(&self) -> u64 {
-        u64::from(self.estimated_input_tokens())
-            .saturating_add(PartEstimate::DEFAULT.tokens(&self.media_parts()))
-            .saturating_add(self.max_billed_output_tokens().unwrap_or(0))
+        let sizes = self.sizes();
+        sizes
+            .input_tokens(&PartEstimate::DEFAULT)
+            .saturating_add(sizes.max_billed_output_tokens().unwrap_or(0))
     }
 
     /// The four sizes above at once, for a layer that prices or rate-limits the request by
@@ -241,8 +241,8 @@ pub struct RequestSizes {
 }
 
 impl RequestSizes {
-    /// The most output tokens the upstream may bill, as
-    /// [`LlmRequest::max_billed_output_tokens`] says.
+    /// The most output tokens the upstream may bill: the maximum output tokens times the
+    /// choices; `None` if the request sets no maximum.
     pub fn max_billed_output_tokens(&self) -> Option<u64> {
         let max = u64::from(self.max_output_tokens?);
         Some(max.saturating_mul(u64::from(self.choices.max(1))))

@@ -777,14 +777,16 @@ mod tests {
             proptest::prop_assert_eq!(sizes.estimated_input_tokens, r.estimated_input_tokens());
             proptest::prop_assert_eq!(sizes.choices, r.choices());
             proptest::prop_assert_eq!(sizes.media, r.media_parts());
-            proptest::prop_assert_eq!(
-                sizes.max_billed_output_tokens(),
-                r.max_billed_output_tokens()
-            );
-            proptest::prop_assert_eq!(
-                sizes.input_tokens(&PartEstimate::DEFAULT),
-                r.estimated_tokens() - r.max_billed_output_tokens().unwrap_or(0)
-            );
+            // What the sizes derive, against the same figures from the methods one by one.
+            let billed = r
+                .max_output_tokens()
+                .map(|m| u64::from(m) * u64::from(r.choices()));
+            proptest::prop_assert_eq!(sizes.max_billed_output_tokens(), billed);
+            proptest::prop_assert_eq!(r.max_billed_output_tokens(), billed);
+            let input = u64::from(r.estimated_input_tokens())
+                + PartEstimate::DEFAULT.tokens(&r.media_parts());
+            proptest::prop_assert_eq!(sizes.input_tokens(&PartEstimate::DEFAULT), input);
+            proptest::prop_assert_eq!(r.estimated_tokens(), input + billed.unwrap_or(0));
         }
 
         /// Whatever number (or numeric string) a max-output field holds, the parse never
