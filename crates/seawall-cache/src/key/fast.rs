@@ -14,7 +14,7 @@
 //! either writes exactly the bytes the general path would, or nothing (a test checks this
 //! against the general path on generated bodies).
 
-use super::{Canon, Field, Member};
+use super::{Canon, Field, Member, leb128, leb128_len};
 
 /// Deeper bodies are left to the general path (which stops at 128 levels).
 const MAX_DEPTH: u32 = 64;
@@ -118,7 +118,7 @@ impl Scan<'_, '_> {
         match self.peek()? {
             b'{' => self.object(depth),
             b'[' => self.array(depth),
-            b'"' => self.string(),
+            b'"' => self.string().map(drop),
             b't' => {
                 self.literal(b"true")?;
                 self.canon.buf.push(b't');
@@ -156,9 +156,7 @@ impl Scan<'_, '_> {
         if self.peek()? != b'"' {
             return None;
         }
-        let text = self.canon.buf.len() + 9;
-        self.string()?;
-        Some(text)
+        self.string()
     }
 
     /// An object whose `{` is next.
@@ -280,13 +278,12 @@ impl Scan<'_, '_> {
     }
 
     /// A string whose `"` is next, written as `Canon::str` does: its tag, its length, its
-    /// text unescaped.
-    fn string(&mut self) -> Option<()> {
+    /// text unescaped. Gives back where the text starts in the buffer.
+    fn string(&mut self) -> Option<usize> {
         self.i += 1;
-        let len_at = self.canon.buf.len() + 1;
-        self.canon
-            .buf
-            .extend_from_slice(&[b's', 0, 0, 0, 0, 0, 0, 0, 0]);
+        // One byte is kept for the length, which is not known until the closing quote; a
+        // length of 128 or more (its LEB128 takes more bytes) moves the text up.
+        self.canon.buf.extend_from_slice(&[b's', 0]);
         let text = self.canon.buf.len();
         loop {
             // A run of plain bytes, checked as UTF-8 at once. No byte of a multi-byte UTF-8
@@ -332,9 +329,20 @@ impl Scan<'_, '_> {
             }
         }
         let buf = &mut self.canon.buf;
-        let len = (buf.len() - text) as u64;
-        buf[len_at..text].copy_from_slice(&len.to_le_bytes());
-        Some(())
+        let len = buf.len() - text;
+        if len < 0x80 {
+            buf[text - 1] = len as u8;
+            return Some(text);
+        }
+        let extra = leb128_len(len as u64) - 1;
+        buf.resize(buf.len() + extra, 0);
+        buf.copy_within(text..text + len, text + extra);
+        let mut at = text - 1;
+        leb128(len as u64, |b| {
+            buf[at] = b;
+            at += 1;
+        });
+        Some(text + extra)
     }
 
     /// The character of a `\u` escape whose four hex digits are next (a surrogate pair as
@@ -514,6 +522,8 @@ mod tests {
                 .prop_map(|(m, e)| Value::from(m as f64 / 10f64.powi(e as i32))),
             any::<f64>().prop_map(Value::from),
             "[ a-z\"\\\\/\n\u{0}-\u{1f}\u{7f}é€😀]{0,16}".prop_map(Value::String),
+            // Around 128 bytes, where a length's LEB128 grows to two bytes.
+            "[ a-z\"\\\\/\n\u{0}-\u{1f}é😀]{100,140}".prop_map(Value::String),
         ];
         leaf.prop_recursive(5, 48, 6, |inner| {
             prop_oneof![
@@ -601,6 +611,37 @@ mod tests {
                 }
             }
             agree(&bytes)?;
+        }
+    }
+
+    #[test]
+    fn a_string_is_its_tag_its_length_in_leb128_and_its_text() {
+        for len in [0, 1, 127, 128, 129, 16_383, 16_384] {
+            let text = "a".repeat(len);
+            // Escapes make the raw string longer than its text: one `\n` in place of the
+            // last `a`, so the unescaped length is still `len`.
+            let raw = match len {
+                0 => String::new(),
+                _ => format!("{}\\n", &text[1..]),
+            };
+            let body = format!(r#"{{"k":"{raw}"}}"#);
+            let (fast, _) = both(body.as_bytes());
+            let (fast, _) = fast.expect("the fast path reads it");
+            agree(body.as_bytes()).unwrap();
+            let width = if len < 128 {
+                1
+            } else if len < 16_384 {
+                2
+            } else {
+                3
+            };
+            // `{`, the key (`s`, 1, `k`), the value's tag, its length, its text, `}`.
+            assert_eq!(fast.len(), 1 + 3 + 1 + width + len + 1, "{len}");
+            assert_eq!(&fast[4..5], b"s");
+            let mut expect = Vec::new();
+            super::super::leb128(len as u64, |b| expect.push(b));
+            assert_eq!(super::super::leb128_len(len as u64), width);
+            assert_eq!(&fast[5..5 + width], &expect[..], "{len}");
         }
     }
 
