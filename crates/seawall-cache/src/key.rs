@@ -19,9 +19,12 @@
 //!
 //! What is hashed is kept short, since SHA-256 costs by the 64-byte block: each value is a
 //! one-byte tag and, for a string or an integer, its length or value as LEB128 (one byte
-//! below 128), so a short request's key takes one or two blocks fewer than with fixed
+//! below 128), so a short request's key takes a block or more fewer than with fixed
 //! eight-byte lengths. The encoding is prefix-free, so two different bodies never write the
-//! same bytes.
+//! same bytes. The digest starts with a domain that names the encoding's version
+//! (`seawall-cache/2`): replicas of two releases with different encodings that share a Redis
+//! store only miss each other's entries (which expire by their time to live), never
+//! mistake one request for another.
 //!
 //! Why no JSON tree: building a `serde_json::Value` costs an allocation per string, array
 //! and object, on every call, hits included. The canonical form is written in one pass into a
