@@ -753,6 +753,102 @@ mod tests {
         assert_ne!(key(r#"{"a":null}"#), key(r#"{"a":false}"#));
     }
 
+    /// Reads a canonical form back into the value it was written from: that it can be read
+    /// back is what makes two different bodies write different bytes.
+    fn decode(b: &[u8], i: &mut usize) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        fn leb(b: &[u8], i: &mut usize) -> Option<u64> {
+            let (mut n, mut shift) = (0u64, 0);
+            loop {
+                let byte = *b.get(*i)?;
+                *i += 1;
+                n |= u64::from(byte & 0x7f).checked_shl(shift)?;
+                if byte & 0x80 == 0 {
+                    return Some(n);
+                }
+                shift += 7;
+            }
+        }
+        fn text(b: &[u8], i: &mut usize) -> Option<String> {
+            let len = usize::try_from(leb(b, i)?).ok()?;
+            let s = std::str::from_utf8(b.get(*i..i.checked_add(len)?)?).ok()?;
+            *i += len;
+            Some(s.to_owned())
+        }
+        let tag = *b.get(*i)?;
+        *i += 1;
+        Some(match tag {
+            b'n' => Value::Null,
+            b't' => Value::Bool(true),
+            b'f' => Value::Bool(false),
+            b'i' => {
+                let z = leb(b, i)?;
+                Value::from((z >> 1) as i64 ^ -((z & 1) as i64))
+            }
+            b's' => Value::String(text(b, i)?),
+            b'[' => {
+                let mut items = Vec::new();
+                while *b.get(*i)? != b']' {
+                    items.push(decode(b, i)?);
+                }
+                *i += 1;
+                Value::Array(items)
+            }
+            b'{' => {
+                let mut members = serde_json::Map::new();
+                while *b.get(*i)? != b'}' {
+                    (*b.get(*i)? == b's').then_some(())?;
+                    *i += 1;
+                    let name = text(b, i)?;
+                    members.insert(name, decode(b, i)?);
+                }
+                *i += 1;
+                Value::Object(members)
+            }
+            _ => return None,
+        })
+    }
+
+    /// Integers and strings around the widths where their LEB128 grows, and text whose bytes
+    /// look like tags and lengths.
+    fn value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (0u32..9, -2i64..2, any::<bool>()).prop_map(|(w, d, minus)| {
+                let v = (1i64 << (7 * w + 6)) + d;
+                Value::from(if minus { -v } else { v })
+            }),
+            "[a-c\u{1}\u{7f}\u{80}-\u{ff}is\\[{]{0,4}".prop_map(Value::from),
+            (125usize..131, "[ab]").prop_map(|(n, c)| Value::from(c.repeat(n))),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-c]{0,3}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1_000))]
+
+        #[test]
+        fn the_canonical_form_reads_back_as_the_value_it_was_written_from(v in value()) {
+            let body = serde_json::json!({ "a": v });
+            let mut canon = Canon::default();
+            Node::top(&mut canon).deserialize(&body).unwrap();
+            let mut at = 0;
+            let back = decode(&canon.buf, &mut at);
+            proptest::prop_assert_eq!(back, Some(body));
+            proptest::prop_assert_eq!(at, canon.buf.len());
+        }
+    }
+
     #[test]
     fn the_scratch_buffer_is_given_back_after_a_huge_body() {
         let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(KEEP_SCRATCH * 2));
