@@ -410,6 +410,8 @@ struct Canon {
     buf: Vec<u8>,
     /// The members of the objects still open, innermost last.
     members: Vec<Member>,
+    /// Scratch: an object's bytes while its members are put in order, then the request's
+    /// head while the digest is taken.
     tmp: Vec<u8>,
     /// The last number written (for `temperature`).
     number: Option<f64>,
