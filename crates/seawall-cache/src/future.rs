@@ -312,7 +312,7 @@ where
                             mark(&mut resp, CacheStatus::Bypass);
                             resp
                         }),
-                        Some(p) => (*p).answered(result),
+                        Some(mut p) => p.answered(result),
                     });
                 }
                 State::Done => seawall_core::polled_after_completion(),
@@ -445,12 +445,11 @@ where
     }
 
     /// The upstream answered: pass its response on, storing the answer if it is complete.
-    fn answered<E>(mut self, result: Result<Response<B>, E>) -> Result<Response<CacheBody<B>>, E> {
-        let p = &mut self;
+    fn answered<E>(&mut self, result: Result<Response<B>, E>) -> Result<Response<CacheBody<B>>, E> {
         let resp = match result {
             Ok(resp) => resp,
             Err(e) => {
-                if let Some(lead) = p.lead.take() {
+                if let Some(lead) = self.lead.take() {
                     lead.failed();
                 }
                 return Err(e);
@@ -463,24 +462,24 @@ where
             .map(HeaderValue::as_bytes);
         let storable = resp.status() == http::StatusCode::OK
             && content_type.is_none_or(known_type)
-            && !p.served_by_fallback(&resp);
-        let streamed = content_type.map_or(matches!(p.format, Format::Sse { .. }), |v| {
+            && !self.served_by_fallback(&resp);
+        let streamed = content_type.map_or(matches!(self.format, Format::Sse { .. }), |v| {
             v.starts_with(b"text/event-stream")
         });
-        let status = p.status;
+        let status = self.status;
         let mut resp = if storable {
             let report = resp.extensions().get::<Arc<BodyReport>>().cloned();
             let filler = Filler {
-                assembler: Assembler::new(p.wire, streamed, p.shared.max_entry_bytes),
-                lead: p.lead.take(),
-                shared: p.shared.clone(),
-                key: p.key,
+                assembler: Assembler::new(self.wire, streamed, self.shared.max_entry_bytes),
+                lead: self.lead.take(),
+                shared: self.shared.clone(),
+                key: self.key,
                 report,
-                ticket: p.ticket.take(),
+                ticket: self.ticket.take(),
             };
             resp.map(|b| CacheBody::fill(b, filler))
         } else {
-            if let Some(lead) = p.lead.take() {
+            if let Some(lead) = self.lead.take() {
                 lead.failed();
             }
             resp.map(CacheBody::pass)
