@@ -64,16 +64,19 @@ pub struct JsonCursor<'a> {
     i: usize,
 }
 
-/// The length of the leading run of `b` that is neither `"`, `\` nor a control character, eight
-/// bytes at a time.
+/// The length of the leading run of `b` that a JSON string holds as it is (up to the first
+/// quote, backslash or control character), and whether its bytes are all ASCII. Eight bytes at
+/// a time, a word's bytes tested at once as `memchr` does. Public so that every byte scanner of
+/// JSON strings (the cursor's, the cache key's canonical form) shares this one test.
 #[inline]
-fn plain_run(b: &[u8]) -> usize {
+pub fn plain_prefix(b: &[u8]) -> (usize, bool) {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     // The top bit of each zero byte of `v` (and maybe of bytes above one: the lowest set bit
     // is always exact).
     let zeros = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let mut i = 0;
+    let mut high = 0;
     while let Some(word) = b.get(i..i + 8) {
         let v = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
         // A byte below 0x20: `v - 0x20` borrows into its top bit while `v`'s is clear.
@@ -81,17 +84,32 @@ fn plain_run(b: &[u8]) -> usize {
             | zeros(v ^ (ONES * u64::from(b'\\')))
             | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
         if special != 0 {
-            return i + (special.trailing_zeros() / 8) as usize;
+            let n = (special.trailing_zeros() / 8) as usize;
+            // The bytes before the special one (the low ones, little-endian).
+            let before = if n == 0 {
+                0
+            } else {
+                v & (u64::MAX >> (64 - 8 * n))
+            };
+            return (i + n, (high | before) & HIGH == 0);
         }
+        high |= v;
         i += 8;
     }
     while let Some(&c) = b.get(i) {
         if c == b'"' || c == b'\\' || c < 0x20 {
             break;
         }
+        high |= u64::from(c);
         i += 1;
     }
-    i
+    (i, high & HIGH == 0)
+}
+
+/// [`plain_prefix`]'s length alone (the cursor reads a `&str`: UTF-8 is known).
+#[inline]
+fn plain_run(b: &[u8]) -> usize {
+    plain_prefix(b).0
 }
 
 /// The most bytes a [`TextShape`] keeps.
@@ -855,6 +873,26 @@ impl<'t, 'a> JsonNode<'t, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_run_ends_at_the_first_quote_backslash_or_control_character() {
+        for (text, len, ascii) in [
+            ("", 0, true),
+            ("abc", 3, true),
+            ("abcdefghij\"x", 10, true),
+            ("abcdefg\\hij", 7, true),
+            ("ab\ncdefghij", 2, true),
+            ("ab\u{1f}", 2, true),
+            ("\"abcdefghij", 0, true),
+            ("abcdefgh\"", 8, true),
+            ("é\"abcdefgh", 2, false),
+            ("abcdefgé\"", 9, false),
+            ("abc\"é", 3, true),
+            ("abcdefghijklmnop\u{7f}é", 19, false),
+        ] {
+            assert_eq!(plain_prefix(text.as_bytes()), (len, ascii), "{text:?}");
+        }
+    }
 
     fn skips(doc: &str) -> bool {
         let mut c = JsonCursor::new(doc);

@@ -14,6 +14,8 @@
 //! either writes exactly the bytes the general path would, or nothing (a test checks this
 //! against the general path on generated bodies).
 
+use seawall_core::json_scan::plain_prefix;
+
 use super::{Canon, Field, Member, leb128, leb128_len};
 
 /// Deeper bodies are left to the general path (which stops at 128 levels).
@@ -43,46 +45,6 @@ pub(super) fn canonical(body: &[u8], canon: &mut Canon) -> Option<()> {
     s.object(0)?;
     s.ws();
     (s.i == body.len()).then_some(())
-}
-
-/// The length of the run of bytes at the start of `b` that a string takes as they are (up to
-/// the first quote, backslash or control character), and whether they are all ASCII. Eight
-/// bytes at a time, a word's bytes tested at once as `memchr` does.
-pub(crate) fn plain_prefix(b: &[u8]) -> (usize, bool) {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
-    // The top bit of each zero byte of `v` (and maybe of bytes above one: the lowest set bit
-    // is always exact).
-    let zeros = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let mut i = 0;
-    let mut high = 0;
-    while let Some(word) = b.get(i..i + 8) {
-        let v = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
-        // A byte below 0x20: `v - 0x20` borrows into its top bit while `v`'s is clear.
-        let special = zeros(v ^ (ONES * u64::from(b'"')))
-            | zeros(v ^ (ONES * u64::from(b'\\')))
-            | (v.wrapping_sub(ONES * 0x20) & !v & HIGH);
-        if special != 0 {
-            let n = (special.trailing_zeros() / 8) as usize;
-            // The bytes before the special one (the low ones, little-endian).
-            let before = if n == 0 {
-                0
-            } else {
-                v & (u64::MAX >> (64 - 8 * n))
-            };
-            return (i + n, (high | before) & HIGH == 0);
-        }
-        high |= v;
-        i += 8;
-    }
-    while let Some(&c) = b.get(i) {
-        if c == b'"' || c == b'\\' || c < 0x20 {
-            break;
-        }
-        high |= u64::from(c);
-        i += 1;
-    }
-    (i, high & HIGH == 0)
 }
 
 struct Scan<'a, 'c> {
@@ -664,30 +626,6 @@ mod tests {
         let deep = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
         assert!(both(deep.as_bytes()).0.is_none());
         assert!(both(deep.as_bytes()).1.is_some());
-    }
-
-    #[test]
-    fn a_plain_run_ends_at_the_first_quote_backslash_or_control_character() {
-        for (text, len, ascii) in [
-            ("", 0, true),
-            ("abc", 3, true),
-            ("abcdefghij\"x", 10, true),
-            ("abcdefg\\hij", 7, true),
-            ("ab\ncdefghij", 2, true),
-            ("ab\u{1f}", 2, true),
-            ("\"abcdefghij", 0, true),
-            ("abcdefgh\"", 8, true),
-            ("é\"abcdefgh", 2, false),
-            ("abcdefgé\"", 9, false),
-            ("abc\"é", 3, true),
-            ("abcdefghijklmnop\u{7f}é", 19, false),
-        ] {
-            assert_eq!(
-                super::plain_prefix(text.as_bytes()),
-                (len, ascii),
-                "{text:?}"
-            );
-        }
     }
 
     #[test]
