@@ -12,6 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use seawall_classify::ClassifyLayer;
 use seawall_core::FailureClass;
+use seawall_test_support::RefusedPort;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -62,14 +63,11 @@ where
 
 #[tokio::test]
 async fn connection_refused_is_connect() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let refused = RefusedPort::new();
     let err = ServiceBuilder::new()
         .layer(ClassifyLayer::default())
         .service(hyper_transport())
-        .oneshot(request(port))
+        .oneshot(request(refused.port()))
         .await
         .unwrap_err();
     assert_eq!(err.class(), FailureClass::Connect, "{err:?}");

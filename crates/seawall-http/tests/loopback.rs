@@ -15,6 +15,7 @@ use seawall_core::{BoxError, FailureClass, LlmError};
 use seawall_http::{
     AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig, ProxyMatcher, Upstream, into_llm_error,
 };
+use seawall_test_support::RefusedPort;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
@@ -205,12 +206,9 @@ async fn keep_alive_reuses_one_connection() {
 
 #[tokio::test]
 async fn connection_refused_is_a_connect_error() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let refused = RefusedPort::new();
     let up = OpenAiConfig::new(ApiKey::new(KEY).unwrap())
-        .with_base_url(format!("http://127.0.0.1:{port}/v1"))
+        .with_base_url(format!("http://127.0.0.1:{}/v1", refused.port()))
         .upstream()
         .unwrap();
     let t = HttpTransport::new().unwrap().with_upstream(up);

@@ -18,7 +18,7 @@ use seawall_mock::{Delay, Profile};
 use seawall_observe::ObserveLayer;
 use seawall_reqwest::ReqwestTransport;
 use seawall_stream::{StreamStats, StreamTimeoutLayer};
-use seawall_test_support::drain;
+use seawall_test_support::{RefusedPort, drain};
 use tower::{ServiceBuilder, ServiceExt};
 
 fn transport(mock: &Mock) -> ReqwestTransport {
@@ -53,12 +53,6 @@ fn everything_shown(e: &LlmError) -> String {
         original = s.source();
     }
     shown
-}
-
-/// A loopback port with nothing listening on it.
-async fn closed_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 #[tokio::test]
@@ -108,7 +102,8 @@ async fn a_streamed_answer_flows_through_the_recommended_stack() {
 #[tokio::test]
 async fn a_refused_connection_is_connect() {
     bounded(async {
-        let port = closed_port().await;
+        let refused = RefusedPort::new();
+        let port = refused.port();
         let uri = format!("http://127.0.0.1:{port}/v1/chat/completions");
         let client = ReqwestTransport::client_builder().build().unwrap();
         let err = ReqwestTransport::new(client)
@@ -211,7 +206,8 @@ async fn no_credential_from_the_url_or_the_headers_appears_in_an_error() {
     bounded(async {
         const URL_KEY: &str = "AIzaSyTOPSECRET0123456789abcdefghijk";
         const HEADER_KEY: &str = "sk-proj-HEADERSECRET0123456789";
-        let port = closed_port().await;
+        let refused = RefusedPort::new();
+        let port = refused.port();
         let uri = format!(
             "http://127.0.0.1:{port}/v1beta/models/gemini-2.0-flash:generateContent?key={URL_KEY}"
         );

@@ -1,8 +1,8 @@
 //! Fixtures the workspace's tests share, so that each lives in one place instead of a copy per
 //! test file: a typed request, channel-fed bodies, a paused-time harness, the
 //! polled-after-completion check, extreme-duration strategies, a counting allocator, a
-//! captured log, and behind features an auditing budget store and the budget stores'
-//! conformance tests (`budget`) and a loopback chaos
+//! captured log, a loopback port that refuses connections, and behind features an auditing
+//! budget store and the budget stores' conformance tests (`budget`) and a loopback chaos
 //! upstream (`mock`) and a real `redis-server` on loopback (`redis`).
 //!
 //! Not published: only the workspace's own tests depend on it, as a dev-dependency.
@@ -20,6 +20,7 @@ mod loopback;
 mod poll;
 #[cfg(feature = "redis")]
 mod redis;
+mod refused;
 mod request;
 mod strategy;
 mod time;
@@ -39,6 +40,7 @@ pub use loopback::start_mock;
 pub use poll::{poll_again_after, poll_twice};
 #[cfg(feature = "redis")]
 pub use redis::RedisServer;
+pub use refused::RefusedPort;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
 pub use strategy::{extreme_duration, extreme_duration_or_none, reframed_sse};
 pub use time::{eventually, paused_runtime, settle};
