@@ -163,15 +163,27 @@ impl Headers {
 
 impl Ext {
     fn of(ext: &Extensions) -> Ext {
-        let meta = ext.get::<RequestMeta>().cloned();
-        let context = ext.get::<Arc<CallContext>>().cloned();
-        let deadline = ext.get::<Deadline>().copied();
-        let idempotent = ext.get::<Idempotent>().copied();
-        let known = usize::from(meta.is_some())
-            + usize::from(context.is_some())
-            + usize::from(deadline.is_some())
-            + usize::from(idempotent.is_some());
-        if ext.len() == known {
+        // Each type is looked up only while some value is still unaccounted for: a prepared
+        // request with a call context holds those two, and the last two lookups are skipped.
+        let len = ext.len();
+        let mut known = 0;
+        let meta = (known < len)
+            .then(|| ext.get::<RequestMeta>().cloned())
+            .flatten();
+        known += usize::from(meta.is_some());
+        let context = (known < len)
+            .then(|| ext.get::<Arc<CallContext>>().cloned())
+            .flatten();
+        known += usize::from(context.is_some());
+        let deadline = (known < len)
+            .then(|| ext.get::<Deadline>().copied())
+            .flatten();
+        known += usize::from(deadline.is_some());
+        let idempotent = (known < len)
+            .then(|| ext.get::<Idempotent>().copied())
+            .flatten();
+        known += usize::from(idempotent.is_some());
+        if known == len {
             Ext::Known {
                 meta,
                 context,
@@ -316,6 +328,48 @@ mod tests {
         let again = req.keep().get();
         assert_same(&again, &req);
         assert!(again.headers().is_empty() && again.extensions().is_empty());
+    }
+
+    #[test]
+    fn every_mix_of_known_extensions_comes_back_and_an_unknown_one_keeps_the_map() {
+        #[derive(Clone, Debug, PartialEq)]
+        struct Mine(u32);
+        // The known types are looked up only until every value is accounted for: each subset
+        // of them, in the map alone or beside a value of another type, must still come back.
+        for mask in 0u8..32 {
+            let mut req = request(1);
+            if mask & 1 != 0 {
+                req.prepare();
+            }
+            let ext = req.extensions_mut();
+            if mask & 2 != 0 {
+                ext.insert(Arc::new(CallContext::new()));
+            }
+            if mask & 4 != 0 {
+                ext.insert(Deadline::after(std::time::Duration::from_secs(5)));
+            }
+            if mask & 8 != 0 {
+                ext.insert(Idempotent);
+            }
+            if mask & 16 != 0 {
+                ext.insert(Mine(u32::from(mask)));
+            }
+            let kept = req.keep();
+            let Kept::Parts(parts, _) = &kept.kept else {
+                panic!("an HTTP request is kept in parts");
+            };
+            assert_eq!(
+                matches!(parts.extensions, Ext::Map(_)),
+                mask & 16 != 0,
+                "mask {mask:05b}"
+            );
+            let again = kept.get();
+            assert_same(&again, &req);
+            assert_eq!(
+                again.extensions().get::<Mine>(),
+                req.extensions().get::<Mine>()
+            );
+        }
     }
 
     #[test]
