@@ -1,7 +1,7 @@
 # What a call costs with something added, as a share of the call without it, from two native
 # profiles of overhead rows when the clock on a shared machine is too noisy to tell.
 #
-#   B=$(cargo bench -p seawall-benches --bench overhead --no-run 2>&1 | grep -o '/.*overhead-[0-9a-f]*')
+#   B=$(cargo bench -p seawall-benches --bench overhead --no-run 2>&1 | sed -n 's/.*Executable .* (\(.*\))$/\1/p')
 #   for row in recommended_new_questions cache_miss_over_recommended_new_questions; do
 #       perf record -e cpu-clock:u -F 8000 -o $row.data $B --bench --profile-time 8 "^overhead/$row\$"
 #       perf report -i $row.data --no-children --sort symbol --stdio > $row.txt
