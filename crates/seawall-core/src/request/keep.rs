@@ -165,25 +165,12 @@ impl Ext {
     fn of(ext: &Extensions) -> Ext {
         // Each type is looked up only while some value is still unaccounted for: a prepared
         // request with a call context holds those two, and the last two lookups are skipped.
-        let len = ext.len();
         let mut known = 0;
-        let meta = (known < len)
-            .then(|| ext.get::<RequestMeta>().cloned())
-            .flatten();
-        known += usize::from(meta.is_some());
-        let context = (known < len)
-            .then(|| ext.get::<Arc<CallContext>>().cloned())
-            .flatten();
-        known += usize::from(context.is_some());
-        let deadline = (known < len)
-            .then(|| ext.get::<Deadline>().copied())
-            .flatten();
-        known += usize::from(deadline.is_some());
-        let idempotent = (known < len)
-            .then(|| ext.get::<Idempotent>().copied())
-            .flatten();
-        known += usize::from(idempotent.is_some());
-        if known == len {
+        let meta = next_known::<RequestMeta>(ext, &mut known);
+        let context = next_known::<Arc<CallContext>>(ext, &mut known);
+        let deadline = next_known::<Deadline>(ext, &mut known);
+        let idempotent = next_known::<Idempotent>(ext, &mut known);
+        if known == ext.len() {
             Ext::Known {
                 meta,
                 context,
@@ -221,6 +208,14 @@ impl Ext {
             Ext::Map(ext) => ext.clone(),
         }
     }
+}
+
+/// `T`'s value in `ext`, looked up only while fewer than all of the map's values were found
+/// (`known` counts them, this one included).
+fn next_known<T: Clone + Send + Sync + 'static>(ext: &Extensions, known: &mut usize) -> Option<T> {
+    let value = (*known < ext.len()).then(|| ext.get::<T>().cloned())?;
+    *known += usize::from(value.is_some());
+    value
 }
 
 /// How an `http::Request<Bytes>` is kept: in parts.
