@@ -262,12 +262,23 @@ fn run(args: &Args) -> Result<usize, String> {
     println!("{}\n", scenario.describe(mode));
 
     let progress = progress_bar((Policy::ALL.len() as u64 + 1) * scenario.requests as u64);
-    let mut setup = SeawallSetup::in_process();
+    // As many permits as clients (tower-resilience's bulkheads get as many, each): the demo's
+    // limits on the upstream are its rates, which seawall's gate enforces; with fewer permits
+    // than clients the rows would compare queues of different sizes (one gate for every
+    // provider against a bulkhead per provider).
+    let mut setup = SeawallSetup {
+        concurrency: scenario.clients,
+        ..SeawallSetup::in_process()
+    };
 
     progress.set_message("0 calm baseline");
     let baseline = run_once(&scenario, None, &setup, &progress, args.http)?;
-    // The run's spend limit: what the calm run cost, plus 10% for the bad day.
-    let limit = (baseline.spend * 1.10 * 100.0).ceil() / 100.0;
+    // The run's spend limit: what the calm run cost, plus 10% for the bad day. A calm run
+    // that could not answer every call (more clients than the upstream's rates carry) counts
+    // at its cost per answer for every call, or the limit would not cover the workload.
+    let answered = baseline.calls.iter().filter(|(_, o)| o.is_ok()).count();
+    let calm = baseline.spend * baseline.calls.len() as f64 / answered.max(1) as f64;
+    let limit = (calm * 1.10 * 100.0).ceil() / 100.0;
     setup.budget = Usd::from_f64(limit).map_err(|e| e.to_string())?;
 
     let mut runs = vec![baseline];
@@ -322,8 +333,9 @@ fn run(args: &Args) -> Result<usize, String> {
     progress.finish_and_clear();
 
     println!(
-        "spend limit for the run: ${limit:.2} (the calm run's spend + 10%); seawall enforces it \
-         with its cost budget layer, the others are only measured against it\n"
+        "spend limit for the run: ${limit:.2} (the calm run's spend for every call + 10%); \
+         seawall enforces it with its cost budget layer, the others are only measured against \
+         it\n"
     );
     println!("policies");
     for policy in Policy::ALL {

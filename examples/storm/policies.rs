@@ -128,10 +128,11 @@ impl Policy {
                 "the composition guide's client stack: retry (3 attempts, 100 ms exponential,",
                 "transient errors only, not its own open circuit) > circuit breaker (50% of the",
                 "last 100 calls, at least 20, open 30 s, counts 5xx/timeouts/connection errors",
-                "as seawall's does) > bulkhead (200 calls, 1 s wait); outermost, as its guide",
-                "orders them, FallbackLayer::tower_service to the backup provider's own copy of",
-                "that stack (on every error but a bad request), and inside it a second one to",
-                "gpt-4.1's copy for context-length errors (its fallback cannot pick by error)",
+                "as seawall's does) > bulkhead (a call per client, 1 s wait); outermost, as its",
+                "guide orders them, FallbackLayer::tower_service to the backup provider's own",
+                "copy of that stack (on every error but a bad request), and inside it a second",
+                "one to gpt-4.1's copy for context-length errors (its fallback cannot pick by",
+                "error)",
             ],
             Policy::LiteLlm => &[
                 "emulates LiteLLM's Router at its documented defaults: 2 retries with the",
@@ -146,9 +147,9 @@ impl Policy {
             Policy::Seawall => &[
                 "observe > continue (resumes a stream cut after its first token) > fallback (to",
                 "the backup provider; gpt-4.1 for context-length errors) > context guard (the",
-                "models' windows) > retry > cost budget (the run's limit) > breaker > gate (200",
-                "permits, the providers' RPM/TPM) > stream timeouts (idle 10 s) > classify; every",
-                "other setting at its default (first token 60 s)",
+                "models' windows) > retry > cost budget (the run's limit) > breaker > gate (a",
+                "permit per client, the providers' RPM/TPM) > stream timeouts (idle 10 s) >",
+                "classify; every other setting at its default (first token 60 s)",
             ],
         }
     }
@@ -633,8 +634,8 @@ pub(crate) struct SeawallSetup {
 
 impl SeawallSetup {
     /// One process's setup before the run's limit is known: no budget to speak of (the limit
-    /// is set from the calm run), 200 permits, the default 60 s to the first token, cut streams
-    /// resumed, everything in memory.
+    /// is set from the calm run), 200 permits (the demo sets one per client), the default 60 s
+    /// to the first token, cut streams resumed, everything in memory.
     pub(crate) fn in_process() -> SeawallSetup {
         SeawallSetup {
             budget: Usd::from_dollars(1_000_000),
