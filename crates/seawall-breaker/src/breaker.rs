@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seawall_core::FailureClass;
+use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
@@ -145,6 +146,9 @@ pub(crate) struct Breaker {
     fleet: AtomicU8,
     /// Set when an exhausted quota opened the breaker (for the refusals' message).
     quota_open: AtomicU8,
+    /// Woken whenever the breaker opens or its open period grows: the retries waiting to send
+    /// a call back through it (see [`Breaker::refused_at`]).
+    opened: Notify,
 }
 
 impl Breaker {
@@ -167,6 +171,7 @@ impl Breaker {
             evidence: cfg.shared.is_some().then(Evidence::new),
             fleet: AtomicU8::new(0),
             quota_open: AtomicU8::new(0),
+            opened: Notify::new(),
             cfg,
         }
     }
@@ -241,10 +246,7 @@ impl Breaker {
                     let now = now();
                     let until = self.open_until.load(Ordering::Acquire);
                     if now < until {
-                        return Err(Refusal::Open {
-                            retry_after: Duration::from_nanos(until - now),
-                            quota: self.quota_open.load(Ordering::Relaxed) != 0,
-                        });
+                        return Err(self.open_refusal(until, now));
                     }
                     if self.fleet.load(Ordering::Relaxed) & HELD != 0 {
                         // The fleet holds the key open: only the replica holding the probe
@@ -268,6 +270,42 @@ impl Breaker {
                     }
                 }
             }
+        }
+    }
+
+    fn open_refusal(&self, until: u64, now: u64) -> Refusal {
+        Refusal::Open {
+            retry_after: Duration::from_nanos(until.saturating_sub(now)),
+            quota: self.quota_open.load(Ordering::Relaxed) != 0,
+        }
+    }
+
+    /// The refusal a call made at `at` would get, if the breaker as it is `now` already says
+    /// so: forced open, or open until `at` or later. `None` while it would admit the call,
+    /// or might (an open period that ends by `at` leads to a half-open probe).
+    pub(crate) fn refused_at(&self, at: u64, now: u64) -> Option<Refusal> {
+        match state_of(self.word.load(Ordering::Acquire)) {
+            State::ForcedOpen => Some(Refusal::ForcedOpen),
+            State::Open => {
+                let until = self.open_until.load(Ordering::Acquire);
+                (until > at).then(|| self.open_refusal(until, now))
+            }
+            _ => None,
+        }
+    }
+
+    /// Completes with the refusal a call made at `at` would get, as soon as the breaker
+    /// says so (see [`refused_at`](Self::refused_at)): at once, or when it opens.
+    pub(crate) async fn until_refused(&self, at: tokio::time::Instant) -> Refusal {
+        let at = self.cfg.at(at);
+        loop {
+            // Registered before the look, so an opening between the two is not missed.
+            let mut opened = std::pin::pin!(self.opened.notified());
+            opened.as_mut().enable();
+            if let Some(refusal) = self.refused_at(at, self.cfg.now()) {
+                return refusal;
+            }
+            opened.await;
         }
     }
 
@@ -569,6 +607,7 @@ impl Breaker {
                 State::Open => {
                     if until > self.open_until.load(Ordering::Relaxed) {
                         self.open_until.store(until, Ordering::Relaxed);
+                        self.opened.notify_waiters();
                     }
                     return;
                 }
@@ -619,6 +658,7 @@ impl Breaker {
     fn emit(&self, change: &StateChange) {
         let open_for_ms = change.open_for.map(|d| d.as_millis() as u64);
         if change.to == State::Open || change.to == State::ForcedOpen {
+            self.opened.notify_waiters();
             tracing::warn!(
                 target: "seawall::breaker",
                 key = %change.key,
@@ -674,6 +714,7 @@ impl Breaker {
                     // holds the key, its open period is the fleet's.
                     self.open_until.store(until, Ordering::Relaxed);
                     self.fleet.fetch_or(HELD, Ordering::Relaxed);
+                    self.opened.notify_waiters();
                     return;
                 }
                 State::Closed | State::HalfOpen => {}

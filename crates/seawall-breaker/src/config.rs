@@ -81,7 +81,12 @@ impl Config {
     /// Nanoseconds since the layer was built, on tokio's clock (paused in tests).
     #[inline]
     pub(crate) fn now(&self) -> u64 {
-        tokio::time::Instant::now()
+        self.at(tokio::time::Instant::now())
+    }
+
+    /// `instant` on the breaker's clock: nanoseconds since the layer was built.
+    pub(crate) fn at(&self, instant: tokio::time::Instant) -> u64 {
+        instant
             .saturating_duration_since(self.start)
             .as_nanos()
             .min(u128::from(u64::MAX)) as u64

@@ -3,13 +3,26 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use seawall_core::{Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome};
+use seawall_core::{
+    Circuit, Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, Refusal,
+};
+use tokio::time::Instant;
 
-use crate::breaker::Admission;
+use crate::breaker::{Admission, Breaker};
 use crate::local::Held;
+use crate::service::refusal_error;
 use crate::state::Verdict;
+
+/// A retry waiting to send a call back through this breaker ends the call as soon as the
+/// breaker would refuse it (see [`Circuit`]).
+impl Circuit for Breaker {
+    fn refusal_at(self: Arc<Self>, at: Instant) -> Refusal {
+        Box::pin(async move { refusal_error(self.until_refused(at).await) })
+    }
+}
 
 /// A call's admission, held until its outcome is known. Dropping it unrecorded counts as a
 /// cancellation (and frees a probe slot at once).
@@ -50,6 +63,18 @@ impl Permit {
                 self.slow = u128::from(elapsed) > threshold.as_nanos();
             }
         }
+    }
+
+    /// The breaker, for the error of a failed attempt (a tracked one: a disabled breaker
+    /// refuses nothing).
+    fn circuit(&self) -> Option<Arc<dyn Circuit>> {
+        self.breaker.as_ref().map(|held| {
+            let breaker: Arc<dyn Circuit> = match held {
+                Held::Shared(b) => b.clone(),
+                Held::Local(t) => t.shared().clone(),
+            };
+            breaker
+        })
     }
 
     fn finish(mut self, verdict: Verdict) {
@@ -204,7 +229,10 @@ where
                 Poll::Ready(match result {
                     Ok(resp) => Ok(resp.on_complete(BreakerGuard { permit })),
                     Err(e) => {
-                        let e: LlmError = e.into();
+                        let mut e: LlmError = e.into();
+                        if let Some(circuit) = permit.circuit() {
+                            e.set_circuit(circuit);
+                        }
                         permit.finish_error(&e);
                         Err(e)
                     }

@@ -58,6 +58,15 @@
 //! state and counts can be read. Every state change is a `tracing` event (target
 //! `seawall::breaker`) and, optionally, a callback ([`CircuitBreakerBuilder::on_state_change`]).
 //!
+//! # A retry above
+//!
+//! The error of every admitted attempt that failed carries this breaker
+//! ([`LlmError::set_circuit`](seawall_core::LlmError::set_circuit)). A retry layer above that
+//! waits before trying again watches it, and when the breaker opens during the wait and will
+//! still be open when the wait ends, ends the call at once with the refusal it would get
+//! (see `seawall_retry`'s docs): the calls that failed just before the breaker opened reach a
+//! fallback at once instead of after their backoff.
+//!
 //! # A fleet
 //!
 //! By default each process keeps its own breakers. A fleet of replicas can share them through

@@ -20,12 +20,13 @@
 use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use http::StatusCode;
 use regex::Regex;
 
+use crate::circuit::Circuit;
 use crate::class::FailureClass;
 use crate::ratelimit::RateLimitSnapshot;
 
@@ -114,6 +115,8 @@ struct Inner {
     source: Option<BoxError>,
     /// The source chain as `source()` shows it, redacted; built on first use.
     shown_source: OnceLock<RedactedSource>,
+    /// The breaker the failed attempt went through (see [`crate::circuit`]).
+    circuit: Option<Arc<dyn Circuit>>,
 }
 
 fn bounded(s: &str) -> Box<str> {
@@ -160,6 +163,7 @@ impl LlmError {
                 give_up: None,
                 source: None,
                 shown_source: OnceLock::new(),
+                circuit: None,
             }),
         }
     }
@@ -261,6 +265,8 @@ impl LlmError {
             give_up,
             source: _,
             shown_source: _,
+            // The breaker of one attempt is for the retry of that attempt only.
+            circuit: _,
         } = &*self.inner;
         let mut copy = LlmError::new(class, message);
         let inner = &mut *copy.inner;
@@ -353,6 +359,18 @@ impl LlmError {
     /// Records why the retry layer stopped.
     pub fn set_give_up(&mut self, reason: GiveUp) {
         self.inner.give_up = Some(reason);
+    }
+
+    /// Attaches the circuit breaker the failed attempt went through, for a retry layer outside
+    /// that would wait before sending the call back through it (see [`Circuit`]). Not shown
+    /// by `Debug` or `Display`, and not kept by [`clone_with`](Self::clone_with).
+    pub fn set_circuit(&mut self, circuit: Arc<dyn Circuit>) {
+        self.inner.circuit = Some(circuit);
+    }
+
+    /// Takes out the circuit breaker attached with [`set_circuit`](Self::set_circuit).
+    pub fn take_circuit(&mut self) -> Option<Arc<dyn Circuit>> {
+        self.inner.circuit.take()
     }
 
     /// The underlying error itself, for downcasting. Its own text is not redacted: print
@@ -602,6 +620,24 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
+    /// A breaker that never refuses.
+    struct NeverOpens;
+
+    impl Circuit for NeverOpens {
+        fn refusal_at(self: Arc<Self>, _at: tokio::time::Instant) -> crate::circuit::Refusal {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[test]
+    fn a_circuit_is_taken_out_once_and_never_shown() {
+        let mut err = LlmError::new(FailureClass::Overloaded, "busy");
+        err.set_circuit(Arc::new(NeverOpens));
+        assert!(!format!("{err:?}").contains("circuit"));
+        assert!(err.take_circuit().is_some());
+        assert!(err.take_circuit().is_none());
+    }
+
     #[test]
     fn message_is_bounded_at_a_char_boundary() {
         let long = "é".repeat(5000);
@@ -637,6 +673,7 @@ mod tests {
             .with_source(std::io::Error::other("inner"));
         original.set_attempts(vec![attempt, attempt]);
         original.set_give_up(GiveUp::AttemptsExhausted);
+        original.set_circuit(Arc::new(NeverOpens));
 
         let copy = original.clone_with(FailureClass::ServerError, "summary");
         // Named field by field, so a field added later must be added here too.
@@ -654,6 +691,7 @@ mod tests {
             give_up,
             source,
             shown_source: _,
+            circuit,
         } = &*copy.inner;
         assert_eq!(*class, FailureClass::ServerError);
         assert_eq!(&**message, "summary");
@@ -669,6 +707,10 @@ mod tests {
         assert!(
             source.is_none(),
             "a source is not cloneable; the caller sets its own"
+        );
+        assert!(
+            circuit.is_none(),
+            "an attempt's breaker is for the retry of that attempt only"
         );
         // And every optional field above was set, so the comparisons were not `None == None`.
         assert!(status.is_some() && code.is_some() && error_type.is_some());

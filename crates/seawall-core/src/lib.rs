@@ -30,6 +30,7 @@
 #![doc(html_root_url = "https://docs.rs/seawall-core/0.1.0")]
 
 mod admit;
+mod circuit;
 mod class;
 mod config;
 mod context;
@@ -53,6 +54,7 @@ pub mod upstream;
 mod wire;
 
 pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
+pub use circuit::{Circuit, Refusal};
 pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
 pub use context::{CacheStatus, CallContext, CallFacts, ContextAction, ServedBy};

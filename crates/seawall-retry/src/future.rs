@@ -9,7 +9,9 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use seawall_core::{Attempt, Deadline, FailureClass, GiveUp, KeptRequest, LlmError, LlmRequest};
+use seawall_core::{
+    Attempt, Deadline, FailureClass, GiveUp, KeptRequest, LlmError, LlmRequest, Refusal,
+};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -70,6 +72,9 @@ struct Retrying {
     history: Vec<Attempt>,
     previous_delay: Duration,
     last_error: Option<LlmError>,
+    /// While waiting: the refusal the breaker below would give the next attempt, if it
+    /// opens meanwhile (see `seawall_core::Circuit`).
+    refusal: Option<Refusal>,
 }
 
 impl<S, Req> ResponseFuture<S, Req>
@@ -152,10 +157,40 @@ where
                     }
                 },
                 StateProj::Waiting => {
-                    if let Some(r) = &this.call.retrying {
-                        ready!(poll_timer(this.timer.as_mut(), r.wake, cx));
+                    let refused = match &mut this.call.retrying {
+                        Some(r) => match poll_timer(this.timer.as_mut(), r.wake, cx) {
+                            Poll::Ready(()) => {
+                                r.refusal = None;
+                                None
+                            }
+                            Poll::Pending => {
+                                match r.refusal.as_mut().map(|f| f.as_mut().poll(cx)) {
+                                    Some(Poll::Ready(err)) => {
+                                        r.refusal = None;
+                                        Some(err)
+                                    }
+                                    _ => return Poll::Pending,
+                                }
+                            }
+                        },
+                        None => None,
+                    };
+                    match refused {
+                        // The breaker below opened and will still refuse the attempt this wait
+                        // is for: that attempt is decided now, as if it had been made.
+                        Some(err) => {
+                            // Noted as the breaker notes a refusal it gives at a call.
+                            let request = this.call.request.get();
+                            if let Some(cx) = request.call_context() {
+                                cx.update(|f| f.rejections.push(err.class()));
+                            }
+                            if let Err(last) = this.call.on_error(err) {
+                                this.state.set(State::Done);
+                                return Poll::Ready(Err(last));
+                            }
+                        }
+                        None => this.state.set(State::Readying),
                     }
-                    this.state.set(State::Readying);
                 }
                 // Every retry is a new `call`, so the service is made ready again first: the
                 // readiness the caller saw was spent on the first attempt.
@@ -245,7 +280,9 @@ where
 {
     /// Decides about a failed attempt: `Ok` when a retry is scheduled (at `retrying.wake`),
     /// else the final error.
-    fn on_error(&mut self, err: LlmError) -> Result<(), LlmError> {
+    fn on_error(&mut self, mut err: LlmError) -> Result<(), LlmError> {
+        // Kept only for the wait before the next attempt; never handed on.
+        let circuit = err.take_circuit();
         let now = Instant::now();
         let start = *self.start.get_or_insert(now);
         let attempt_start = self.retrying.as_ref().map_or(start, |r| r.attempt_start);
@@ -304,6 +341,7 @@ where
                         history: Vec::new(),
                         previous_delay: Duration::ZERO,
                         last_error: None,
+                        refusal: None,
                     })
                 });
                 r.history.push(Attempt {
@@ -316,6 +354,7 @@ where
                 r.previous_delay = delay;
                 r.last_error = Some(err);
                 r.wake = seawall_core::instant_after(now, delay);
+                r.refusal = circuit.map(|c| c.refusal_at(r.wake));
                 Ok(())
             }
         }

@@ -45,6 +45,20 @@
 //! model and an error page. The upstream class is kept (a rate limit stays `RateLimited`), so
 //! a fallback layer outside still sees what happened.
 //!
+//! # A breaker below that opens during a wait
+//!
+//! In an incident the calls that failed just before the circuit breaker below opened are all
+//! waiting to retry (after an overload, at least 5 s), and each would wake only to be
+//! refused by the open breaker; a fallback layer outside would get them only then, 5 s late.
+//! So a seawall breaker attaches itself to the error of every attempt it admitted that failed
+//! ([`seawall_core::Circuit`]), and while this layer waits it watches that breaker: if it
+//! opens (or is forced open) and will still be open when the wait ends, the attempt the wait
+//! is for is decided at once, as the refusal it would have got. The call then ends with the
+//! breaker's `CircuitOpen` error and its history, which is what the wait would have led to,
+//! only sooner, and the fallback takes it at once. A breaker that will be half-open by
+//! the end of the wait cuts nothing short: the retry may be its probe. This costs nothing
+//! on a call that does not wait; a wait that watches a breaker allocates its watch once.
+//!
 //! # Time budget
 //!
 //! The total time budget (120 s by default) covers every attempt and every wait of a logical
