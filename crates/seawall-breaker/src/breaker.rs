@@ -53,8 +53,9 @@ fn stamp_ms(stamp: u64) -> u64 {
 /// What a call was admitted as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admission {
-    /// Counted in the window (closed or metrics-only).
-    Counted { epoch: u64 },
+    /// Counted in the window (closed or metrics-only); `seen`: the breaker's count of
+    /// failures when the call was admitted (see `Breaker::failures`).
+    Counted { epoch: u64, seen: u64 },
     /// A half-open probe holding slot `slot` with `stamp`.
     Probe { epoch: u64, slot: u32, stamp: u64 },
     /// Not counted at all (disabled).
@@ -123,6 +124,13 @@ pub(crate) struct Breaker {
     word: AtomicU64,
     open_until: AtomicU64,
     consecutive: AtomicU64,
+    /// Every failure recorded in the closed state, counted. A failure extends the run of
+    /// consecutive failures only if none was recorded while its call was in flight: "in a
+    /// row" means one after the other. Calls that fail together, as a burst does (a
+    /// stream's failure comes at its head, its success only when its body ends, seconds
+    /// later), are one step of the run, not one each, or a burst of healthy streams with a
+    /// few early errors among them would open the breaker. Written only on failures.
+    failures: AtomicU64,
     /// Set when the window is over a threshold but below the minimum number of calls, so that
     /// the success that brings it to the minimum evaluates it too.
     armed: AtomicU8,
@@ -158,6 +166,7 @@ impl Breaker {
             word: AtomicU64::new(word(0, initial)),
             open_until: AtomicU64::new(0),
             consecutive: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
             armed: AtomicU8::new(0),
             window: Window::new(cfg.window),
             probes: (0..cfg.probes.max(1)).map(|_| AtomicU64::new(0)).collect(),
@@ -238,7 +247,10 @@ impl Breaker {
             let w = self.word.load(Ordering::Acquire);
             match state_of(w) {
                 State::Closed | State::MetricsOnly => {
-                    return Ok(Admission::Counted { epoch: epoch_of(w) });
+                    return Ok(Admission::Counted {
+                        epoch: epoch_of(w),
+                        seen: self.failures.load(Ordering::Relaxed),
+                    });
                 }
                 State::Disabled => return Ok(Admission::Untracked),
                 State::ForcedOpen => return Err(Refusal::ForcedOpen),
@@ -376,7 +388,9 @@ impl Breaker {
     ) {
         match admission {
             Admission::Untracked => {}
-            Admission::Counted { epoch } => self.record_counted(epoch, verdict, slow, now),
+            Admission::Counted { epoch, seen } => {
+                self.record_counted(epoch, seen, verdict, slow, now)
+            }
             Admission::Probe { epoch, slot, stamp } => {
                 self.record_probe(epoch, slot, stamp, verdict, slow, now)
             }
@@ -384,7 +398,14 @@ impl Breaker {
     }
 
     #[inline]
-    fn record_counted(&self, epoch: u64, verdict: Verdict, slow: bool, now: impl Fn() -> u64) {
+    fn record_counted(
+        &self,
+        epoch: u64,
+        seen: u64,
+        verdict: Verdict,
+        slow: bool,
+        now: impl Fn() -> u64,
+    ) {
         let w = self.word.load(Ordering::Acquire);
         let state = state_of(w);
         if epoch_of(w) != epoch || verdict == Verdict::Ignore {
@@ -401,9 +422,13 @@ impl Breaker {
         // The streak is Relaxed: it publishes no other data, and the trip it suggests goes
         // through `transition`, which re-checks the state word under the lock.
         if failure {
-            let streak = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.cfg.consecutive_failures > 0 && streak >= self.cfg.consecutive_failures {
-                trip = Some(Reason::ConsecutiveFailures);
+            // Another failure recorded while this call was in flight: the two failed
+            // together, one step of the run (see `failures`).
+            if self.failures.fetch_add(1, Ordering::Relaxed) == seen {
+                let streak = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+                if self.cfg.consecutive_failures > 0 && streak >= self.cfg.consecutive_failures {
+                    trip = Some(Reason::ConsecutiveFailures);
+                }
             }
         } else if self.consecutive.load(Ordering::Relaxed) != 0 {
             self.consecutive.store(0, Ordering::Relaxed);
@@ -439,8 +464,8 @@ impl Breaker {
     ) {
         match admission {
             Admission::Untracked => {}
-            Admission::Counted { epoch } => {
-                self.record_counted(epoch, verdict, slow, &now);
+            Admission::Counted { epoch, seen } => {
+                self.record_counted(epoch, seen, verdict, slow, &now);
                 let w = self.word.load(Ordering::Acquire);
                 if epoch_of(w) == epoch && state_of(w) == State::Closed {
                     self.transition(w, State::Open, Reason::OpenAtOnce(class), now());
@@ -851,6 +876,26 @@ mod tests {
         assert_eq!(b.state(), State::Closed, "9 calls < minimum 10");
         // The success that reaches the minimum trips it: 5/10 >= 50%.
         call(&b, 0, Verdict::Success).unwrap();
+        assert_eq!(b.state(), State::Open);
+    }
+
+    #[test]
+    fn calls_that_fail_together_are_one_step_of_a_run() {
+        let b = breaker(cfg(|_| {}));
+        // A burst: ten calls admitted at once, five of which fail before any ends well (a
+        // stream's error comes at its head, its success only at its end).
+        let burst: Vec<_> = (0..10).map(|_| b.acquire(|| 0).unwrap()).collect();
+        for a in &burst[..5] {
+            b.record(*a, Verdict::Failure, false, || 0);
+        }
+        assert_eq!(b.state(), State::Closed);
+        assert_eq!(b.snapshot(0).consecutive_failures, 1);
+        // Failures one after the other, each call admitted after the last failure: a run.
+        for _ in 0..3 {
+            call(&b, 0, Verdict::Failure).unwrap();
+        }
+        assert_eq!(b.state(), State::Closed);
+        call(&b, 0, Verdict::Failure).unwrap();
         assert_eq!(b.state(), State::Open);
     }
 
