@@ -68,13 +68,9 @@ impl Permit {
     /// The breaker, for the error of a failed attempt (a tracked one: a disabled breaker
     /// refuses nothing).
     fn circuit(&self) -> Option<Arc<dyn Circuit>> {
-        self.breaker.as_ref().map(|held| {
-            let breaker: Arc<dyn Circuit> = match held {
-                Held::Shared(b) => b.clone(),
-                Held::Local(t) => t.shared().clone(),
-            };
-            breaker
-        })
+        self.breaker
+            .as_ref()
+            .map(|held| held.shared().clone() as Arc<dyn Circuit>)
     }
 
     fn finish(mut self, verdict: Verdict) {

@@ -30,12 +30,18 @@ pub(crate) enum Held {
 impl Held {
     /// The same breaker through a handle of the running thread, if it is not already.
     pub(crate) fn localize(&mut self) {
-        let breaker = match self {
-            Held::Local(t) if t.is_local() => return,
-            Held::Local(t) => t.shared().clone(),
-            Held::Shared(b) => b.clone(),
-        };
-        *self = Held::Local(Arc::new(ThreadBreaker::new(breaker)));
+        if matches!(self, Held::Local(t) if t.is_local()) {
+            return;
+        }
+        *self = Held::Local(Arc::new(ThreadBreaker::new(self.shared().clone())));
+    }
+
+    /// The breaker itself, as the layer shares it.
+    pub(crate) fn shared(&self) -> &Arc<Breaker> {
+        match self {
+            Held::Shared(b) => b,
+            Held::Local(t) => t.shared(),
+        }
     }
 }
 

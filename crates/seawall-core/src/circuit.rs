@@ -1,19 +1,8 @@
-//! What a retry that is waiting to try again can learn from the circuit breaker below it.
+//! What a retry that is waiting to try again can learn from the circuit breaker below it:
+//! whether that breaker will refuse the attempt the wait is for (the why is on [`Circuit`]).
 //!
-//! The retry layer sits outside the breaker, so that the breaker counts every attempt. When an
-//! attempt fails, the retry waits before the next one (after an overload, at least 5 s), and
-//! in an incident the breaker often opens during that wait, on the failures of the other calls
-//! in flight. The retry then wakes only to be refused, and a fallback layer outside gets the
-//! call only then: the whole wait is lost, at the start of every incident, for every call that
-//! failed just before the breaker opened.
-//!
-//! So a breaker attaches a [`Circuit`] to the error of each admitted attempt that failed
-//! ([`LlmError::set_circuit`]), and a retry about to wait asks it for the refusal of the
-//! attempt it would make when the wait ends ([`Circuit::refusal_at`]). That future completes
-//! with the error the breaker would refuse the attempt with, as soon as the circuit is open
-//! until at least then. The retry ends the call with that error at once: the outcome the
-//! wait would have led to, without the wait. A circuit that opens but will have gone half-open
-//! by the end of the wait cuts nothing short (the attempt may then be its probe).
+//! A trait in core, so that the retry layer and the breaker, each in its own crate, meet
+//! through the error of the failed attempt and neither depends on the other.
 
 use std::future::Future;
 use std::pin::Pin;

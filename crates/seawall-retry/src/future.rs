@@ -77,6 +77,27 @@ struct Retrying {
     refusal: Option<Refusal>,
 }
 
+impl Retrying {
+    /// The wait before the next attempt: `None` when it is over; the refusal the breaker
+    /// below would give that attempt, as soon as it would (see `seawall_core::Circuit`).
+    fn poll_wait(
+        &mut self,
+        timer: Pin<&mut Option<Sleep>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<LlmError>> {
+        if poll_timer(timer, self.wake, cx).is_ready() {
+            self.refusal = None;
+            return Poll::Ready(None);
+        }
+        let Some(refusal) = &mut self.refusal else {
+            return Poll::Pending;
+        };
+        let err = ready!(refusal.as_mut().poll(cx));
+        self.refusal = None;
+        Poll::Ready(Some(err))
+    }
+}
+
 impl<S, Req> ResponseFuture<S, Req>
 where
     S: Service<Req>,
@@ -158,21 +179,7 @@ where
                 },
                 StateProj::Waiting => {
                     let refused = match &mut this.call.retrying {
-                        Some(r) => match poll_timer(this.timer.as_mut(), r.wake, cx) {
-                            Poll::Ready(()) => {
-                                r.refusal = None;
-                                None
-                            }
-                            Poll::Pending => {
-                                match r.refusal.as_mut().map(|f| f.as_mut().poll(cx)) {
-                                    Some(Poll::Ready(err)) => {
-                                        r.refusal = None;
-                                        Some(err)
-                                    }
-                                    _ => return Poll::Pending,
-                                }
-                            }
-                        },
+                        Some(r) => ready!(r.poll_wait(this.timer.as_mut(), cx)),
                         None => None,
                     };
                     match refused {
