@@ -227,6 +227,40 @@ impl Provider {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Idempotent;
 
+/// Says that a fallback target stands by for this request: if a layer below refuses it at
+/// once, the fallback layer above sends it elsewhere.
+///
+/// A layer that would hold a call for long may then refuse it instead of holding it: the
+/// concurrency gate does so when a key's request or token rate, or the upstream's pause,
+/// would hold the call longer than its standby wait. Waiting seconds for the primary's rate
+/// while the backup has room is the wrong trade for a caller who configured a backup.
+///
+/// The fallback layer inserts it into the primary's request when its chain has a target for
+/// a gate's refusal, and into each target's request but the last one's; a request without
+/// it is held as usual. Remove it (or leave the fallback out) to make every call wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standby;
+
+impl Standby {
+    /// Whether `req` carries the marker.
+    pub fn is_on<R: LlmRequest + ?Sized>(req: &R) -> bool {
+        req.extensions()
+            .is_some_and(|e| e.get::<Standby>().is_some())
+    }
+
+    /// Inserts the marker into `req`'s extensions (`on`), or removes it. A request type
+    /// without extensions is left as it is.
+    pub fn set<R: LlmRequest + ?Sized>(req: &mut R, on: bool) {
+        if let Some(ext) = req.extensions_mut() {
+            if on {
+                ext.insert(Standby);
+            } else {
+                ext.remove::<Standby>();
+            }
+        }
+    }
+}
+
 /// What [`LlmRequest::sizes`] reads: the sizes a request is priced and rate-limited by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestSizes {

@@ -10,6 +10,7 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 use seawall_core::{
     CallContext, FailureClass, Fallback, KeptRequest, LlmError, LlmRequest, LlmResponse, ServedBy,
+    Standby,
 };
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::util::BoxCloneSyncService;
@@ -85,6 +86,9 @@ struct Chain<S, Req, Resp> {
     cache_key: Option<u64>,
     context: Option<Arc<CallContext>>,
     deadline_at: Option<Instant>,
+    /// The caller's request came marked [`Standby`]: a fallback layer further out stands by
+    /// after this chain's last target too.
+    outer_standby: bool,
 }
 
 impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
@@ -97,6 +101,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
         cache_key: Option<u64>,
         context: Option<Arc<CallContext>>,
         deadline_at: Option<Instant>,
+        outer_standby: bool,
         call: impl FnOnce() -> F,
     ) -> Self {
         // Everything else first, the primary's future last, in the struct it is kept in: the
@@ -121,6 +126,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
                 cache_key,
                 context,
                 deadline_at,
+                outer_standby,
             },
         }
     }
@@ -148,6 +154,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
                 cache_key: None,
                 context: None,
                 deadline_at: None,
+                outer_standby: false,
             },
         }
     }
@@ -277,6 +284,9 @@ where
                 ));
                 continue;
             }
+            // Another target after this one (or a fallback further out) stands by for it.
+            let more = self.next < list.len() && self.fallbacks + 1 < shared.max_fallbacks;
+            Standby::set(&mut req, more || self.outer_standby);
             let next = match target.route() {
                 Route::Primary => Next::Primary,
                 Route::Service(s) => Next::Other(s.clone()),

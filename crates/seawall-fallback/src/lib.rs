@@ -16,6 +16,11 @@
 //!   a request at fault (`InvalidRequest`, 408/409, budget) never falls back: its error comes
 //!   back unchanged. A local rejection (`CircuitOpen`, `GateRejected`) arrives at once, so the
 //!   next target is called at once; the layer itself never sleeps.
+//! - **Says when it stands by.** The primary's request, when the chain has a target for a
+//!   gate's refusal, and each target's request but the last one the chain may call, carry
+//!   [`Standby`](seawall_core::Standby). A concurrency gate below then refuses such a call
+//!   at once, rather than hold it past its standby wait for a key's rate, and this layer
+//!   sends it on: the backup's room is used instead of seconds in the primary's queue.
 //! - **Targets mix.** A [`Target`] is either a rewrite of the request sent to the same
 //!   service (another model, another API key) or another service entirely (another provider's
 //!   transport with its own breaker and retry stack). A target's own failure moves the chain

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{Deadline, LlmError, LlmRequest, LlmResponse};
+use seawall_core::{Deadline, LlmError, LlmRequest, LlmResponse, Standby};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -80,6 +80,13 @@ where
             .and_then(|d| tokio::time::Instant::now().checked_add(d))
             .map(Deadline::at);
         let deadline_at = Deadline::earliest(own, caller).map(|d| d.instant());
+        // A layer below that would hold the call for long may refuse it at once instead:
+        // this chain takes it. Marked before the request is kept, so a retry's copy has it;
+        // a mark from a fallback layer further out is kept for the targets too.
+        let outer_standby = Standby::is_on(&req);
+        if shared.standby && !outer_standby {
+            Standby::set(&mut req, true);
+        }
         let cache_key = shared.cache.as_ref().and_then(|c| c.key(&req));
         let context = req.call_context().cloned();
         let model = req.model_shared();
@@ -97,6 +104,7 @@ where
             cache_key,
             context,
             deadline_at,
+            outer_standby,
             || inner.call(req),
         )
     }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seawall_core::{Dispositions, Fallback, LlmError};
+use seawall_core::{Dispositions, FailureClass, Fallback, LlmError};
 
 use crate::cache::CacheOps;
 use crate::target::Target;
@@ -67,6 +67,9 @@ pub(crate) struct Shared<Req, Resp> {
     /// Some target or the degraded response needs the caller's request: each call keeps a
     /// copy of it ([`LlmRequest::keep`](seawall_core::LlmRequest::keep)).
     pub(crate) keeps_request: bool,
+    /// A gate's refusal has a target to go to: the primary's request is marked
+    /// [`Standby`](seawall_core::Standby).
+    pub(crate) standby: bool,
 }
 
 impl<Req, Resp> Shared<Req, Resp> {
@@ -96,6 +99,7 @@ impl<Req, Resp> Shared<Req, Resp> {
             degraded: None,
             uses_primary: false,
             keeps_request: false,
+            standby: false,
         }
     }
 
@@ -119,6 +123,8 @@ impl<Req, Resp> Shared<Req, Resp> {
         let keeps_request = all().next().is_some() || self.degraded.is_some();
         self.uses_primary = uses_primary;
         self.keeps_request = keeps_request;
+        let refused = self.dispositions.get(FailureClass::GateRejected).fallback;
+        self.standby = self.max_fallbacks > 0 && !self.list(refused).is_empty();
     }
 }
 

@@ -19,6 +19,9 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 /// The default longest pause an upstream signal can impose on a key (Envoy ignores rate-limit
 /// resets beyond 300 s too).
 pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(300);
+/// The default longest wait for a key's rate or pause of a call that a fallback target stands
+/// by for ([`Standby`](seawall_core::Standby)); a longer wait sends it there at once.
+pub const DEFAULT_STANDBY_WAIT: Duration = Duration::from_secs(1);
 /// The default number of keys with their own state; more keys share the unkeyed state.
 pub const DEFAULT_MAX_KEYS: usize = 1024;
 
@@ -28,6 +31,7 @@ pub(crate) fn default_settings(limit: usize) -> Settings {
         limit,
         max_queue: DEFAULT_MAX_QUEUE,
         max_wait: DEFAULT_MAX_WAIT,
+        standby_wait: DEFAULT_STANDBY_WAIT,
         max_pause: DEFAULT_MAX_PAUSE,
         rates: Rates::new(),
         key_rates: Vec::new(),

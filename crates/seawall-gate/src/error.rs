@@ -31,6 +31,11 @@ pub enum RejectReason {
     RateLimited,
     /// The key's rate limit is zero.
     ZeroRate,
+    /// A fallback target stood by for the call ([`Standby`](seawall_core::Standby)), and the
+    /// key's rate or the upstream's pause would have held it longer than the
+    /// [standby wait](crate::ConcurrencyGateBuilder::standby_wait): it was turned away at once
+    /// for the fallback to send elsewhere.
+    Spilled,
 }
 
 impl RejectReason {
@@ -42,6 +47,7 @@ impl RejectReason {
             RejectReason::KeyPaused => "key_paused",
             RejectReason::RateLimited => "rate_limited",
             RejectReason::ZeroRate => "zero_rate",
+            RejectReason::Spilled => "spilled",
         }
     }
 }

@@ -58,6 +58,12 @@ impl GateHandle {
         self.shared.set_max_wait(max);
     }
 
+    /// Sets the longest wait for a key's rate or pause of calls that a fallback target stands
+    /// by for, from now on (see [`ConcurrencyGateBuilder::standby_wait`](crate::ConcurrencyGateBuilder::standby_wait)).
+    pub fn set_standby_wait(&self, max: Duration) {
+        self.shared.set_standby_wait(max);
+    }
+
     /// Sets the longest pause an upstream signal (a `remaining = 0` window, a 429's hint) can
     /// impose on a key.
     pub fn set_max_pause(&self, max: Duration) {

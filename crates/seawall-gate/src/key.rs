@@ -115,7 +115,25 @@ pub(crate) struct KeyState {
     /// A FIFO line of one per lane: the head waits for the key's rate and pause, the rest
     /// wait behind (a gate without lanes uses the first alone).
     pub(crate) lines: [Semaphore; LANES],
+    /// The calls in each lane's line and the tokens they will take: what a newcomer waits
+    /// behind, for a call with a standby to know its wait before it joins.
+    in_line: [(AtomicU64, AtomicU64); LANES],
     buckets: Mutex<Buckets>,
+}
+
+/// A call counted in its key's line until it is dropped ([`KeyState::join_line`]).
+pub(crate) struct InLine<'a> {
+    key: &'a KeyState,
+    lane: usize,
+    tokens: u64,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        let (calls, tokens) = &self.key.in_line[self.lane];
+        calls.fetch_sub(1, Ordering::AcqRel);
+        tokens.fetch_sub(self.tokens, Ordering::AcqRel);
+    }
 }
 
 impl fmt::Debug for KeyState {
@@ -135,6 +153,7 @@ impl KeyState {
             limited: AtomicBool::new(false),
             version: AtomicU64::new(u64::MAX),
             lines: std::array::from_fn(|_| Semaphore::new(1)),
+            in_line: Default::default(),
             buckets: Mutex::new(Buckets::default()),
         }
     }
@@ -174,6 +193,12 @@ impl KeyState {
     /// When the key can admit `cost` for `lane`: after the pause, and once every bucket holds
     /// it above the part the lane must leave to the others.
     pub(crate) fn ready(&self, clock: &Clock, cost: Cost, lane: Lane, now: Instant) -> Ready {
+        self.ready_after(clock, cost, lane, now, [0, 0])
+    }
+
+    /// [`ready`](Self::ready) once the buckets have also refilled `ahead`: requests and tokens
+    /// that calls before this one will take first.
+    fn ready_after(&self, clock: &Clock, cost: Cost, lane: Lane, now: Instant, ahead: [u64; 2]) -> Ready {
         let pause = match self.pause_left(clock, now) {
             Some(d) => Ready::After(d),
             None => Ready::Now,
@@ -184,12 +209,33 @@ impl KeyState {
         let mut b = self.lock();
         let mut ready = pause;
         if let Some(r) = b.requests.as_mut() {
-            ready = ready.max(r.ready_keeping(1, lane.keep, now));
+            ready = ready.max(r.ready_behind(ahead[0], 1, lane.keep, now));
         }
         if let Some(t) = b.tokens.as_mut() {
-            ready = ready.max(t.ready_keeping(cost.tokens, lane.keep, now));
+            ready = ready.max(t.ready_behind(ahead[1], cost.tokens, lane.keep, now));
         }
         ready
+    }
+
+    /// Counts a call of `cost` in `lane`'s line until the guard is dropped.
+    pub(crate) fn join_line(&self, cost: Cost, lane: Lane) -> InLine<'_> {
+        let (calls, tokens) = &self.in_line[lane.index];
+        calls.fetch_add(1, Ordering::AcqRel);
+        tokens.fetch_add(cost.tokens, Ordering::AcqRel);
+        InLine {
+            key: self,
+            lane: lane.index,
+            tokens: cost.tokens,
+        }
+    }
+
+    /// When the key could admit `cost` for `lane` after the calls already in its line: as
+    /// [`ready`](Self::ready), with the buckets refilling what those calls take first. An
+    /// estimate: a call ahead may leave, or the upstream may pause the key meanwhile.
+    pub(crate) fn ready_behind(&self, clock: &Clock, cost: Cost, lane: Lane, now: Instant) -> Ready {
+        let (calls, tokens) = &self.in_line[lane.index];
+        let ahead = [calls.load(Ordering::Acquire), tokens.load(Ordering::Acquire)];
+        self.ready_after(clock, cost, lane, now, ahead)
     }
 
     /// Admits `cost` for `lane` now if the key allows it, taking it from the buckets.

@@ -112,6 +112,21 @@ impl<K> ConcurrencyGateBuilder<K> {
         self
     }
 
+    /// The longest a call waits for its key's request or token rate, or for the upstream's
+    /// pause, when a fallback target stands by for it (the request carries
+    /// [`Standby`](seawall_core::Standby), as the fallback layer marks it). A call that would
+    /// wait longer, counting the calls already in the key's line, is refused at once with
+    /// [`RejectReason::Spilled`](crate::RejectReason::Spilled), and the fallback sends it to
+    /// its next target: the backup's room is better than seconds in the primary's queue.
+    /// The wait for a permit is not cut: permits are usually shared by every target.
+    ///
+    /// [`DEFAULT_STANDBY_WAIT`](crate::DEFAULT_STANDBY_WAIT) (1 s) by default; a wait at least
+    /// the [maximum wait](Self::max_wait) holds these calls as any other.
+    pub fn standby_wait(mut self, max: Duration) -> Self {
+        self.settings.standby_wait = max;
+        self
+    }
+
     /// The longest pause an upstream signal can impose on a key.
     pub fn max_pause(mut self, max: Duration) -> Self {
         self.settings.max_pause = max;

@@ -22,6 +22,13 @@
 //! - **Reads the upstream**: a response whose rate-limit headers say `remaining = 0`, or a 429
 //!   with a `Retry-After` or reset, pauses admissions for that key until the reset, so queued
 //!   calls wait in the gate instead of each earning its own 429.
+//! - **A fallback that stands by**: holding a call for seconds of its key's rate while the
+//!   backup named in a fallback chain has room is the wrong trade. A request marked
+//!   [`Standby`](seawall_core::Standby) (the fallback layer marks those it has a next target
+//!   for) waits for its key's rate or pause at most the
+//!   [standby wait](ConcurrencyGateBuilder::standby_wait), counting the calls already in the
+//!   key's line; one that would wait longer is turned away at once with
+//!   [`RejectReason::Spilled`], and the fallback sends it on.
 //! - **Runtime control**: a [`GateHandle`] changes the limit, the queue, the wait and the rates
 //!   without rebuilding the stack; an [`Adaptive`] mode lowers the limit on 429s and overloads
 //!   and raises it back slowly.
@@ -36,7 +43,8 @@
 //! - **The caller's deadline**: a [`Deadline`](seawall_core::Deadline) cuts the maximum wait
 //!   to what remains of it. A call that cannot be admitted before it fails with
 //!   `DeadlineExceeded` (not `GateRejected`: the gate is not what is short, the caller's time
-//!   is, and a retry would not help); one already past it fails before taking a permit.
+//!   is, and a retry would not help); one already past it fails before taking a permit. A
+//!   call with a standby is spilled instead: the fallback may still answer in time.
 //! - **Visible queue time**: each call's wait goes into the request and response extensions
 //!   ([`QueueWait`]), the per-call `CallContext`, and a `tracing` field (`queue_wait_ms`).
 //!
@@ -56,7 +64,8 @@
 //!    extension lookup and a clock read.
 //! 2. Otherwise it takes a queue place (or is rejected when the queue is full). A key with rates
 //!    or a pause has a FIFO line of its own: its head sleeps until the pause ends and the
-//!    buckets hold its cost (rejecting at once when that is past the deadline), then waits for a
+//!    buckets hold its cost (rejecting at once when that is past the deadline, or for a call
+//!    with a standby, past its standby wait), then waits for a
 //!    permit in the gate-wide FIFO. Rates are taken only when the permit is in hand, so a call
 //!    that waited long for a permit never sends in a clump with others, and a call dropped
 //!    while waiting leaves no trace.
@@ -128,6 +137,7 @@ not_loom! {
     pub use autosize::{AutoSize, LATENCY_WEIGHT};
     pub use config::{
         DEFAULT_LIMIT, DEFAULT_MAX_KEYS, DEFAULT_MAX_PAUSE, DEFAULT_MAX_QUEUE, DEFAULT_MAX_WAIT,
+        DEFAULT_STANDBY_WAIT,
     };
     pub use error::{QueueWait, RejectReason, Rejection};
     pub use future::ResponseFuture;

@@ -234,11 +234,17 @@ impl Bucket {
     /// When `cost` can be admitted leaving `keep` (a fraction of the bucket's size) in it for
     /// others: a priority lane's reserve. A cost above what may be taken needs a full bucket.
     pub(crate) fn ready_keeping(&mut self, cost: u64, keep: f64, now: Instant) -> Ready {
+        self.ready_behind(0, cost, keep, now)
+    }
+
+    /// When `cost` fits after `ahead` units that calls before it will take first: the bucket
+    /// must then have refilled those too.
+    pub(crate) fn ready_behind(&mut self, ahead: u64, cost: u64, keep: f64, now: Instant) -> Ready {
         if self.limit.per_minute == 0 {
             return Ready::Never;
         }
         self.refill(now);
-        let need = ((cost as f64).min(self.cap) + keep * self.cap).min(self.cap);
+        let need = ((cost as f64).min(self.cap) + keep * self.cap).min(self.cap) + ahead as f64;
         if self.level + EPS >= need {
             Ready::Now
         } else {

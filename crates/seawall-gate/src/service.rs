@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{Deadline, KeyFn, LlmError, LlmRequest, LlmResponse, StateKey};
+use seawall_core::{Deadline, KeyFn, LlmError, LlmRequest, LlmResponse, Standby, StateKey};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -117,11 +117,12 @@ where
         match self.shared.shared().enter_queue(lane) {
             Ok(ticket) => {
                 let cx = req.call_context().cloned();
+                let standby = Standby::is_on(&req);
                 let admission = Box::pin(
                     self.shared
                         .shared()
                         .clone()
-                        .wait(key, cost, lane, start, deadline, ticket, cx),
+                        .wait(key, cost, lane, start, deadline, ticket, cx, standby),
                 );
                 // The ready service goes with the future; this one gets a fresh clone.
                 let clone = self.inner.clone();

@@ -43,6 +43,7 @@ pub(crate) struct Settings {
     pub(crate) limit: usize,
     pub(crate) max_queue: usize,
     pub(crate) max_wait: Duration,
+    pub(crate) standby_wait: Duration,
     pub(crate) max_pause: Duration,
     pub(crate) rates: Rates,
     pub(crate) key_rates: Vec<(Arc<str>, Rates)>,
@@ -79,6 +80,7 @@ pub(crate) struct Shared {
     successes: AtomicUsize,
     max_queue: AtomicUsize,
     max_wait: AtomicU64,
+    standby_wait: AtomicU64,
     max_pause: AtomicU64,
     /// Waiting calls per lane (lane 0 alone without lanes).
     queued: [AtomicUsize; LANES],
@@ -87,6 +89,7 @@ pub(crate) struct Shared {
     /// Striped, as every call adds one.
     admitted: Striped,
     rejected: AtomicU64,
+    spilled: AtomicU64,
     expired: AtomicU64,
     /// The priority lanes, when configured.
     pub(crate) lanes: Option<Lanes>,
@@ -126,12 +129,17 @@ pub struct GateStats {
     pub owed: usize,
     /// Calls admitted since the gate was built.
     pub admitted: u64,
-    /// Calls rejected since the gate was built.
+    /// Calls rejected since the gate was built (the spilled ones included).
     pub rejected: u64,
+    /// Calls refused at once because a fallback target stood by for them and their key's rate
+    /// or pause would have held them longer than the standby wait ([`RejectReason::Spilled`](crate::RejectReason::Spilled)).
+    pub spilled: u64,
     /// The queue bound.
     pub max_queue: usize,
     /// The maximum wait.
     pub max_wait: Duration,
+    /// The longest wait for a key's rate or pause of a call a fallback target stands by for.
+    pub standby_wait: Duration,
     /// Calls failed with `DeadlineExceeded` because the caller's deadline passed (or would
     /// have) before admission.
     pub deadline_exceeded: u64,
@@ -154,11 +162,13 @@ impl Shared {
             successes: AtomicUsize::new(0),
             max_queue: AtomicUsize::new(s.max_queue),
             max_wait: AtomicU64::new(nanos(s.max_wait)),
+            standby_wait: AtomicU64::new(nanos(s.standby_wait)),
             max_pause: AtomicU64::new(nanos(s.max_pause)),
             queued: Default::default(),
             in_flight: Striped::default(),
             admitted: Striped::default(),
             rejected: AtomicU64::new(0),
+            spilled: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             lanes: s.lanes.map(|shares| Lanes::new(shares, s.lane_linger)),
             keys: Keys::new(s.rates, s.key_rates, s.max_keys),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 
-use super::{Idempotent, LlmRequest, RequestMeta};
+use super::{Idempotent, LlmRequest, RequestMeta, Standby};
 use crate::context::CallContext;
 use crate::deadline::Deadline;
 
@@ -104,6 +104,7 @@ enum Ext {
         context: Option<Arc<CallContext>>,
         deadline: Option<Deadline>,
         idempotent: Option<Idempotent>,
+        standby: Option<Standby>,
     },
     /// Values of other types too: the map, cloned.
     Map(Extensions),
@@ -170,12 +171,14 @@ impl Ext {
         let context = next_known::<Arc<CallContext>>(ext, &mut known);
         let deadline = next_known::<Deadline>(ext, &mut known);
         let idempotent = next_known::<Idempotent>(ext, &mut known);
+        let standby = next_known::<Standby>(ext, &mut known);
         if known == ext.len() {
             Ext::Known {
                 meta,
                 context,
                 deadline,
                 idempotent,
+                standby,
             }
         } else {
             Ext::Map(ext.clone())
@@ -189,6 +192,7 @@ impl Ext {
                 context,
                 deadline,
                 idempotent,
+                standby,
             } => {
                 let mut ext = Extensions::new();
                 if let Some(m) = meta {
@@ -202,6 +206,9 @@ impl Ext {
                 }
                 if let Some(i) = idempotent {
                     ext.insert(*i);
+                }
+                if let Some(s) = standby {
+                    ext.insert(*s);
                 }
                 ext
             }
@@ -258,6 +265,7 @@ mod tests {
         assert_eq!(ea.get::<RequestMeta>(), eb.get::<RequestMeta>());
         assert_eq!(ea.get::<Deadline>(), eb.get::<Deadline>());
         assert_eq!(ea.get::<Idempotent>(), eb.get::<Idempotent>());
+        assert_eq!(ea.get::<Standby>(), eb.get::<Standby>());
         match (ea.get::<Arc<CallContext>>(), eb.get::<Arc<CallContext>>()) {
             (Some(x), Some(y)) => assert!(Arc::ptr_eq(x, y)),
             (x, y) => assert_eq!(x.is_none(), y.is_none()),
@@ -331,7 +339,7 @@ mod tests {
         struct Mine(u32);
         // The known types are looked up only until every value is accounted for: each subset
         // of them, in the map alone or beside a value of another type, must still come back.
-        for mask in 0u8..32 {
+        for mask in 0u8..64 {
             let mut req = request(1);
             if mask & 1 != 0 {
                 req.prepare();
@@ -346,6 +354,9 @@ mod tests {
             if mask & 8 != 0 {
                 ext.insert(Idempotent);
             }
+            if mask & 32 != 0 {
+                ext.insert(Standby);
+            }
             if mask & 16 != 0 {
                 ext.insert(Mine(u32::from(mask)));
             }
@@ -356,7 +367,7 @@ mod tests {
             assert_eq!(
                 matches!(parts.extensions, Ext::Map(_)),
                 mask & 16 != 0,
-                "mask {mask:05b}"
+                "mask {mask:06b}"
             );
             let again = kept.get();
             assert_same(&again, &req);

@@ -168,6 +168,15 @@ impl Shared {
             RejectReason::ZeroRate => {
                 format!("the key's rate limit is zero ({depth} waiting)")
             }
+            RejectReason::Spilled => {
+                self.spilled.fetch_add(1, Ordering::Relaxed);
+                let held = retry_after.map_or_else(String::new, |d| format!(" {d:?},"));
+                format!(
+                    "a fallback stands by, and the key's rate or pause would hold this call{held} \
+                     longer than the standby wait of {:?}: sent on",
+                    self.standby_wait()
+                )
+            }
         };
         tracing::debug!(
             target: "seawall::gate",
@@ -187,7 +196,9 @@ impl Shared {
 
     /// Waits in the queue for admission: first in the key's line for its pause and rate (only
     /// when the key has either), then for a permit; all within the maximum wait, cut to the
-    /// caller's deadline. A wait the deadline ends fails with `DeadlineExceeded`.
+    /// caller's deadline. A wait the deadline ends fails with `DeadlineExceeded`. With a
+    /// `standby`, the key's part is cut to the standby wait too, and a call that cannot be
+    /// admitted by then is spilled: the fallback above takes it, within the caller's deadline.
     ///
     /// Cancel-safe at every await: dropping it gives back the queue place, the line and the
     /// permit (a permit is taken and committed with no await in between).
@@ -201,18 +212,24 @@ impl Shared {
         deadline: Option<Deadline>,
         ticket: QueueTicket,
         cx: Option<Arc<CallContext>>,
+        standby: bool,
     ) -> Result<GatePermit, LlmError> {
         let max_wait = seawall_core::instant_after(start, self.max_wait());
         // The caller's deadline bounds the wait when it comes first.
         let caller = deadline.filter(|d| d.instant() < max_wait);
         let until = caller.map_or(max_wait, |d| d.instant());
-        let outcome = self.queue(&key, cost, lane, until).await;
+        let standby_wait = self.standby_wait();
+        let spill_at = (standby && standby_wait < self.max_wait())
+            .then(|| seawall_core::instant_after(start, standby_wait).min(until));
+        let outcome = self.queue(&key, cost, lane, until, spill_at).await;
         // Out of the queue before reporting its depth.
         drop(ticket);
         let waited = Instant::now().saturating_duration_since(start);
         match (outcome, caller) {
-            // A zero rate is no matter of time: rejected as such, deadline or not.
-            (Err((reason @ RejectReason::ZeroRate, hint)), _) | (Err((reason, hint)), None) => {
+            // A zero rate is no matter of time, and a spilled call goes on to the fallback,
+            // which has the caller's deadline: rejected as such, deadline or not.
+            (Err((reason @ (RejectReason::ZeroRate | RejectReason::Spilled), hint)), _)
+            | (Err((reason, hint)), None) => {
                 note_rejected(cx.as_deref(), waited);
                 Err(self.reject(reason, &key, waited, hint))
             }
@@ -233,34 +250,54 @@ impl Shared {
     }
 
     /// The waiting of [`wait`](Self::wait): `Ok` once a permit is held and the key's cost
-    /// committed, an error once admission by `until` is out of reach.
+    /// committed, an error once admission by `until` is out of reach. With `spill_at`, the
+    /// key's line, rate and pause must let the call go by then.
     async fn queue(
         &self,
         key: &KeyState,
         cost: Cost,
         lane: Lane,
         until: Instant,
+        spill_at: Option<Instant>,
     ) -> Result<(), (RejectReason, Option<Duration>)> {
+        let key_until = spill_at.unwrap_or(until);
+        let spilled = |d| (RejectReason::Spilled, d);
         loop {
             let now = Instant::now();
             let line = if key.needs_line(&self.clock, now) {
+                // A call that would wait past its standby wait, behind those already in the
+                // line, goes to the standby at once rather than at the end of that wait.
+                if spill_at.is_some() {
+                    if let Ready::After(d) = key.ready_behind(&self.clock, cost, lane, now) {
+                        if seawall_core::instant_after(now, d) > key_until {
+                            return Err(spilled(Some(d)));
+                        }
+                    }
+                }
                 // A pause longer than the wait allows fails at once, not at the deadline.
                 if let Some(left) = key.pause_left(&self.clock, now) {
                     if seawall_core::instant_after(now, left) > until {
                         return Err((RejectReason::KeyPaused, Some(left)));
                     }
                 }
-                let Ok(Ok(line)) = timeout_at(until, key.lines[lane.index].acquire()).await else {
-                    return Err((RejectReason::WaitTimeout, None));
+                let in_line = key.join_line(cost, lane);
+                let Ok(Ok(line)) = timeout_at(key_until, key.lines[lane.index].acquire()).await
+                else {
+                    return Err(match spill_at {
+                        Some(_) => spilled(None),
+                        None => (RejectReason::WaitTimeout, None),
+                    });
                 };
                 loop {
                     let now = Instant::now();
                     match key.ready(&self.clock, cost, lane, now) {
                         Ready::Now => break,
                         Ready::Never => return Err((RejectReason::ZeroRate, None)),
-                        Ready::After(d) if seawall_core::instant_after(now, d) > until => {
+                        Ready::After(d) if seawall_core::instant_after(now, d) > key_until => {
                             let paused = key.pause_left(&self.clock, now).is_some_and(|p| p >= d);
-                            let reason = if paused {
+                            let reason = if spill_at.is_some() {
+                                RejectReason::Spilled
+                            } else if paused {
                                 RejectReason::KeyPaused
                             } else {
                                 RejectReason::RateLimited
@@ -270,7 +307,7 @@ impl Shared {
                         Ready::After(d) => sleep_until(seawall_core::instant_after(now, d)).await,
                     }
                 }
-                Some(line)
+                Some((line, in_line))
             } else {
                 None
             };

@@ -53,6 +53,14 @@ impl Shared {
         self.max_wait.store(nanos(d), Ordering::Release);
     }
 
+    pub(crate) fn set_standby_wait(&self, d: Duration) {
+        self.standby_wait.store(nanos(d), Ordering::Release);
+    }
+
+    pub(super) fn standby_wait(&self) -> Duration {
+        Duration::from_nanos(self.standby_wait.load(Ordering::Acquire))
+    }
+
     pub(crate) fn set_max_pause(&self, d: Duration) {
         self.max_pause.store(nanos(d), Ordering::Release);
     }
@@ -92,8 +100,10 @@ impl Shared {
             owed: self.permits.owed(),
             admitted: self.admitted.get(),
             rejected: self.rejected.load(Ordering::Relaxed),
+            spilled: self.spilled.load(Ordering::Relaxed),
             max_queue: self.max_queue.load(Ordering::Relaxed),
             max_wait: self.max_wait(),
+            standby_wait: self.standby_wait(),
             deadline_exceeded: self.expired.load(Ordering::Relaxed),
         }
     }
