@@ -129,7 +129,8 @@ pub(crate) struct Breaker {
     /// row" means one after the other. Calls that fail together, as a burst does (a
     /// stream's failure comes at its head, its success only when its body ends, seconds
     /// later), are one step of the run, not one each, or a burst of healthy streams with a
-    /// few early errors among them would open the breaker. Written only on failures.
+    /// few early errors among them would open the breaker (a response head ends the run
+    /// too: see [`answered`](Self::answered)). Written only on failures.
     failures: AtomicU64,
     /// Set when the window is over a threshold but below the minimum number of calls, so that
     /// the success that brings it to the minimum evaluates it too.
@@ -374,6 +375,23 @@ impl Breaker {
             Duration::from_millis(next_free_ms.saturating_sub(now_ms))
         };
         Some(Err(Refusal::ProbesBusy { retry_after }))
+    }
+
+    /// A counted call's response head arrived: the upstream answers, so a run of consecutive
+    /// failures ends here, as a success would end it. A stream's success is recorded only
+    /// when its body ends, seconds later; without this, the failures of a burst's first
+    /// seconds, with hundreds of answers flowing between them, would be a run. A stream that
+    /// breaks after its head is still a failure in the failure-rate window. Writes only when
+    /// a run is going.
+    #[inline]
+    pub(crate) fn answered(&self, admission: Admission) {
+        if let Admission::Counted { epoch, .. } = admission {
+            if self.consecutive.load(Ordering::Relaxed) != 0
+                && epoch_of(self.word.load(Ordering::Acquire)) == epoch
+            {
+                self.consecutive.store(0, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Records how an admitted call ended. `slow`: its response head took longer than the

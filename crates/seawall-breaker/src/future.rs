@@ -65,6 +65,13 @@ impl Permit {
         }
     }
 
+    /// The response head arrived (see [`Breaker::answered`]).
+    fn answered(&self) {
+        if let Some(b) = &self.breaker {
+            b.answered(self.admission);
+        }
+    }
+
     /// The breaker, for the error of a failed attempt (a tracked one: a disabled breaker
     /// refuses nothing).
     fn circuit(&self) -> Option<Arc<dyn Circuit>> {
@@ -223,7 +230,10 @@ where
                 let mut permit = permit.take().unwrap_or_else(Permit::untracked);
                 permit.head();
                 Poll::Ready(match result {
-                    Ok(resp) => Ok(resp.on_complete(BreakerGuard { permit })),
+                    Ok(resp) => {
+                        permit.answered();
+                        Ok(resp.on_complete(BreakerGuard { permit }))
+                    }
                     Err(e) => {
                         let mut e: LlmError = e.into();
                         if let Some(circuit) = permit.circuit() {

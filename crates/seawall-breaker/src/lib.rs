@@ -40,11 +40,13 @@
 //! - the failure rate over a count window (last 100 calls by default) or a time window reaches
 //!   its threshold (50%), once the window holds the minimum number of calls (20);
 //! - 5 failures in a row (ignored outcomes do not break the streak). "In a row" means one
-//!   after the other: a failure extends the run only if no other failure was recorded while
-//!   its call was in flight. Calls that fail together are one step. A stream's failure comes
-//!   at its head and its success only when its body ends, seconds later, so in a burst of
-//!   streams a few early errors would otherwise count as a run while the other answers were
-//!   still flowing (a fallback target receiving a failed-over burst, say);
+//!   after the other with no answer between them. A stream's failure comes at its head and
+//!   its success only when its body ends, seconds later, so in a burst of streams a few
+//!   early errors would otherwise count as a run while hundreds of answers were flowing (the
+//!   start of any busy minute, or a fallback target receiving a failed-over burst). So a
+//!   response head ends the run, as a success does (a stream that breaks after it is still a
+//!   failure, in the failure rate), and a failure extends the run only if no other failure
+//!   was recorded while its call was in flight: calls that fail together are one step;
 //! - optionally, the slow-call rate: a call is slow when its response head took longer than a
 //!   threshold. Behind seawall's stream layer the head is the first token, so this is time to
 //!   first token, not the length of the stream.

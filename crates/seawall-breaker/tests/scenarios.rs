@@ -427,8 +427,12 @@ async fn run_head(svc: &mut Svc, reply: Reply) -> http::Response<HookedBody<Body
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_broken_after_its_first_token_is_a_failure() {
+    // Every stream breaks after its first token: the failure rate opens the breaker (each
+    // head ends a run of consecutive failures, so that rule is off here).
     let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(2)
+        .consecutive_failures(0)
+        .failure_rate(0.5)
+        .minimum_calls(2)
         .build()
         .unwrap();
     let handle = layer.handle();
@@ -446,6 +450,67 @@ async fn a_stream_broken_after_its_first_token_is_a_failure() {
         assert_eq!(err.class(), FailureClass::StreamInterrupted);
     }
     assert_eq!(handle.state(K), Some(State::Open));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_head_ends_a_run_of_failures() {
+    let layer = CircuitBreakerLayer::builder()
+        .consecutive_failures(3)
+        .no_failure_rate()
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    let fail = |svc: &mut Svc| {
+        let mut svc = svc.clone();
+        async move { run(&mut svc, K, Reply::Fail(FailureClass::ServerError)).await }
+    };
+    fail(&mut svc).await.unwrap_err();
+    fail(&mut svc).await.unwrap_err();
+    // A stream answers (its body still flowing, its outcome not known): the run is over.
+    let (tx, rx) = mpsc::unbounded_channel();
+    let open = run_head(&mut svc, Reply::Stream(rx)).await;
+    fail(&mut svc).await.unwrap_err();
+    fail(&mut svc).await.unwrap_err();
+    assert_eq!(handle.state(K), Some(State::Closed));
+    fail(&mut svc).await.unwrap_err();
+    assert_eq!(
+        handle.state(K),
+        Some(State::Open),
+        "three in a row after the head"
+    );
+    drop((tx, open));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_few_errors_among_a_burst_of_streams_do_not_open_the_breaker() {
+    // A hundred streams start one after the other, every tenth failing at its head; none
+    // has ended, so no success is recorded yet. The failures are one after the other, but
+    // never in a row: answers came between them.
+    let layer = CircuitBreakerLayer::builder().build().unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    let mut flowing = Vec::new();
+    for i in 0..100 {
+        if i % 10 == 9 {
+            run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
+                .await
+                .unwrap_err();
+        } else {
+            let (tx, rx) = mpsc::unbounded_channel();
+            flowing.push((tx, run_head(&mut svc, Reply::Stream(rx)).await));
+        }
+    }
+    assert_eq!(handle.snapshot(K).unwrap().failures, 10);
+    assert_eq!(handle.state(K), Some(State::Closed));
+    // A dead upstream still opens it: five failures with no answer between them.
+    for _ in 0..5 {
+        run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
+            .await
+            .unwrap_err();
+    }
+    assert_eq!(handle.state(K), Some(State::Open));
+    drop(flowing);
 }
 
 #[tokio::test(start_paused = true)]
