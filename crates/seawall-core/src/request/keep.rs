@@ -164,14 +164,15 @@ impl Headers {
 
 impl Ext {
     fn of(ext: &Extensions) -> Ext {
-        // Each type is looked up only while some value is still unaccounted for: a prepared
-        // request with a call context holds those two, and the last two lookups are skipped.
+        // Each type is looked up only while some value is still unaccounted for, in the order
+        // they are most often there: a prepared request with a call context, behind a fallback
+        // that stands by for it, holds those three, and the last two lookups are skipped.
         let mut known = 0;
         let meta = next_known::<RequestMeta>(ext, &mut known);
         let context = next_known::<Arc<CallContext>>(ext, &mut known);
+        let standby = next_known::<Standby>(ext, &mut known);
         let deadline = next_known::<Deadline>(ext, &mut known);
         let idempotent = next_known::<Idempotent>(ext, &mut known);
-        let standby = next_known::<Standby>(ext, &mut known);
         if known == ext.len() {
             Ext::Known {
                 meta,
