@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::state::{KeySnapshot, Mode, Reason, State, StateChange, Verdict};
 use crate::sync::{AtomicU8, AtomicU64, Mutex, Ordering};
-use crate::window::Window;
+use crate::window::{Window, WindowKind};
 
 const STATE_BITS: u32 = 3;
 /// `fleet` flag: the fleet's shared state holds this key open; it goes half-open only when the
@@ -54,8 +54,9 @@ fn stamp_ms(stamp: u64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admission {
     /// Counted in the window (closed or metrics-only); `seen`: the breaker's count of
-    /// failures when the call was admitted (see `Breaker::failures`).
-    Counted { epoch: u64, seen: u64 },
+    /// failures when the call was admitted (see `Breaker::failures`); `head`: its answered
+    /// head is counted in `Breaker::open_heads`.
+    Counted { epoch: u64, seen: u64, head: bool },
     /// A half-open probe holding slot `slot` with `stamp`.
     Probe { epoch: u64, slot: u32, stamp: u64 },
     /// Not counted at all (disabled).
@@ -132,6 +133,14 @@ pub(crate) struct Breaker {
     /// few early errors among them would open the breaker (a response head ends the run
     /// too: see [`answered`](Self::answered)). Written only on failures.
     failures: AtomicU64,
+    /// Calls of this epoch whose response head arrived and whose outcome is not recorded yet,
+    /// counted only while the window warms up (see [`evaluate`](Self::evaluate)).
+    open_heads: AtomicU64,
+    /// Set once the window, since it was last cleared, holds a full window of outcomes (a
+    /// count window) or has spanned its duration (a time window).
+    warm: AtomicU8,
+    /// When the window was last cleared, on the breaker's clock.
+    cleared_at: AtomicU64,
     /// Set when the window is over a threshold but below the minimum number of calls, so that
     /// the success that brings it to the minimum evaluates it too.
     armed: AtomicU8,
@@ -168,6 +177,9 @@ impl Breaker {
             open_until: AtomicU64::new(0),
             consecutive: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            open_heads: AtomicU64::new(0),
+            warm: AtomicU8::new(0),
+            cleared_at: AtomicU64::new(now),
             armed: AtomicU8::new(0),
             window: Window::new(cfg.window),
             probes: (0..cfg.probes.max(1)).map(|_| AtomicU64::new(0)).collect(),
@@ -251,6 +263,7 @@ impl Breaker {
                     return Ok(Admission::Counted {
                         epoch: epoch_of(w),
                         seen: self.failures.load(Ordering::Relaxed),
+                        head: false,
                     });
                 }
                 State::Disabled => return Ok(Admission::Untracked),
@@ -381,15 +394,21 @@ impl Breaker {
     /// failures ends here, as a success would end it. A stream's success is recorded only
     /// when its body ends, seconds later; without this, the failures of a burst's first
     /// seconds, with hundreds of answers flowing between them, would be a run. A stream that
-    /// breaks after its head is still a failure in the failure-rate window. Writes only when
-    /// a run is going.
+    /// breaks after its head is still a failure in the failure-rate window. While the window
+    /// warms up, the head is counted as open (see [`evaluate`](Self::evaluate)); the
+    /// admission then says so. Writes only when a run is going or the window is warming.
     #[inline]
-    pub(crate) fn answered(&self, admission: Admission) {
-        if let Admission::Counted { epoch, .. } = admission {
-            if self.consecutive.load(Ordering::Relaxed) != 0
-                && epoch_of(self.word.load(Ordering::Acquire)) == epoch
-            {
+    pub(crate) fn answered(&self, admission: &mut Admission) {
+        if let Admission::Counted { epoch, head, .. } = admission {
+            if epoch_of(self.word.load(Ordering::Acquire)) != *epoch {
+                return;
+            }
+            if self.consecutive.load(Ordering::Relaxed) != 0 {
                 self.consecutive.store(0, Ordering::Relaxed);
+            }
+            if self.warm.load(Ordering::Relaxed) == 0 {
+                self.open_heads.fetch_add(1, Ordering::Relaxed);
+                *head = true;
             }
         }
     }
@@ -406,8 +425,8 @@ impl Breaker {
     ) {
         match admission {
             Admission::Untracked => {}
-            Admission::Counted { epoch, seen } => {
-                self.record_counted(epoch, seen, verdict, slow, now)
+            Admission::Counted { epoch, seen, head } => {
+                self.record_counted(epoch, seen, head, verdict, slow, now)
             }
             Admission::Probe { epoch, slot, stamp } => {
                 self.record_probe(epoch, slot, stamp, verdict, slow, now)
@@ -416,17 +435,28 @@ impl Breaker {
     }
 
     #[inline]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the admission's fields and the outcome"
+    )]
     fn record_counted(
         &self,
         epoch: u64,
         seen: u64,
+        head: bool,
         verdict: Verdict,
         slow: bool,
         now: impl Fn() -> u64,
     ) {
         let w = self.word.load(Ordering::Acquire);
         let state = state_of(w);
-        if epoch_of(w) != epoch || verdict == Verdict::Ignore {
+        if epoch_of(w) != epoch {
+            return;
+        }
+        if head {
+            self.open_heads.fetch_sub(1, Ordering::Relaxed);
+        }
+        if verdict == Verdict::Ignore {
             return;
         }
         if !matches!(state, State::Closed | State::MetricsOnly) {
@@ -459,6 +489,9 @@ impl Breaker {
             0
         };
         let changed = self.window.record(failure, slow, t);
+        if self.warm.load(Ordering::Relaxed) == 0 {
+            self.warm_up(&mut now);
+        }
         if trip.is_none()
             && (failure || slow || (changed && self.armed.load(Ordering::Relaxed) != 0))
         {
@@ -482,8 +515,8 @@ impl Breaker {
     ) {
         match admission {
             Admission::Untracked => {}
-            Admission::Counted { epoch, seen } => {
-                self.record_counted(epoch, seen, verdict, slow, &now);
+            Admission::Counted { epoch, seen, head } => {
+                self.record_counted(epoch, seen, head, verdict, slow, &now);
                 let w = self.word.load(Ordering::Acquire);
                 if epoch_of(w) == epoch && state_of(w) == State::Closed {
                     self.transition(w, State::Open, Reason::OpenAtOnce(class), now());
@@ -498,14 +531,40 @@ impl Breaker {
         }
     }
 
+    /// Marks the window warm once it holds a full window of outcomes since it was cleared (a
+    /// count window) or has spanned its duration (a time window).
+    fn warm_up(&self, now: &mut impl FnMut() -> u64) {
+        let warm = match self.cfg.window {
+            WindowKind::Count(n) => self.window.totals(0).calls >= n,
+            WindowKind::Time(d) => {
+                now().saturating_sub(self.cleared_at.load(Ordering::Relaxed)) >= nanos(d)
+            }
+        };
+        if warm {
+            self.warm.store(1, Ordering::Relaxed);
+        }
+    }
+
     /// Checks the window against the rate thresholds.
+    ///
+    /// Until the window has warmed up, the calls whose head arrived and whose outcome is not
+    /// known yet count in the failure rate's denominator. A stream's success is recorded only
+    /// when it ends, seconds after its head, so in the first seconds after a start or a
+    /// close, at a few hundred streams a second, the window holds nothing but the few
+    /// failures at the head and a 3% error rate reads as 100%. Once the window is full, only
+    /// outcomes count: a provider whose every stream breaks after its head still opens it.
     fn evaluate(&self, now: u64) -> Option<Reason> {
         let t = self.window.totals(now);
         let calls = f64::from(t.calls);
+        let open = if self.warm.load(Ordering::Relaxed) == 0 {
+            self.open_heads.load(Ordering::Relaxed) as f64
+        } else {
+            0.0
+        };
         let over_failures = self
             .cfg
             .failure_rate
-            .is_some_and(|r| t.calls > 0 && f64::from(t.failures) >= r * calls);
+            .is_some_and(|r| t.calls > 0 && f64::from(t.failures) >= r * (calls + open));
         let over_slow = self.cfg.slow_threshold.is_some()
             && t.calls > 0
             && f64::from(t.slow) >= self.cfg.slow_rate * calls;
@@ -635,6 +694,9 @@ impl Breaker {
 
     fn clear_counts(&self) {
         self.window.reset();
+        self.open_heads.store(0, Ordering::Relaxed);
+        self.warm.store(0, Ordering::Relaxed);
+        self.cleared_at.store(self.cfg.now(), Ordering::Relaxed);
         self.consecutive.store(0, Ordering::Relaxed);
         self.armed.store(0, Ordering::Relaxed);
     }

@@ -66,9 +66,9 @@ impl Permit {
     }
 
     /// The response head arrived (see [`Breaker::answered`]).
-    fn answered(&self) {
+    fn answered(&mut self) {
         if let Some(b) = &self.breaker {
-            b.answered(self.admission);
+            b.answered(&mut self.admission);
         }
     }
 

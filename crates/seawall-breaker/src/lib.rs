@@ -38,7 +38,14 @@
 //! `Closed` → `Open` when, in the closed state, any trip condition holds:
 //!
 //! - the failure rate over a count window (last 100 calls by default) or a time window reaches
-//!   its threshold (50%), once the window holds the minimum number of calls (20);
+//!   its threshold (50%), once the window holds the minimum number of calls (20). Until the
+//!   window is full (a count window) or has spanned its duration (a time window), the calls
+//!   whose response head arrived and whose outcome is not known yet count in the rate's
+//!   denominator: a stream's success is recorded only when it ends, so in the first seconds
+//!   after a start or a close, at hundreds of streams a second, the window would otherwise
+//!   hold only the few failures at the head, and a 3% error rate would read as 100%. Once it
+//!   is full, outcomes alone count, so a provider whose every stream breaks after its head
+//!   still opens it;
 //! - 5 failures in a row (ignored outcomes do not break the streak). "In a row" means one
 //!   after the other with no answer between them. A stream's failure comes at its head and
 //!   its success only when its body ends, seconds later, so in a burst of streams a few

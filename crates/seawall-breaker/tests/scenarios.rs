@@ -513,6 +513,99 @@ async fn a_few_errors_among_a_burst_of_streams_do_not_open_the_breaker() {
     drop(flowing);
 }
 
+/// Starts `n` streams whose heads arrive and whose bodies stay open, returning their feeds.
+async fn open_streams(
+    svc: &mut Svc,
+    n: usize,
+) -> Vec<(
+    mpsc::UnboundedSender<Result<Frame<Bytes>, LlmError>>,
+    http::Response<HookedBody<Body, BreakerGuard>>,
+)> {
+    let mut open = Vec::new();
+    for _ in 0..n {
+        let (tx, rx) = mpsc::unbounded_channel();
+        open.push((tx, run_head(svc, Reply::Stream(rx)).await));
+    }
+    open
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_few_errors_while_the_first_streams_flow_do_not_trip_the_failure_rate() {
+    // Two hundred streams answered and still flowing, none ended: the window's only
+    // outcomes are 25 failures at the head. They are 25 of 225 calls, not 25 of 25.
+    let layer = CircuitBreakerLayer::builder()
+        .consecutive_failures(0)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    let flowing = open_streams(&mut svc, 200).await;
+    for _ in 0..25 {
+        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
+            .await
+            .unwrap_err();
+    }
+    let snap = handle.snapshot(K).unwrap();
+    assert_eq!((snap.calls, snap.failures), (25, 25));
+    assert_eq!(handle.state(K), Some(State::Closed));
+    drop(flowing);
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_the_window_is_full_only_outcomes_count() {
+    // Every stream breaks after its head. While the count window of 20 fills, the streams
+    // still flowing dilute the rate; once it is full, the 20 failures open the breaker.
+    let layer = CircuitBreakerLayer::builder()
+        .consecutive_failures(0)
+        .count_window(20)
+        .minimum_calls(10)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    let mut flowing = open_streams(&mut svc, 60).await;
+    for i in 1..=20 {
+        let (tx, resp) = flowing.pop().unwrap();
+        tx.send(Err(LlmError::new(FailureClass::StreamInterrupted, "reset")))
+            .unwrap();
+        resp.into_body().collect().await.unwrap_err();
+        let expected = if i < 20 { State::Closed } else { State::Open };
+        assert_eq!(handle.state(K), Some(expected), "after {i} broken streams");
+    }
+    drop(flowing);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_time_window_counts_the_flowing_streams_until_it_has_spanned_its_duration() {
+    let layer = CircuitBreakerLayer::builder()
+        .consecutive_failures(0)
+        .time_window(Duration::from_secs(10))
+        .minimum_calls(5)
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    let flowing = open_streams(&mut svc, 50).await;
+    advance(Duration::from_secs(5)).await;
+    for _ in 0..6 {
+        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
+            .await
+            .unwrap_err();
+    }
+    assert_eq!(handle.state(K), Some(State::Closed));
+    // Ten seconds since the window started: it is warm, and its outcomes alone count.
+    advance(Duration::from_secs(5)).await;
+    run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        handle.state(K),
+        Some(State::Open),
+        "7 of 7 outcomes, the window warm"
+    );
+    drop(flowing);
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_transition_with_events() {
     let (log, on_change) = recorder();
