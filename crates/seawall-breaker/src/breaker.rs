@@ -391,9 +391,9 @@ impl Breaker {
     }
 
     /// A counted call's response head arrived: the upstream answers, so a run of consecutive
-    /// failures ends here, as a success would end it. A stream's success is recorded only
-    /// when its body ends, seconds later; without this, the failures of a burst's first
-    /// seconds, with hundreds of answers flowing between them, would be a run. A stream that
+    /// failures ends here (and only here: the success at the body's end, seconds later, is
+    /// old news by then). Without this, the failures of a burst's first seconds, with
+    /// hundreds of answers flowing between them, would be a run. A stream that
     /// breaks after its head is still a failure in the failure-rate window. While the window
     /// warms up, the head is counted as open (see [`evaluate`](Self::evaluate)); the
     /// admission then says so. Writes only when a run is going or the window is warming.
@@ -478,8 +478,6 @@ impl Breaker {
                     trip = Some(Reason::ConsecutiveFailures);
                 }
             }
-        } else if self.consecutive.load(Ordering::Relaxed) != 0 {
-            self.consecutive.store(0, Ordering::Relaxed);
         }
         let mut clock = None;
         let mut now = || *clock.get_or_insert_with(&now);

@@ -121,8 +121,8 @@ impl<K> CircuitBreakerBuilder<K> {
         self
     }
 
-    /// Trip after `n` failures in a row (ignored outcomes do not break the streak; a success
-    /// or a response head does); 0 turns it off. Default 5.
+    /// Trip after `n` failures in a row (ignored outcomes do not break the streak; a response
+    /// head does, the success at a body's end does not); 0 turns it off. Default 5.
     pub fn consecutive_failures(mut self, n: u32) -> Self {
         self.cfg.consecutive_failures = u64::from(n);
         self

@@ -51,9 +51,13 @@
 //!   its success only when its body ends, seconds later, so in a burst of streams a few
 //!   early errors would otherwise count as a run while hundreds of answers were flowing (the
 //!   start of any busy minute, or a fallback target receiving a failed-over burst). So a
-//!   response head ends the run, as a success does (a stream that breaks after it is still a
-//!   failure, in the failure rate), and a failure extends the run only if no other failure
-//!   was recorded while its call was in flight: calls that fail together are one step;
+//!   response head ends the run (a stream that breaks after it is still a failure, in the
+//!   failure rate), and a failure extends the run only if no other failure was recorded
+//!   while its call was in flight: calls that fail together are one step. A success at a
+//!   body's end does not end the run: its head already did, when it came. A stream that
+//!   answered before the failures began, ending well among them, says nothing of the
+//!   upstream now, and at the start of a storm the streams already flowing would otherwise
+//!   break every run for seconds;
 //! - optionally, the slow-call rate: a call is slow when its response head took longer than a
 //!   threshold. Behind seawall's stream layer the head is the first token, so this is time to
 //!   first token, not the length of the stream.

@@ -483,6 +483,35 @@ async fn a_response_head_ends_a_run_of_failures() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stream_that_answered_before_the_failures_does_not_end_their_run() {
+    // A stream answers, then the upstream starts failing; the stream ends well among the
+    // failures. Its head came before them: its end says nothing of the upstream now.
+    let layer = CircuitBreakerLayer::builder()
+        .consecutive_failures(3)
+        .no_failure_rate()
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    let (mut svc, _) = stack(&layer);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let flowing = run_head(&mut svc, Reply::Stream(rx)).await;
+    for _ in 0..2 {
+        run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
+            .await
+            .unwrap_err();
+    }
+    tx.send(Ok(Frame::data(Bytes::from_static(b"done"))))
+        .unwrap();
+    drop(tx);
+    flowing.into_body().collect().await.unwrap();
+    assert_eq!(handle.state(K), Some(State::Closed));
+    run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
+        .await
+        .unwrap_err();
+    assert_eq!(handle.state(K), Some(State::Open), "three in a row");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_few_errors_among_a_burst_of_streams_do_not_open_the_breaker() {
     // A hundred streams start one after the other, every tenth failing at its head; none
     // has ended, so no success is recorded yet. The failures are one after the other, but
