@@ -1327,8 +1327,10 @@ mod loom_tests {
             }
             let s = b.snapshot(0);
             assert_eq!((s.calls, s.failures), (2, 1));
-            // A third call overwrites the oldest slot; totals stay exact.
-            let a = b.acquire(|| 0).unwrap();
+            // A third call overwrites the oldest slot; totals stay exact. Its head ends any
+            // run of failures (a success at the body's end does not).
+            let mut a = b.acquire(|| 0).unwrap();
+            b.answered(&mut a);
             b.record(a, Verdict::Success, false, || 0);
             let s = b.snapshot(0);
             assert_eq!(s.calls, 2);
