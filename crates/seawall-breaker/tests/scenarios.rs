@@ -11,7 +11,8 @@ use http::Extensions;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use seawall_breaker::{
-    BreakerGuard, CircuitBreakerLayer, Mode, OVERFLOW_KEY, Reason, State, StateChange, Verdict,
+    BreakerGuard, BreakerHandle, CircuitBreakerBuilder, CircuitBreakerLayer, Mode, OVERFLOW_KEY,
+    Reason, State, StateChange, Verdict,
 };
 use seawall_core::{
     CallContext, FailureClass, HookedBody, LlmError, LlmRequest, RateLimitSnapshot, SeededRandom,
@@ -199,18 +200,10 @@ async fn four_xx_429_and_local_storms_do_not_open_it() {
     assert_eq!(snap.calls, 0, "none of them is a call for the breaker");
     assert_eq!(calls.load(Ordering::SeqCst), 1100);
     // And they do not break a run of failures: 4 x 500, a 429, then one more 500 opens it.
-    for _ in 0..4 {
-        run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
-            .await
-            .unwrap_err();
-    }
-    run(&mut svc, K, Reply::Fail(FailureClass::RateLimited))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 4, FailureClass::Overloaded).await;
+    fail_times(&mut svc, 1, FailureClass::RateLimited).await;
     assert_eq!(handle.state(K), Some(State::Closed));
-    run(&mut svc, K, Reply::Fail(FailureClass::Timeout))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::Timeout).await;
     assert_eq!(handle.state(K), Some(State::Open));
 }
 
@@ -262,11 +255,7 @@ async fn an_exhausted_quota_opens_it_at_once_and_probes_find_the_key_topped_up()
         ]
     );
     // A later opening for another cause does not name the quota.
-    for _ in 0..5 {
-        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 5, FailureClass::ServerError).await;
     let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
     assert_eq!(err.class(), FailureClass::CircuitOpen);
     assert!(!err.message().contains("quota"), "{}", err.message());
@@ -284,13 +273,9 @@ fn cause(err: &LlmError) -> Option<FailureClass> {
 async fn a_quota_opened_key_whose_probe_meets_a_server_error_no_longer_blames_the_quota() {
     let layer = CircuitBreakerLayer::builder().jitter(0.0).build().unwrap();
     let (mut svc, _) = stack(&layer);
-    run(&mut svc, K, Reply::Fail(FailureClass::QuotaExhausted))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::QuotaExhausted).await;
     advance(Duration::from_secs(10)).await;
-    run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::ServerError).await;
     let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
     assert_eq!(err.class(), FailureClass::CircuitOpen);
     assert_eq!(err.retry_after(), Some(Duration::from_secs(20)));
@@ -342,11 +327,7 @@ async fn classes_that_open_it_at_once_are_configurable() {
         .unwrap();
     let handle = layer.handle();
     let (mut svc, calls) = stack(&layer);
-    for _ in 0..50 {
-        run(&mut svc, K, Reply::Fail(FailureClass::QuotaExhausted))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 50, FailureClass::QuotaExhausted).await;
     assert_eq!(handle.state(K), Some(State::Closed));
     assert_eq!(calls.load(Ordering::SeqCst), 50);
     // Another class: an authentication failure opens it, the refusal without the quota's words.
@@ -356,13 +337,9 @@ async fn classes_that_open_it_at_once_are_configurable() {
         .unwrap();
     let handle = layer.handle();
     let (mut svc, _) = stack(&layer);
-    run(&mut svc, K, Reply::Fail(FailureClass::QuotaExhausted))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::QuotaExhausted).await;
     assert_eq!(handle.state(K), Some(State::Closed));
-    run(&mut svc, K, Reply::Fail(FailureClass::Authentication))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::Authentication).await;
     assert_eq!(handle.state(K), Some(State::Open));
     let err = run(&mut svc, K, Reply::Ok).await.unwrap_err();
     assert!(!err.message().contains("quota"), "{}", err.message());
@@ -376,11 +353,7 @@ async fn a_429_counts_when_configured() {
         .unwrap();
     let handle = layer.handle();
     let (mut svc, _) = stack(&layer);
-    for _ in 0..5 {
-        run(&mut svc, K, Reply::Fail(FailureClass::RateLimited))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 5, FailureClass::RateLimited).await;
     assert_eq!(handle.state(K), Some(State::Open));
 }
 
@@ -425,18 +398,29 @@ async fn run_head(svc: &mut Svc, reply: Reply) -> http::Response<HookedBody<Body
         .unwrap()
 }
 
+/// The breaker `builder` makes, its handle, and a service through it.
+fn built(builder: CircuitBreakerBuilder) -> (BreakerHandle, Svc) {
+    let layer = builder.build().unwrap();
+    (layer.handle(), stack(&layer).0)
+}
+
+/// `n` calls that fail at their head with `class`, one after the other.
+async fn fail_times(svc: &mut Svc, n: usize, class: FailureClass) {
+    for _ in 0..n {
+        run(svc, K, Reply::Fail(class)).await.unwrap_err();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stream_broken_after_its_first_token_is_a_failure() {
     // Every stream breaks after its first token: the failure rate opens the breaker (each
     // head ends a run of consecutive failures, so that rule is off here).
-    let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(0)
-        .failure_rate(0.5)
-        .minimum_calls(2)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
+    let (handle, mut svc) = built(
+        CircuitBreakerLayer::builder()
+            .consecutive_failures(0)
+            .failure_rate(0.5)
+            .minimum_calls(2),
+    );
     for i in 0..2 {
         let (tx, rx) = mpsc::unbounded_channel();
         let resp = run_head(&mut svc, Reply::Stream(rx)).await;
@@ -454,26 +438,18 @@ async fn a_stream_broken_after_its_first_token_is_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_response_head_ends_a_run_of_failures() {
-    let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(3)
-        .no_failure_rate()
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
-    let fail = |svc: &mut Svc| {
-        let mut svc = svc.clone();
-        async move { run(&mut svc, K, Reply::Fail(FailureClass::ServerError)).await }
-    };
-    fail(&mut svc).await.unwrap_err();
-    fail(&mut svc).await.unwrap_err();
+    let (handle, mut svc) = built(
+        CircuitBreakerLayer::builder()
+            .consecutive_failures(3)
+            .no_failure_rate(),
+    );
+    fail_times(&mut svc, 2, FailureClass::ServerError).await;
     // A stream answers (its body still flowing, its outcome not known): the run is over.
     let (tx, rx) = mpsc::unbounded_channel();
     let open = run_head(&mut svc, Reply::Stream(rx)).await;
-    fail(&mut svc).await.unwrap_err();
-    fail(&mut svc).await.unwrap_err();
+    fail_times(&mut svc, 2, FailureClass::ServerError).await;
     assert_eq!(handle.state(K), Some(State::Closed));
-    fail(&mut svc).await.unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::ServerError).await;
     assert_eq!(
         handle.state(K),
         Some(State::Open),
@@ -486,28 +462,20 @@ async fn a_response_head_ends_a_run_of_failures() {
 async fn a_stream_that_answered_before_the_failures_does_not_end_their_run() {
     // A stream answers, then the upstream starts failing; the stream ends well among the
     // failures. Its head came before them: its end says nothing of the upstream now.
-    let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(3)
-        .no_failure_rate()
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
+    let (handle, mut svc) = built(
+        CircuitBreakerLayer::builder()
+            .consecutive_failures(3)
+            .no_failure_rate(),
+    );
     let (tx, rx) = mpsc::unbounded_channel();
     let flowing = run_head(&mut svc, Reply::Stream(rx)).await;
-    for _ in 0..2 {
-        run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 2, FailureClass::Overloaded).await;
     tx.send(Ok(Frame::data(Bytes::from_static(b"done"))))
         .unwrap();
     drop(tx);
     flowing.into_body().collect().await.unwrap();
     assert_eq!(handle.state(K), Some(State::Closed));
-    run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::Overloaded).await;
     assert_eq!(handle.state(K), Some(State::Open), "three in a row");
 }
 
@@ -516,9 +484,7 @@ async fn a_few_errors_among_a_burst_of_streams_do_not_open_the_breaker() {
     // A hundred streams start one after the other, every tenth failing at its head; none
     // has ended, so no success is recorded yet. The failures are one after the other, but
     // never in a row: answers came between them.
-    let layer = CircuitBreakerLayer::builder().build().unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
+    let (handle, mut svc) = built(CircuitBreakerLayer::builder());
     let mut flowing = Vec::new();
     for i in 0..100 {
         if i % 10 == 9 {
@@ -533,11 +499,7 @@ async fn a_few_errors_among_a_burst_of_streams_do_not_open_the_breaker() {
     assert_eq!(handle.snapshot(K).unwrap().failures, 10);
     assert_eq!(handle.state(K), Some(State::Closed));
     // A dead upstream still opens it: five failures with no answer between them.
-    for _ in 0..5 {
-        run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 5, FailureClass::Overloaded).await;
     assert_eq!(handle.state(K), Some(State::Open));
     drop(flowing);
 }
@@ -562,18 +524,9 @@ async fn open_streams(
 async fn a_few_errors_while_the_first_streams_flow_do_not_trip_the_failure_rate() {
     // Two hundred streams answered and still flowing, none ended: the window's only
     // outcomes are 25 failures at the head. They are 25 of 225 calls, not 25 of 25.
-    let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(0)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
+    let (handle, mut svc) = built(CircuitBreakerLayer::builder().consecutive_failures(0));
     let flowing = open_streams(&mut svc, 200).await;
-    for _ in 0..25 {
-        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 25, FailureClass::ServerError).await;
     let snap = handle.snapshot(K).unwrap();
     assert_eq!((snap.calls, snap.failures), (25, 25));
     assert_eq!(handle.state(K), Some(State::Closed));
@@ -584,14 +537,12 @@ async fn a_few_errors_while_the_first_streams_flow_do_not_trip_the_failure_rate(
 async fn once_the_window_is_full_only_outcomes_count() {
     // Every stream breaks after its head. While the count window of 20 fills, the streams
     // still flowing dilute the rate; once it is full, the 20 failures open the breaker.
-    let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(0)
-        .count_window(20)
-        .minimum_calls(10)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
+    let (handle, mut svc) = built(
+        CircuitBreakerLayer::builder()
+            .consecutive_failures(0)
+            .count_window(20)
+            .minimum_calls(10),
+    );
     let mut flowing = open_streams(&mut svc, 60).await;
     for i in 1..=20 {
         let (tx, resp) = flowing.pop().unwrap();
@@ -606,27 +557,19 @@ async fn once_the_window_is_full_only_outcomes_count() {
 
 #[tokio::test(start_paused = true)]
 async fn a_time_window_counts_the_flowing_streams_until_it_has_spanned_its_duration() {
-    let layer = CircuitBreakerLayer::builder()
-        .consecutive_failures(0)
-        .time_window(Duration::from_secs(10))
-        .minimum_calls(5)
-        .build()
-        .unwrap();
-    let handle = layer.handle();
-    let (mut svc, _) = stack(&layer);
+    let (handle, mut svc) = built(
+        CircuitBreakerLayer::builder()
+            .consecutive_failures(0)
+            .time_window(Duration::from_secs(10))
+            .minimum_calls(5),
+    );
     let flowing = open_streams(&mut svc, 50).await;
     advance(Duration::from_secs(5)).await;
-    for _ in 0..6 {
-        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 6, FailureClass::ServerError).await;
     assert_eq!(handle.state(K), Some(State::Closed));
     // Ten seconds since the window started: it is warm, and its outcomes alone count.
     advance(Duration::from_secs(5)).await;
-    run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::ServerError).await;
     assert_eq!(
         handle.state(K),
         Some(State::Open),
@@ -648,19 +591,13 @@ async fn every_transition_with_events() {
     let (mut svc, _) = stack(&layer);
 
     // Closed -> Open on consecutive failures.
-    for _ in 0..5 {
-        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 5, FailureClass::ServerError).await;
     advance(Duration::from_secs(4)).await;
     let snap = handle.snapshot(K).unwrap();
     assert_eq!(snap.retry_after, Some(Duration::from_secs(6)));
     // Open -> HalfOpen when the period ends; the probe fails: HalfOpen -> Open.
     advance(Duration::from_secs(6)).await;
-    run(&mut svc, K, Reply::Fail(FailureClass::Overloaded))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::Overloaded).await;
     assert_eq!(handle.state(K), Some(State::Open));
     // Open -> HalfOpen -> Closed on a successful probe (its body must end first).
     advance(Duration::from_secs(10)).await;
@@ -680,22 +617,14 @@ async fn every_transition_with_events() {
         (FailureClass::CircuitOpen, None)
     );
     handle.set_mode(K, Mode::Disabled);
-    for _ in 0..10 {
-        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 10, FailureClass::ServerError).await;
     assert_eq!(
         handle.snapshot(K).unwrap().calls,
         0,
         "disabled counts nothing"
     );
     handle.set_mode(K, Mode::MetricsOnly);
-    for _ in 0..10 {
-        run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-            .await
-            .unwrap_err();
-    }
+    fail_times(&mut svc, 10, FailureClass::ServerError).await;
     let snap = handle.snapshot(K).unwrap();
     assert_eq!((snap.state, snap.failures), (State::MetricsOnly, 10));
     handle.set_mode(K, Mode::Normal);
@@ -745,17 +674,13 @@ async fn failure_rate_over_a_count_window() {
     }
     assert_eq!(handle.state(K), Some(State::Closed));
     // Calls 91..=100 hold two failures (95 and 100); the next failure makes three of ten.
-    run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::ServerError).await;
     let snap = handle.snapshot(K).unwrap();
     assert_eq!(
         (snap.state, snap.calls, snap.failures),
         (State::Closed, 10, 2)
     );
-    run(&mut svc, K, Reply::Fail(FailureClass::ServerError))
-        .await
-        .unwrap_err();
+    fail_times(&mut svc, 1, FailureClass::ServerError).await;
     assert_eq!(handle.state(K), Some(State::Open));
 }
 
