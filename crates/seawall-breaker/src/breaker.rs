@@ -469,14 +469,12 @@ impl Breaker {
         let mut trip = None;
         // The streak is Relaxed: it publishes no other data, and the trip it suggests goes
         // through `transition`, which re-checks the state word under the lock.
-        if failure {
-            // Another failure recorded while this call was in flight: the two failed
-            // together, one step of the run (see `failures`).
-            if self.failures.fetch_add(1, Ordering::Relaxed) == seen {
-                let streak = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-                if self.cfg.consecutive_failures > 0 && streak >= self.cfg.consecutive_failures {
-                    trip = Some(Reason::ConsecutiveFailures);
-                }
+        // Another failure recorded while this call was in flight: the two failed together,
+        // one step of the run (see `failures`).
+        if failure && self.failures.fetch_add(1, Ordering::Relaxed) == seen {
+            let streak = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.cfg.consecutive_failures > 0 && streak >= self.cfg.consecutive_failures {
+                trip = Some(Reason::ConsecutiveFailures);
             }
         }
         let mut clock = None;

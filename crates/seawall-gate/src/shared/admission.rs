@@ -143,6 +143,9 @@ impl Shared {
         retry_after: Option<Duration>,
     ) -> LlmError {
         self.rejected.fetch_add(1, Ordering::Relaxed);
+        if reason == RejectReason::Spilled {
+            self.spilled.fetch_add(1, Ordering::Relaxed);
+        }
         let depth = self.queued();
         let message = match reason {
             RejectReason::QueueFull => format!(
@@ -169,7 +172,6 @@ impl Shared {
                 format!("the key's rate limit is zero ({depth} waiting)")
             }
             RejectReason::Spilled => {
-                self.spilled.fetch_add(1, Ordering::Relaxed);
                 let held = retry_after.map_or_else(String::new, |d| format!(" {d:?},"));
                 format!(
                     "a fallback stands by, and the key's rate or pause would hold this call{held} \
