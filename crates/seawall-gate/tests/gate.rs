@@ -4,30 +4,18 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Ask, Reply, Upstream, settle};
+use common::{Ask, Gate, Reply, Upstream, call, gate, rejection, settle};
 use seawall_core::{
     FailureClass, LlmError, MediaParts, PartEstimate, RateLimitSnapshot, RateLimitWindow,
 };
 use seawall_gate::{
-    Adaptive, ConcurrencyGate, ConcurrencyGateBuilder, ConcurrencyGateLayer, Limit, QueueWait,
-    Rates, RejectReason, Rejection,
+    Adaptive, ConcurrencyGateBuilder, ConcurrencyGateLayer, Limit, QueueWait, Rates, RejectReason,
 };
 use tokio::time::{Instant, advance};
 use tower::{Layer, Service, ServiceExt};
 
-type Gate = ConcurrencyGate<Upstream>;
-
-fn gate(b: ConcurrencyGateBuilder, up: &Upstream) -> Gate {
-    b.build().unwrap().layer(up.clone())
-}
-
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
-}
-
-/// Calls and returns the response or error (the response is dropped by the caller).
-async fn call(svc: &Gate, req: Ask) -> Result<common::Resp2, LlmError> {
-    svc.clone().oneshot(req).await
 }
 
 fn spawn_call(svc: &Gate, req: Ask) -> tokio::task::JoinHandle<Result<common::Resp2, LlmError>> {
@@ -44,11 +32,6 @@ async fn finish(resp: common::Resp2) {
 fn spawn_and_drop(svc: &Gate, req: Ask) -> tokio::task::JoinHandle<Result<(), LlmError>> {
     let svc = svc.clone();
     tokio::spawn(async move { svc.oneshot(req).await.map(drop) })
-}
-
-fn rejection(e: &LlmError) -> &Rejection {
-    assert_eq!(e.class(), FailureClass::GateRejected, "{e}");
-    Rejection::of(e).expect("a gate rejection")
 }
 
 #[tokio::test(start_paused = true)]

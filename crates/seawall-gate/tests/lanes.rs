@@ -5,16 +5,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Ask, Reply, Upstream, settle};
+use common::{Ask, Gate, Reply, Upstream, gate, settle};
 use seawall_core::LlmError;
 use seawall_gate::{
-    ConcurrencyGate, ConcurrencyGateBuilder, ConcurrencyGateLayer, LANE_FAIRNESS, LaneShare, Limit,
-    Priority, QueueWait, Rates,
+    ConcurrencyGateLayer, LANE_FAIRNESS, LaneShare, Limit, Priority, QueueWait, Rates,
 };
 use tokio::time::{Instant, advance, sleep, sleep_until};
-use tower::{Layer, ServiceExt};
-
-type Gate = ConcurrencyGate<Upstream>;
+use tower::ServiceExt;
 
 const HALF: LaneShare = LaneShare {
     permits: 0.5,
@@ -29,10 +26,6 @@ fn ask(id: usize, p: Priority) -> Ask {
     let mut a = Ask::numbered(id);
     a.ext.insert(p);
     a
-}
-
-fn gate(b: ConcurrencyGateBuilder, up: &Upstream) -> Gate {
-    b.build().unwrap().layer(up.clone())
 }
 
 /// Spawns a call whose response is dropped on arrival; resolves to its queue wait.

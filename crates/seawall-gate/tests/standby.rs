@@ -7,20 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Ask, Reply, Upstream, settle};
+use common::{Ask, Reply, Upstream, call, gate, rejection, settle};
 use seawall_core::{Deadline, FailureClass, LlmError, Standby};
 use seawall_gate::{
-    ConcurrencyGate, ConcurrencyGateBuilder, ConcurrencyGateLayer, DEFAULT_STANDBY_WAIT, Limit,
-    Rates, RejectReason, Rejection,
+    ConcurrencyGateBuilder, ConcurrencyGateLayer, DEFAULT_STANDBY_WAIT, Limit, Rates, RejectReason,
 };
 use tokio::time::Instant;
-use tower::{Layer, ServiceExt};
-
-type Gate = ConcurrencyGate<Upstream>;
-
-fn gate(b: ConcurrencyGateBuilder, up: &Upstream) -> Gate {
-    b.build().unwrap().layer(up.clone())
-}
+use tower::ServiceExt;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -39,13 +32,8 @@ fn standing_by(mut ask: Ask) -> Ask {
     ask
 }
 
-async fn call(svc: &Gate, req: Ask) -> Result<common::Resp2, LlmError> {
-    svc.clone().oneshot(req).await
-}
-
 fn reason(e: &LlmError) -> RejectReason {
-    assert_eq!(e.class(), FailureClass::GateRejected, "{e}");
-    Rejection::of(e).expect("a gate rejection").reason()
+    rejection(e).reason()
 }
 
 #[tokio::test(start_paused = true)]

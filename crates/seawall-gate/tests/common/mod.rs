@@ -226,3 +226,24 @@ impl tower::Service<Ask> for Upstream {
         })
     }
 }
+
+/// A gate over the scripted upstream.
+pub type Gate = seawall_gate::ConcurrencyGate<Upstream>;
+
+/// The gate `b` builds, over `up`.
+pub fn gate(b: seawall_gate::ConcurrencyGateBuilder, up: &Upstream) -> Gate {
+    use tower::Layer;
+    b.build().unwrap().layer(up.clone())
+}
+
+/// Calls and returns the response or error (the response is dropped by the caller).
+pub async fn call(svc: &Gate, req: Ask) -> Result<Resp2, LlmError> {
+    use tower::ServiceExt;
+    svc.clone().oneshot(req).await
+}
+
+/// The gate's rejection inside `e`, which must be one.
+pub fn rejection(e: &LlmError) -> &seawall_gate::Rejection {
+    assert_eq!(e.class(), seawall_core::FailureClass::GateRejected, "{e}");
+    seawall_gate::Rejection::of(e).expect("a gate rejection")
+}
