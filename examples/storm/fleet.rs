@@ -195,8 +195,8 @@ pub(crate) fn run(args: &Args, replicas: usize) -> Result<(), String> {
     println!(
         "\nnote: scaled for real time: upstream timings, think times, start spread and outage \
          x0.1 (as with --http), {} clients and\n{} calls; each provider {} RPM / {} TPM, \
-         buckets holding a minute's worth as a provider's do (seawall's rate buckets too, to \
-         match),\nwhich the fleet's traffic outruns in its few seconds; the policies' own \
+         buckets holding a minute's worth as a provider's do (seawall's rate buckets too, as \
+         in every run),\nwhich the fleet's traffic outruns in its few seconds; the policies' own \
          waits (retry delays, breaker open time, timeouts) are\nnot compressed. Real time: \
          the figures move from run to run (which provider the breakers send the traffic to \
          most).\n",

@@ -148,8 +148,9 @@ impl Policy {
                 "observe > continue (resumes a stream cut after its first token) > fallback (to",
                 "the backup provider; gpt-4.1 for context-length errors) > context guard (the",
                 "models' windows) > retry > cost budget (the run's limit) > breaker > gate (a",
-                "permit per client, the providers' RPM/TPM) > stream timeouts (idle 10 s) >",
-                "classify; every other setting at its default (first token 60 s)",
+                "permit per client, the providers' RPM/TPM in buckets of a minute's worth, as",
+                "theirs are) > stream timeouts (idle 10 s) > classify; every other setting at its",
+                "default (first token 60 s)",
             ],
         }
     }
@@ -651,16 +652,19 @@ impl SeawallSetup {
 }
 
 /// The providers' rate limits by the key seawall counts them under, for the gate or the fleet.
+///
+/// Each bucket holds a minute's worth, as the providers' buckets do (the mock's, like the
+/// token bucket Anthropic documents, refills continuously up to its per-minute limit), rather
+/// than the gate's default of ten seconds' worth, which is for a provider that enforces its
+/// minute over shorter periods. A smaller bucket than the provider's only holds calls the
+/// provider would have taken: past the backup's rate in a storm, the other rows' calls go
+/// out at once while seawall's would wait in the gate.
 pub(crate) fn provider_rates(scenario: &Scenario) -> [(String, Rates); 2] {
     let rates = |rpm: u32, tpm: u32| {
         let (rpm, tpm) = (u64::from(rpm), u64::from(tpm));
-        if scenario.minute_buckets {
-            Rates::new()
-                .with_requests(Limit::per_minute(rpm).with_burst(rpm))
-                .with_tokens(Limit::per_minute(tpm).with_burst(tpm))
-        } else {
-            Rates::new().requests_per_minute(rpm).tokens_per_minute(tpm)
-        }
+        Rates::new()
+            .with_requests(Limit::per_minute(rpm).with_burst(rpm))
+            .with_tokens(Limit::per_minute(tpm).with_burst(tpm))
     };
     [
         (

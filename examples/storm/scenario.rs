@@ -91,10 +91,6 @@ pub(crate) struct Scenario {
     pub(crate) backup_tpm: u32,
     /// The 503/529 burst at the primary: from, to, share of requests failed.
     pub(crate) outage: (Duration, Duration, f64),
-    /// Whether seawall's rate buckets hold a minute's worth, as the providers' buckets do,
-    /// rather than the gate's default of ten seconds' worth (the fleet run, whose traffic
-    /// lasts seconds: there the providers' full buckets are most of what they admit).
-    pub(crate) minute_buckets: bool,
     /// The share of calls that ask one of [`POPULAR_PROMPTS`] questions again, word for word
     /// (`--repeat`; 0 by default): what a cache can answer without a call.
     pub(crate) repeat: f64,
@@ -129,7 +125,6 @@ impl Scenario {
             backup_rpm: 2_000,
             backup_tpm: 1_500_000,
             outage: (Duration::from_secs(30), Duration::from_secs(60), 0.85),
-            minute_buckets: false,
             repeat: 0.0,
             long_prompts: 0.0,
             primary_quota: None,
@@ -174,15 +169,13 @@ impl Scenario {
 
     /// The fleet run's incident (`--replicas`): the real-time scaling of [`Scenario::real_time`],
     /// with both providers at 500 RPM / 500k TPM, so that the fleet's traffic needs more than
-    /// they admit in the seconds it lasts (their buckets start with a minute's worth); seawall's
-    /// rate buckets hold a minute's worth too, as the providers' do.
+    /// they admit in the seconds it lasts (their buckets start with a minute's worth).
     pub(crate) fn fleet(seed: u64, clients: usize, requests: usize) -> Scenario {
         let mut s = Scenario::real_time(Incident::Storm, seed, clients, requests);
         s.primary_rpm = 500;
         s.primary_tpm = 500_000;
         s.backup_rpm = 500;
         s.backup_tpm = 500_000;
-        s.minute_buckets = true;
         s
     }
 
