@@ -301,16 +301,48 @@ const CONTEXT_NAMES: &[&str] = &[
     "context_length_exceeded",
     "request_too_large",
     "model_context_window_exceeded",
+    // llama.cpp's server.
+    "exceed_context_size_error",
 ];
+/// The words each provider and server puts in a prompt-too-long error whose code says nothing
+/// (`400`, `invalid_request_error`, `BadRequestError`, `INVALID_ARGUMENT`). Each phrase speaks
+/// of the prompt or the model's window, never of a field, so a field's length error (`'name'
+/// ... maximum length 64`) stays an invalid request.
 const CONTEXT_PHRASES: &[&str] = &[
+    // OpenAI, Azure, DeepSeek, Mistral, vLLM's older servers.
     "maximum context length",
     "context length exceeded",
     "context_length_exceeded",
+    // Anthropic, Fireworks.
     "prompt is too long",
+    // OpenAI's Responses API.
     "context window",
     "exceed context limit",
+    // Ollama.
     "exceeds the context",
+    // Bedrock.
     "input is too long",
+    // Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+    "exceeds the maximum number of tokens allowed",
+    // llama.cpp: "request (N tokens) exceeds the available context size (M tokens)".
+    "exceeds the available context size",
+    // vLLM: "Prompt length of N is longer than the maximum model length of M", "The decoder
+    // prompt (length N) is longer than ...", "The prompt (total length N) is too long to fit
+    // into the model (context length M)".
+    "longer than the maximum model length",
+    "too long to fit into the model",
+    // SGLang: "The input (N tokens) is longer than the model's context length (M tokens).",
+    // "Input length (N tokens) exceeds the maximum allowed length (M tokens)."
+    "longer than the model's context length",
+    "tokens) exceeds the maximum allowed length",
+    // LM Studio: "... is greater than the context length".
+    "greater than the context length",
+    // Text Generation Inference: "`inputs` tokens + `max_new_tokens` must be <= N", "`inputs`
+    // must have less than N tokens".
+    "`inputs` tokens + `max_new_tokens` must be",
+    "`inputs` must have less than",
+    // xAI: "This model's maximum prompt length is N but the request contains M tokens."
+    "maximum prompt length",
 ];
 const CONTENT_NAMES: &[&str] = &[
     "content_policy_violation",

@@ -288,6 +288,46 @@ fn anthropic_format_every_row() {
     check("anthropic", &AnthropicClassifier, &anthropic_rows());
 }
 
+/// Prompt-too-long errors of Gemini and of the self-hosted servers, as they send them: a code
+/// that says only "bad request", the window in the words.
+fn context_window_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
+    let flat = |message: &str| {
+        serde_json::json!({"object": "error", "message": message, "type": "BadRequestError", "param": null, "code": 400})
+            .to_string()
+    };
+    vec![
+        // Gemini's OpenAI-compatible endpoint (an array) and its own API.
+        (400, r#"[{"error":{"code":400,"message":"The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).","errors":[{"message":"The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).","domain":"global","reason":"badRequest"}],"status":"INVALID_ARGUMENT"}}]"#.to_owned(), ContextLengthExceeded, "400"),
+        (400, r#"{"error":{"code":400,"message":"The input token count (3475108) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#.to_owned(), ContextLengthExceeded, "400"),
+        // llama.cpp's server.
+        (400, r#"{"error":{"code":400,"message":"request (4476 tokens) exceeds the available context size (4096 tokens)","type":"exceed_context_size_error","n_prompt_tokens":4476,"n_ctx":4096}}"#.to_owned(), ContextLengthExceeded, "exceed_context_size_error"),
+        (400, r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"invalid_request_error"}}"#.to_owned(), ContextLengthExceeded, "invalid_request_error"),
+        // vLLM, three wordings over its versions.
+        (400, flat("Prompt length of 5016 is longer than the maximum model length of 4096."), ContextLengthExceeded, "BadRequestError"),
+        (400, flat("The decoder prompt (length 16476) is longer than the maximum model length of 16384. Make sure that `max_model_len` is no smaller than the number of text tokens plus multimodal tokens."), ContextLengthExceeded, "BadRequestError"),
+        (400, flat("The prompt (total length 25938) is too long to fit into the model (context length 4096). Make sure that `max_model_len` is no smaller than the number of text tokens plus multimodal tokens."), ContextLengthExceeded, "BadRequestError"),
+        // SGLang.
+        (400, flat("The input (61709 tokens) is longer than the model's context length (40960 tokens)."), ContextLengthExceeded, "BadRequestError"),
+        (400, flat("Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens)."), ContextLengthExceeded, "BadRequestError"),
+        // LM Studio.
+        (400, r#"{"error":"The number of tokens to keep from the initial prompt is greater than the context length. Try to load the model with a larger context length, or provide a shorter input"}"#.to_owned(), ContextLengthExceeded, ""),
+        // Text Generation Inference (422, its error a string).
+        (422, r#"{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 1244 `inputs` tokens and 1000 `max_new_tokens`","error_type":"validation"}"#.to_owned(), ContextLengthExceeded, ""),
+        (422, r#"{"error":"Input validation error: `inputs` must have less than 4096 tokens. Given: 4545","error_type":"validation"}"#.to_owned(), ContextLengthExceeded, ""),
+        // xAI.
+        (400, openai("This model's maximum prompt length is 131072 but the request contains 150000 tokens.", "invalid_request_error", ""), ContextLengthExceeded, "invalid_request_error"),
+        // A field's own length is not the window: a larger model would refuse it the same way.
+        (400, openai("Invalid 'messages[0].name': string too long. Expected a string with maximum length 64, but got a string with length 80 instead.", "invalid_request_error", "string_above_max_length"), InvalidRequest, "string_above_max_length"),
+        (400, flat("max_tokens must be at least 1, got 0."), InvalidRequest, "BadRequestError"),
+    ]
+}
+
+#[test]
+fn prompt_too_long_errors_of_gemini_and_self_hosted_servers_need_a_larger_window() {
+    check("context/auto", &AutoClassifier, &context_window_rows());
+    check("context/openai", &OpenAiClassifier, &context_window_rows());
+}
+
 #[test]
 fn status_only_classifier_ignores_the_body() {
     let headers = HeaderMap::new();
@@ -327,7 +367,11 @@ fn status_only_classifier_ignores_the_body() {
 
 #[tokio::test]
 async fn through_the_layer_both_formats() {
-    for (status, body, want, _) in openai_rows().into_iter().chain(anthropic_rows()) {
+    let rows = openai_rows()
+        .into_iter()
+        .chain(anthropic_rows())
+        .chain(context_window_rows());
+    for (status, body, want, _) in rows {
         let err = common::error_of(status, &[("content-type", "application/json")], &body).await;
         assert_eq!(err.class(), want, "{status} {body}");
     }
