@@ -134,8 +134,11 @@ impl<'a> ErrorResponse<'a> {
         if let Some(id) = hints::request_id(self.headers) {
             err = err.with_request_id(id);
         }
+        // A delay already on the error (from the body's structure) beats the message's words.
         let delay = hints::retry_after_from_headers(self.headers, self.now).or_else(|| {
-            (dialect != Dialect::Anthropic && dialect != Dialect::Status)
+            (err.retry_after().is_none()
+                && dialect != Dialect::Anthropic
+                && dialect != Dialect::Status)
                 .then(|| hints::retry_after_from_message(err.message()))
                 .flatten()
         });
@@ -228,7 +231,12 @@ fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
     } else {
         class_of(status.as_u16(), &parsed)
     };
-    let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
+    let mut err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
+    // Google's error model puts the delay in the body (`google.rpc.RetryInfo`); a header
+    // still wins, the message's "retry in" comes after.
+    if let Some(d) = parsed.retry_delay().filter(|_| dialect != Dialect::Status) {
+        err = err.with_retry_after(d);
+    }
     response.decorate_with(err, dialect)
 }
 
@@ -482,10 +490,15 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
     }
     let s = Signals::of(e);
     match status {
-        // A per-window quota ("You exceeded your current quota ... Please retry in 33s") says
-        // when to come back: that is a rate limit. A named quota code is final.
-        429 if s.quota_named => QuotaExhausted,
-        429 if s.quota && hints::retry_after_from_message(e.message().unwrap_or("")).is_none() => {
+        // A per-window quota ("You exceeded your current quota ... Please retry in 33s", or
+        // the delay in Google's `RetryInfo`) says when to come back: that is a rate limit. A
+        // named quota code is final, and so is a quota of the day (Google's `QuotaFailure`
+        // naming a per-day quota), whatever delay comes with it.
+        429 if s.quota_named || e.daily_quota() => QuotaExhausted,
+        429 if s.quota
+            && e.retry_delay().is_none()
+            && hints::retry_after_from_message(e.message().unwrap_or("")).is_none() =>
+        {
             QuotaExhausted
         }
         401 | 402 | 403 | 404 | 408 | 409 | 413 | 429 => class_of_status(status),

@@ -1,5 +1,7 @@
 //! What an upstream error body says, in either wire format, parsed leniently.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use seawall_core::Provider;
@@ -13,7 +15,9 @@ const MAX_TEXT: usize = 200;
 /// DeepSeek, vLLM, and an array around it), Anthropic's
 /// `{"type":"error","error":{"type","message"},"request_id"}`, the flat
 /// `{"object":"error","message","type","code"}` of older vLLM, `{"error":"text"}`,
-/// `{"detail": ...}` and `{"message": ...}`. A body that is not JSON (HTML from a proxy, plain
+/// `{"detail": ...}` and `{"message": ...}`, and the `details` of Google's error model (Gemini):
+/// a `google.rpc.RetryInfo`'s delay and a `google.rpc.QuotaFailure` naming a per-day quota. A
+/// body that is not JSON (HTML from a proxy, plain
 /// text, truncated JSON, invalid UTF-8) still yields what can be found: `"type"`/`"code"`/
 /// `"message"` string fields of truncated JSON, an HTML `<title>`, or the first 200 characters
 /// of text.
@@ -36,6 +40,8 @@ pub struct ProviderError {
     inner_code: Option<String>,
     request_id: Option<String>,
     status: Option<u16>,
+    retry_delay: Option<Duration>,
+    daily_quota: bool,
     provider: Provider,
     json: bool,
 }
@@ -54,6 +60,8 @@ impl std::fmt::Debug for ProviderError {
             .field("inner_code", &self.inner_code)
             .field("request_id", &self.request_id)
             .field("status", &self.status)
+            .field("retry_delay", &self.retry_delay)
+            .field("daily_quota", &self.daily_quota)
             .field("provider", &self.provider)
             .finish()
     }
@@ -124,6 +132,9 @@ impl ProviderError {
                     .get("innererror")
                     .and_then(|i| i.get("code"))
                     .and_then(text);
+                if let Some(Value::Array(details)) = err.get("details") {
+                    e.read_google_details(details);
+                }
                 e.provider = if anthropic_shape {
                     Provider::Anthropic
                 } else {
@@ -192,6 +203,44 @@ impl ProviderError {
         self.status
     }
 
+    /// The delay a `google.rpc.RetryInfo` in the error's `details` asks for (Gemini's 429s:
+    /// `{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "33s"}`).
+    pub fn retry_delay(&self) -> Option<Duration> {
+        self.retry_delay
+    }
+
+    /// Whether a `google.rpc.QuotaFailure` in the error's `details` names a per-day quota
+    /// (Gemini's `quotaId` `GenerateRequestsPerDayPerProjectPerModel-FreeTier`, say): it does
+    /// not come back until the day turns, whatever delay the error suggests.
+    pub fn daily_quota(&self) -> bool {
+        self.daily_quota
+    }
+
+    /// Reads Google's error details: the retry delay and whether a per-day quota ran out. Other
+    /// entries (help links, error info) and malformed ones are skipped.
+    fn read_google_details(&mut self, details: &[Value]) {
+        for d in details {
+            let kind = d.get("@type").and_then(Value::as_str).unwrap_or("");
+            if kind.ends_with("google.rpc.RetryInfo") {
+                self.retry_delay = d
+                    .get("retryDelay")
+                    .and_then(Value::as_str)
+                    .and_then(proto_duration);
+            } else if kind.ends_with("google.rpc.QuotaFailure") {
+                let per_day = |v: &Value| {
+                    ["quotaId", "quotaMetric"].iter().any(|k| {
+                        v.get(k)
+                            .and_then(Value::as_str)
+                            .is_some_and(|s| s.contains("PerDay") || s.contains("per_day"))
+                    })
+                };
+                if let Some(Value::Array(vs)) = d.get("violations") {
+                    self.daily_quota |= vs.iter().any(per_day);
+                }
+            }
+        }
+    }
+
     /// Which wire format the body looked like.
     pub fn provider(&self) -> Provider {
         self.provider
@@ -213,6 +262,16 @@ impl ProviderError {
             .into_iter()
             .filter_map(|s| s.as_deref())
     }
+}
+
+/// A protobuf `Duration` in its JSON form: seconds with up to nine decimals and an `s`
+/// (`"33s"`, `"1.5s"`). Anything else (negative, not a number, too large) is no delay.
+fn proto_duration(s: &str) -> Option<Duration> {
+    let secs = s.strip_suffix('s')?;
+    if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    Duration::try_from_secs_f64(secs.parse::<f64>().ok()?).ok()
 }
 
 fn guess_provider(body: &[u8]) -> Provider {

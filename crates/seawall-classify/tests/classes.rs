@@ -328,6 +328,93 @@ fn prompt_too_long_errors_of_gemini_and_self_hosted_servers_need_a_larger_window
     check("context/openai", &OpenAiClassifier, &context_window_rows());
 }
 
+/// A Gemini 429 as its API sends it: Google's error model, the quota that ran out named in a
+/// `QuotaFailure`, the delay in a `RetryInfo`.
+fn gemini_429(message: &str, quota_id: &str, retry_delay: &str) -> String {
+    serde_json::json!([{"error": {
+        "code": 429,
+        "message": message,
+        "status": "RESOURCE_EXHAUSTED",
+        "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+                "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                "quotaId": quota_id,
+                "quotaValue": "10"
+            }]},
+            {"@type": "type.googleapis.com/google.rpc.Help", "links": [{"description": "Learn more", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+        ]
+    }}])
+    .to_string()
+}
+
+#[test]
+fn gemini_quota_errors_read_the_retry_info_and_the_quota_of_the_day() {
+    use std::time::Duration;
+    let headers = HeaderMap::new();
+    let classify = |body: &str| {
+        AutoClassifier.classify_response(&ErrorResponse::new(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            &headers,
+            body.as_bytes(),
+        ))
+    };
+    let quota = "You exceeded your current quota, please check your plan and billing details.";
+
+    // A per-minute quota whose delay is only in the details: a rate limit, retried after it.
+    let err = classify(&gemini_429(
+        quota,
+        "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+        "33s",
+    ));
+    assert_eq!(err.class(), RateLimited);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(33)));
+
+    // Fractions, as protobuf writes them; the structured delay beats the message's words.
+    let err = classify(&gemini_429(
+        &format!("{quota} Please retry in 40s."),
+        "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+        "1.250s",
+    ));
+    assert_eq!(err.class(), RateLimited);
+    assert_eq!(err.retry_after(), Some(Duration::from_millis(1250)));
+
+    // The day's quota: final until the day turns, whatever delay comes with it.
+    let err = classify(&gemini_429(
+        &format!("{quota} Please retry in 16.2s."),
+        "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+        "16s",
+    ));
+    assert_eq!(err.class(), QuotaExhausted);
+
+    // A delay that is no duration is no delay, and no panic; the quota words then decide.
+    for bad in [
+        "-5s",
+        "1e400s",
+        "99999999999999999999999s",
+        "33",
+        "s",
+        "NaNs",
+        "",
+        "3 s",
+    ] {
+        let err = classify(&gemini_429(
+            quota,
+            "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+            bad,
+        ));
+        assert_eq!(err.retry_after(), None, "{bad:?}");
+        assert_eq!(err.class(), QuotaExhausted, "{bad:?}");
+    }
+
+    // Without details: Gemini's shared-capacity 429 is a rate limit, as before.
+    let err = classify(
+        r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}"#,
+    );
+    assert_eq!(err.class(), RateLimited);
+    assert_eq!(err.retry_after(), None);
+}
+
 #[test]
 fn status_only_classifier_ignores_the_body() {
     let headers = HeaderMap::new();
