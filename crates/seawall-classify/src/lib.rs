@@ -46,7 +46,13 @@
 //! - an SSE stream in a dialect other than OpenAI's or Anthropic's has no known finish marker,
 //!   so its EOF is a normal end;
 //! - a 429 whose only quota signal is its wording ("exceeded your current quota") but which
-//!   says when to come back ("Please retry in 33s") is a per-window quota: `RateLimited`;
+//!   says when to come back ("Please retry in 33s", or Google's `google.rpc.RetryInfo` in the
+//!   body's `details`) is a per-window quota: `RateLimited`, retried after that delay; a
+//!   `google.rpc.QuotaFailure` naming a per-day quota is `QuotaExhausted` whatever delay
+//!   comes with it;
+//! - a JSON answer of blank lines alone (DeepSeek keeps a slow request alive with empty lines,
+//!   and may then close the connection) is `EmptyResponse`; blank lines before the document
+//!   are read past;
 //! - error events inside a stream, and error objects in a `200` JSON answer, are classified
 //!   by the built-in rules for both wire formats, whatever the [`Classifier`];
 //! - an answer that stopped at the token limit with no content is not `EmptyResponse`: the

@@ -154,3 +154,45 @@ async fn a_read_ahead_answer_is_parsed_once_and_replayed_whole() {
     // Parsed once: the answer counts as one event of content, not one per read.
     assert_eq!(report.content_events(), 1);
 }
+
+#[tokio::test]
+async fn blank_lines_sent_while_a_non_streamed_answer_is_generated_are_read_past() {
+    // DeepSeek keeps a slow non-streamed request alive with empty lines before the JSON.
+    let answer = r#"{"id":"c3","object":"chat.completion","model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#;
+    let body = format!("\n\n\r\n\n{answer}");
+    let (bytes, report) = outcome(&body).await.unwrap();
+    assert_eq!(bytes, body.as_bytes());
+    assert_eq!(report.model(), Some("deepseek-chat"));
+    assert_eq!(
+        report.usage().map(|u| (u.input_tokens, u.output_tokens)),
+        Some((7, 2))
+    );
+    assert_eq!(report.finish_reason(), Some(&FinishReason::Stop));
+
+    let err = outcome("\n\n\n{\"error\":{\"message\":\"Server overloaded\",\"status\":503}}")
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), FailureClass::Overloaded);
+    // Only blank lines, then the connection closed: no answer, a retryable failure.
+    for body in ["", "\n\n\n\n", "\r\n \t\n"] {
+        let err = outcome(body).await.expect_err(body);
+        assert_eq!(err.class(), FailureClass::EmptyResponse, "{body:?}");
+    }
+
+    // Past the read-ahead limit the head is handed on first, and the body ends in the error.
+    let transport = tower::service_fn(|_req: http::Request<bytes::Bytes>| async {
+        let chunks = vec![b"\n".repeat(50); 4];
+        Ok::<_, std::io::Error>(response(200, JSON, Chunks::new(chunks)))
+    });
+    let resp = ClassifyLayer::builder()
+        .error_body_limit(64)
+        .build()
+        .unwrap()
+        .layer(transport)
+        .oneshot(common::chat_request(false))
+        .await
+        .expect("past the limit the answer is not held back");
+    let (bytes, err) = drain(resp.into_body()).await;
+    assert_eq!(bytes.len(), 200);
+    assert_eq!(err.map(|e| e.class()), Some(FailureClass::EmptyResponse));
+}

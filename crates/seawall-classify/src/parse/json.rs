@@ -276,6 +276,12 @@ impl Facts<'_> {
 /// The byte scan reads the usual answer; whatever it is not sure of (an error object, odd
 /// spellings, damage) is read by serde, which decides.
 pub(crate) fn read_whole(body: &[u8], report: &mut BodyReport) -> Option<Verdict> {
+    // Nothing but blank lines (or nothing): DeepSeek keeps a slow request alive with empty
+    // lines and may close the connection without an answer. A JSON answer with no document
+    // is no answer.
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Some(Verdict::Empty);
+    }
     let verdict = if let Some(facts) = super::scan::whole(body) {
         facts.report(report);
         facts.verdict(report)
@@ -388,6 +394,12 @@ impl JsonScanner {
     }
 
     pub(super) fn eof(&mut self, report: &BodyReport) -> Option<LlmError> {
+        if !self.content {
+            // Only blank lines, past the read-ahead limit: no document, no answer.
+            self.head = Vec::new();
+            self.tail = Vec::new();
+            return Some(super::empty_answer());
+        }
         if self.cut_short() {
             self.head = Vec::new();
             self.tail = Vec::new();
