@@ -83,12 +83,18 @@ async fn an_answer_longer_than_the_limit_passes_through_unread() {
         r#"{{"error":{{"message":"{}","status":503}}}}"#,
         "x".repeat(200)
     );
-    let transport = tower::service_fn({
-        let body = body.clone();
-        move |_req: http::Request<bytes::Bytes>| {
-            let chunks: Vec<Vec<u8>> = body.as_bytes().chunks(50).map(<[u8]>::to_vec).collect();
-            async move { Ok::<_, std::io::Error>(response(200, JSON, Chunks::new(chunks))) }
-        }
+    let (bytes, err) = past_a_64_byte_limit(body.as_bytes()).await;
+    assert_eq!(bytes, body.as_bytes());
+    assert!(err.is_none());
+}
+
+/// A `200` JSON answer of `body`, in chunks of 50 bytes, through a layer that reads ahead at
+/// most 64: the head is handed on, and the body is drained.
+async fn past_a_64_byte_limit(body: &[u8]) -> (Vec<u8>, Option<LlmError>) {
+    let chunks: Vec<Vec<u8>> = body.chunks(50).map(<[u8]>::to_vec).collect();
+    let transport = tower::service_fn(move |_req: http::Request<bytes::Bytes>| {
+        let chunks = chunks.clone();
+        async move { Ok::<_, std::io::Error>(response(200, JSON, Chunks::new(chunks))) }
     });
     let resp = ClassifyLayer::builder()
         .error_body_limit(64)
@@ -98,9 +104,7 @@ async fn an_answer_longer_than_the_limit_passes_through_unread() {
         .oneshot(common::chat_request(false))
         .await
         .expect("past the limit the answer is not held back");
-    let (bytes, err) = drain(resp.into_body()).await;
-    assert_eq!(bytes, body.as_bytes());
-    assert!(err.is_none());
+    drain(resp.into_body()).await
 }
 
 #[tokio::test]
@@ -180,19 +184,7 @@ async fn blank_lines_sent_while_a_non_streamed_answer_is_generated_are_read_past
     }
 
     // Past the read-ahead limit the head is handed on first, and the body ends in the error.
-    let transport = tower::service_fn(|_req: http::Request<bytes::Bytes>| async {
-        let chunks = vec![b"\n".repeat(50); 4];
-        Ok::<_, std::io::Error>(response(200, JSON, Chunks::new(chunks)))
-    });
-    let resp = ClassifyLayer::builder()
-        .error_body_limit(64)
-        .build()
-        .unwrap()
-        .layer(transport)
-        .oneshot(common::chat_request(false))
-        .await
-        .expect("past the limit the answer is not held back");
-    let (bytes, err) = drain(resp.into_body()).await;
+    let (bytes, err) = past_a_64_byte_limit(&b"\n".repeat(200)).await;
     assert_eq!(bytes.len(), 200);
     assert_eq!(err.map(|e| e.class()), Some(FailureClass::EmptyResponse));
 }

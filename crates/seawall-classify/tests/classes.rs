@@ -361,31 +361,39 @@ fn gemini_quota_errors_read_the_retry_info_and_the_quota_of_the_day() {
     };
     let quota = "You exceeded your current quota, please check your plan and billing details.";
 
-    // A per-minute quota whose delay is only in the details: a rate limit, retried after it.
-    let err = classify(&gemini_429(
-        quota,
-        "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
-        "33s",
-    ));
-    assert_eq!(err.class(), RateLimited);
-    assert_eq!(err.retry_after(), Some(Duration::from_secs(33)));
-
-    // Fractions, as protobuf writes them; the structured delay beats the message's words.
-    let err = classify(&gemini_429(
-        &format!("{quota} Please retry in 40s."),
-        "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
-        "1.250s",
-    ));
-    assert_eq!(err.class(), RateLimited);
-    assert_eq!(err.retry_after(), Some(Duration::from_millis(1250)));
-
-    // The day's quota: final until the day turns, whatever delay comes with it.
-    let err = classify(&gemini_429(
-        &format!("{quota} Please retry in 16.2s."),
-        "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
-        "16s",
-    ));
-    assert_eq!(err.class(), QuotaExhausted);
+    let per_minute = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier";
+    let per_day = "GenerateRequestsPerDayPerProjectPerModel-FreeTier";
+    let retry_in = |s: &str| format!("{quota} Please retry in {s}.");
+    for (message, quota_id, delay, class, hint) in [
+        // A per-minute quota whose delay is only in the details: a rate limit, retried after it.
+        (
+            quota.to_owned(),
+            per_minute,
+            "33s",
+            RateLimited,
+            Some(Duration::from_secs(33)),
+        ),
+        // Fractions, as protobuf writes them; the structured delay beats the message's words.
+        (
+            retry_in("40s"),
+            per_minute,
+            "1.250s",
+            RateLimited,
+            Some(Duration::from_millis(1250)),
+        ),
+        // The day's quota: final until the day turns, whatever delay comes with it.
+        (
+            retry_in("16.2s"),
+            per_day,
+            "16s",
+            QuotaExhausted,
+            Some(Duration::from_secs(16)),
+        ),
+    ] {
+        let err = classify(&gemini_429(&message, quota_id, delay));
+        assert_eq!(err.class(), class, "{quota_id} {delay}");
+        assert_eq!(err.retry_after(), hint, "{quota_id} {delay}");
+    }
 
     // A delay that is no duration is no delay, and no panic; the quota words then decide.
     for bad in [
@@ -398,11 +406,7 @@ fn gemini_quota_errors_read_the_retry_info_and_the_quota_of_the_day() {
         "",
         "3 s",
     ] {
-        let err = classify(&gemini_429(
-            quota,
-            "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
-            bad,
-        ));
+        let err = classify(&gemini_429(quota, per_minute, bad));
         assert_eq!(err.retry_after(), None, "{bad:?}");
         assert_eq!(err.class(), QuotaExhausted, "{bad:?}");
     }
