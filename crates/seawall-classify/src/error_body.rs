@@ -265,13 +265,14 @@ impl ProviderError {
 }
 
 /// A protobuf `Duration` in its JSON form: seconds with up to nine decimals and an `s`
-/// (`"33s"`, `"1.5s"`). Anything else (negative, not a number, too large) is no delay.
+/// (`"33s"`, `"1.5s"`), clamped to [`MAX_HINT`](crate::hints::MAX_HINT) as every hint is.
+/// Anything else (negative, not a number) is no delay.
 fn proto_duration(s: &str) -> Option<Duration> {
     let secs = s.strip_suffix('s')?;
     if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return None;
     }
-    Duration::try_from_secs_f64(secs.parse::<f64>().ok()?).ok()
+    crate::hints::from_secs(secs.parse::<f64>().ok()?)
 }
 
 fn guess_provider(body: &[u8]) -> Provider {
