@@ -1,10 +1,13 @@
-//! A burst beyond the primary's rate, with a fallback that has room.
+//! A burst beyond the primary's rate, and an overloaded primary, with a fallback that has
+//! room.
 //!
 //! The gate paces each model at its rate. Holding the calls the primary's rate cannot take
 //! for seconds, while the backup named in the fallback chain sits idle, is the wrong trade:
 //! the fallback layer marks the calls it stands by for, and the gate sends those on at once
 //! when their wait would pass the standby wait. The backup, the chain's last target, has
-//! nowhere else to send its calls: they wait for its rate as before.
+//! nowhere else to send its calls: they wait for its rate as before. The retry layer, given a
+//! standby wait, makes the same trade for its waits: an overload's five seconds on the primary
+//! are not spent when the backup stands by.
 //!
 //! On tokio's paused clock, so the times asserted are exact.
 
@@ -100,4 +103,40 @@ async fn calls_beyond_the_primary_rate_go_to_the_backup_at_once() {
         "{seen:?}"
     );
     assert_eq!(seen.len(), 6, "each call reached the upstream once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overloaded_primary_hands_its_call_to_the_backup_without_the_overload_wait() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let upstream = tower::service_fn(move |req: http::Request<Bytes>| {
+        let model = req.model().unwrap_or("").to_owned();
+        log.lock().unwrap().push((model.clone(), Instant::now()));
+        async move {
+            if model == "primary" {
+                return Err(LlmError::new(FailureClass::Overloaded, "529 overloaded"));
+            }
+            Ok::<_, LlmError>(http::Response::new(String::from("{}")))
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(FallbackLayer::new([Target::model("backup")]))
+        .layer(
+            BackoffRetryLayer::builder()
+                .seed(1)
+                .standby_wait(Duration::from_secs(1))
+                .build()
+                .unwrap(),
+        )
+        .service(upstream);
+    let t0 = Instant::now();
+    let resp = svc.oneshot(ask()).await.unwrap();
+    assert_eq!(t0.elapsed(), Duration::ZERO, "no 5 s overload wait");
+    assert_eq!(
+        &*resp.extensions().get::<ServedBy>().unwrap().target,
+        "backup"
+    );
+    let seen = seen.lock().unwrap();
+    let models: Vec<_> = seen.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(models, ["primary", "backup"]);
 }

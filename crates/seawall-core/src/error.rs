@@ -66,6 +66,9 @@ pub enum GiveUp {
     DeadlineTooClose,
     /// Retries were switched off at run time.
     Disabled,
+    /// A fallback stands by for the request ([`Standby`](crate::Standby)) and the next wait
+    /// was longer than the retry layer's standby wait: the fallback answers sooner.
+    Standby,
 }
 
 impl GiveUp {
@@ -78,6 +81,7 @@ impl GiveUp {
             GiveUp::HintTooLong => "hint_too_long",
             GiveUp::DeadlineTooClose => "deadline_too_close",
             GiveUp::Disabled => "disabled",
+            GiveUp::Standby => "standby",
         }
     }
 }

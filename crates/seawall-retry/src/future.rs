@@ -318,6 +318,7 @@ where
                 (Some(b), Some(d)) => Some(b.min(d)),
                 (b, d) => b.or(d),
             },
+            standby: self.request.has_standby(),
         };
         let idempotent = self.request.is_idempotent();
         match self.shared.decide(&err, idempotent, failure) {

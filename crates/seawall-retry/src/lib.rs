@@ -34,9 +34,16 @@
 //!    error, rather than sleeping for it or retrying early (a zero hint counts as none).
 //!    Without a hint, the exponential [`Backoff`]; after an overload (503/529) at least 5 s
 //!    (plus jitter). A server hint wins over the overload minimum too: the server knows.
-//! 6. A delay that does not fit in what is left of the time budget fails at once
+//! 6. With a standby wait set ([`BackoffRetryBuilder::standby_wait`], off by default), when a
+//!    fallback stands by for the request (a `FallbackLayer` outside marks it with
+//!    [`seawall_core::Standby`] when it has a next target), a longer delay fails at once
+//!    ([`GiveUp::Standby`]),
+//!    with the upstream's class: an overload's 5 s on the primary is 5 s the backup would
+//!    have spent answering. Nothing is spent from the retry budget. The chain's last target
+//!    is not marked, so it waits as before.
+//! 7. A delay that does not fit in what is left of the time budget fails at once
 //!    ([`GiveUp::DeadlineTooClose`]): no wait ever crosses the budget.
-//! 7. Last, the shared [`RetryBudget`] must grant the retry ([`GiveUp::RetryBudget`]
+//! 8. Last, the shared [`RetryBudget`] must grant the retry ([`GiveUp::RetryBudget`]
 //!    otherwise; counted by [`RetryHandle::budget_exhausted`]).
 //!
 //! The final error is the last attempt's error, with the earlier attempts

@@ -77,6 +77,8 @@ pub(crate) struct Policy {
     pub(crate) max_hint: Duration,
     pub(crate) hint_jitter: f64,
     pub(crate) overload_min: Duration,
+    /// The longest wait before a retry of a request a fallback stands by for.
+    pub(crate) standby_wait: Duration,
     pub(crate) time_budget: Option<Duration>,
     pub(crate) idempotency_header: Option<HeaderName>,
     pub(crate) attempt_header: Option<HeaderName>,
@@ -109,6 +111,8 @@ pub(crate) struct Failure {
     pub(crate) previous_delay: Duration,
     /// Time left in the total time budget, if there is one.
     pub(crate) remaining: Option<Duration>,
+    /// A fallback stands by for the request ([`seawall_core::Standby`]).
+    pub(crate) standby: bool,
 }
 
 impl Shared {
@@ -144,6 +148,10 @@ impl Shared {
             Some(hint) => (self.hint_delay(hint), DelaySource::ServerHint),
             None => self.computed_delay(class, f),
         };
+        // The fallback answers sooner than this wait would end (and no retry is spent).
+        if f.standby && delay > self.policy.standby_wait {
+            return Decision::GiveUp(GiveUp::Standby);
+        }
         if f.remaining.is_some_and(|left| delay >= left) {
             return Decision::GiveUp(GiveUp::DeadlineTooClose);
         }
@@ -210,6 +218,7 @@ mod tests {
             class_retries: 0,
             previous_delay: Duration::ZERO,
             remaining,
+            standby: false,
         }
     }
 

@@ -56,6 +56,18 @@ impl<R: Clone> KeptRequest<R> {
 }
 
 impl<R: LlmRequest + Clone> KeptRequest<R> {
+    /// Whether the kept request carries the [`Standby`] marker (a fallback stands by for it),
+    /// read without rebuilding the request.
+    pub fn has_standby(&self) -> bool {
+        match &self.kept {
+            Kept::Whole(r) => Standby::is_on(r),
+            Kept::Parts(parts, _) => match &parts.extensions {
+                Ext::Known { standby, .. } => standby.is_some(),
+                Ext::Map(map) => map.get::<Standby>().is_some(),
+            },
+        }
+    }
+
     /// Whether the kept request [is idempotent](LlmRequest::is_idempotent).
     pub fn is_idempotent(&self) -> bool {
         match &self.kept {
