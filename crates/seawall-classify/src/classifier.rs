@@ -231,17 +231,13 @@ fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
     } else {
         class_of(status.as_u16(), &parsed)
     };
-    let mut err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
-    // Google's error model puts the delay in the body (`google.rpc.RetryInfo`); a header
-    // still wins, the message's "retry in" comes after.
-    if let Some(d) = parsed.retry_delay().filter(|_| dialect != Dialect::Status) {
-        err = err.with_retry_after(d);
-    }
+    let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
     response.decorate_with(err, dialect)
 }
 
 /// Builds the error of a class from a parsed body: message (or the status's reason), code,
-/// type, body request id.
+/// type, body request id, and the delay of Google's `google.rpc.RetryInfo` (a header's hint,
+/// added later, still wins; the message's "retry in" only counts without it).
 pub(crate) fn error_from(
     class: FailureClass,
     status: Option<StatusCode>,
@@ -273,6 +269,9 @@ pub(crate) fn error_from(
         }
         if let Some(t) = parsed.error_type() {
             err = err.with_error_type(t);
+        }
+        if let Some(d) = parsed.retry_delay() {
+            err = err.with_retry_after(d);
         }
     }
     if let Some(id) = parsed.request_id() {

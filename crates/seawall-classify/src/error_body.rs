@@ -222,10 +222,13 @@ impl ProviderError {
         for d in details {
             let kind = d.get("@type").and_then(Value::as_str).unwrap_or("");
             if kind.ends_with("google.rpc.RetryInfo") {
+                // A protobuf `Duration` in JSON ("33s", "1.250s") is a Go duration in seconds,
+                // its unit required: read as every hint is, clamped to a day.
                 self.retry_delay = d
                     .get("retryDelay")
                     .and_then(Value::as_str)
-                    .and_then(proto_duration);
+                    .filter(|s| s.ends_with('s'))
+                    .and_then(crate::hints::parse_go_duration);
             } else if kind.ends_with("google.rpc.QuotaFailure") {
                 let per_day = |v: &Value| {
                     ["quotaId", "quotaMetric"].iter().any(|k| {
@@ -262,17 +265,6 @@ impl ProviderError {
             .into_iter()
             .filter_map(|s| s.as_deref())
     }
-}
-
-/// A protobuf `Duration` in its JSON form: seconds with up to nine decimals and an `s`
-/// (`"33s"`, `"1.5s"`), clamped to [`MAX_HINT`](crate::hints::MAX_HINT) as every hint is.
-/// Anything else (negative, not a number) is no delay.
-fn proto_duration(s: &str) -> Option<Duration> {
-    let secs = s.strip_suffix('s')?;
-    if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return None;
-    }
-    crate::hints::from_secs(secs.parse::<f64>().ok()?)
 }
 
 fn guess_provider(body: &[u8]) -> Provider {

@@ -13,7 +13,7 @@ use seawall_core::{RateLimitSnapshot, RateLimitWindow};
 /// then fails fast instead of sleeping.
 pub const MAX_HINT: Duration = Duration::from_secs(24 * 60 * 60);
 
-pub(crate) fn from_secs(secs: f64) -> Option<Duration> {
+fn from_secs(secs: f64) -> Option<Duration> {
     if secs.is_nan() || secs < 0.0 {
         return None;
     }

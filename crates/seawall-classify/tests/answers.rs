@@ -64,6 +64,14 @@ async fn a_200_with_an_error_object_is_the_failure_it_names() {
     let err = outcome(cases[0].0).await.unwrap_err();
     assert_eq!(err.code(), Some("rate_limit_exceeded"));
     assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
+    // Google's error model in a 200: the delay of its `RetryInfo` is the hint.
+    let err = outcome(
+        r#"{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7s"}]}}"#,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.class(), FailureClass::RateLimited);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
     let err = outcome(cases[5].0).await.unwrap_err();
     assert_eq!(err.request_id(), Some("req_1"));
     assert_eq!(err.error_type(), Some("overloaded_error"));
