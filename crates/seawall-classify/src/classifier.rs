@@ -304,6 +304,12 @@ const QUOTA_PHRASES: &[&str] = &[
     "account is not active",
     "api usage limit",
 ];
+/// A limit of the day ("free-models-per-day", "requests per day"): with no hint of when to come
+/// back, a 429 that names one is not over within any call's retries.
+const DAY_PHRASES: &[&str] = &["per-day", "per day", "daily limit", "daily quota"];
+/// A 400 that refuses the caller, not the request: Gemini's free tier or the API itself not
+/// served where the caller is (`FAILED_PRECONDITION`). Another provider may serve it.
+const REGION_PHRASES: &[&str] = &["location is not supported", "not available in your country"];
 const CONTEXT_NAMES: &[&str] = &[
     "context_length_exceeded",
     "request_too_large",
@@ -350,6 +356,10 @@ const CONTEXT_PHRASES: &[&str] = &[
     "`inputs` must have less than",
     // xAI: "This model's maximum prompt length is N but the request contains M tokens."
     "maximum prompt length",
+    // Cohere: "too many tokens: total number of tokens in the prompt cannot exceed N",
+    // "too many tokens: size limit exceeded by N tokens".
+    "too many tokens: total number of tokens",
+    "too many tokens: size limit exceeded",
 ];
 const CONTENT_NAMES: &[&str] = &[
     "content_policy_violation",
@@ -395,12 +405,16 @@ fn generic_name_class(name: &str) -> Option<FailureClass> {
         | "invalid_api_key"
         | "invalid_authentication"
         | "unauthorized"
-        | "authenticationerror" => Authentication,
+        | "authenticationerror"
+        // Google's: its status name, and the reason of a bad key's `400 INVALID_ARGUMENT`.
+        | "unauthenticated"
+        | "api_key_invalid" => Authentication,
         "permission_error"
         | "permission_denied"
         | "forbidden"
         | "unsupported_country_region_territory"
-        | "permissiondeniederror" => PermissionDenied,
+        | "permissiondeniederror"
+        | "api_key_service_blocked" => PermissionDenied,
         "not_found_error" | "not_found" | "model_not_found" | "deploymentnotfound"
         | "notfounderror" => NotFound,
         "invalid_request_error"
@@ -411,6 +425,12 @@ fn generic_name_class(name: &str) -> Option<FailureClass> {
         | "unprocessable_entity" => InvalidRequest,
         "conflict" | "conflict_error" => Conflict,
         "request_timeout" => RequestTimeout,
+        // Google's status names, for an error object met without its HTTP status (in a stream).
+        "resource_exhausted" => RateLimited,
+        "unavailable" => Overloaded,
+        "deadline_exceeded" => UpstreamTimeout,
+        "internal" => ServerError,
+        "invalid_argument" | "failed_precondition" => InvalidRequest,
         n => match n.parse::<u16>() {
             Ok(code @ 400..=599) => class_of_status(code),
             _ => return None,
@@ -444,6 +464,11 @@ pub fn class_of_status(status: u16) -> FailureClass {
 
 struct Signals {
     quota: bool,
+    /// Words of a limit of the day.
+    daily: bool,
+    /// A name (or words) refusing the caller's key, region or model rather than the request:
+    /// `Authentication`, `PermissionDenied` or `NotFound`.
+    access: Option<FailureClass>,
     /// The quota signal is a code or type, not just words in the message.
     quota_named: bool,
     context: bool,
@@ -461,6 +486,21 @@ impl Signals {
         let quota_named = has(QUOTA_NAMES);
         Signals {
             quota: quota_named || contains_any(&msg, QUOTA_PHRASES),
+            daily: contains_any(&msg, DAY_PHRASES),
+            access: names
+                .iter()
+                .filter_map(|n| generic_name_class(n))
+                .find(|c| {
+                    matches!(
+                        c,
+                        FailureClass::Authentication
+                            | FailureClass::PermissionDenied
+                            | FailureClass::NotFound
+                    )
+                })
+                .or_else(|| {
+                    contains_any(&msg, REGION_PHRASES).then_some(FailureClass::PermissionDenied)
+                }),
             quota_named,
             context: has(CONTEXT_NAMES) || contains_any(&msg, CONTEXT_PHRASES),
             content: has(CONTENT_NAMES) || contains_any(&msg, CONTENT_PHRASES),
@@ -494,7 +534,7 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
         // named quota code is final, and so is a quota of the day (Google's `QuotaFailure`
         // naming a per-day quota), whatever delay comes with it.
         429 if s.quota_named || e.daily_quota() => QuotaExhausted,
-        429 if s.quota
+        429 if (s.quota || s.daily)
             && e.retry_delay().is_none()
             && hints::retry_after_from_message(e.message().unwrap_or("")).is_none() =>
         {
@@ -508,6 +548,11 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
                 ContextLengthExceeded
             } else if s.content {
                 ContentFiltered
+            } else if let Some(access) = s.access {
+                // A 400 whose names say the key, the region or the model is refused (Gemini's
+                // bad key, a router's `model_not_found`): another key, provider or model may
+                // serve it, as after a 401, 403 or 404.
+                access
             } else if status == 400 || status == 422 {
                 InvalidRequest
             } else {

@@ -15,8 +15,9 @@ const MAX_TEXT: usize = 200;
 /// DeepSeek, vLLM, and an array around it), Anthropic's
 /// `{"type":"error","error":{"type","message"},"request_id"}`, the flat
 /// `{"object":"error","message","type","code"}` of older vLLM, `{"error":"text"}`,
-/// `{"detail": ...}` and `{"message": ...}`, and the `details` of Google's error model (Gemini):
-/// a `google.rpc.RetryInfo`'s delay and a `google.rpc.QuotaFailure` naming a per-day quota. A
+/// `{"detail": ...}` and `{"message": ...}`, and Google's error model (Gemini): its `status`
+/// name, and in its `details` a `google.rpc.RetryInfo`'s delay, a `google.rpc.QuotaFailure`
+/// naming a per-day quota and a `google.rpc.ErrorInfo`'s reason. A
 /// body that is not JSON (HTML from a proxy, plain
 /// text, truncated JSON, invalid UTF-8) still yields what can be found: `"type"`/`"code"`/
 /// `"message"` string fields of truncated JSON, an HTML `<title>`, or the first 200 characters
@@ -38,6 +39,10 @@ pub struct ProviderError {
     message: Option<String>,
     param: Option<String>,
     inner_code: Option<String>,
+    /// Google's canonical status name (`INVALID_ARGUMENT`) and its `ErrorInfo` reason
+    /// (`API_KEY_INVALID`): names like the code and type, where Google puts them.
+    google_status: Option<String>,
+    reason: Option<String>,
     request_id: Option<String>,
     status: Option<u16>,
     retry_delay: Option<Duration>,
@@ -58,6 +63,8 @@ impl std::fmt::Debug for ProviderError {
             )
             .field("param", &self.param)
             .field("inner_code", &self.inner_code)
+            .field("google_status", &self.google_status)
+            .field("reason", &self.reason)
             .field("request_id", &self.request_id)
             .field("status", &self.status)
             .field("retry_delay", &self.retry_delay)
@@ -124,10 +131,13 @@ impl ProviderError {
                 e.code = err.get("code").and_then(text);
                 e.message = err.get("message").and_then(text);
                 e.param = err.get("param").and_then(text);
-                e.status = err
-                    .get("status")
-                    .and_then(Value::as_u64)
-                    .and_then(|s| u16::try_from(s).ok());
+                match err.get("status") {
+                    Some(Value::String(s)) if !s.is_empty() => {
+                        e.google_status = Some(s.clone());
+                    }
+                    Some(s) => e.status = s.as_u64().and_then(|s| u16::try_from(s).ok()),
+                    None => {}
+                }
                 e.inner_code = err
                     .get("innererror")
                     .and_then(|i| i.get("code"))
@@ -216,8 +226,14 @@ impl ProviderError {
         self.daily_quota
     }
 
-    /// Reads Google's error details: the retry delay and whether a per-day quota ran out. Other
-    /// entries (help links, error info) and malformed ones are skipped.
+    /// Google's `google.rpc.ErrorInfo` reason (`API_KEY_INVALID`: Gemini answers a bad key with a
+    /// `400 INVALID_ARGUMENT` that only this names).
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// Reads Google's error details: the retry delay, whether a per-day quota ran out, and the
+    /// error info's reason. Other entries (help links) and malformed ones are skipped.
     fn read_google_details(&mut self, details: &[Value]) {
         for d in details {
             let kind = d.get("@type").and_then(Value::as_str).unwrap_or("");
@@ -240,6 +256,8 @@ impl ProviderError {
                 if let Some(Value::Array(vs)) = d.get("violations") {
                     self.daily_quota |= vs.iter().any(per_day);
                 }
+            } else if kind.ends_with("google.rpc.ErrorInfo") && self.reason.is_none() {
+                self.reason = d.get("reason").and_then(text);
             }
         }
     }
@@ -259,11 +277,17 @@ impl ProviderError {
         self.error_type.is_none() && self.code.is_none() && self.message.is_none()
     }
 
-    /// The type, code and inner code, for matching names.
+    /// The type, code, inner code, Google's status name and reason, for matching names.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
-        [&self.error_type, &self.code, &self.inner_code]
-            .into_iter()
-            .filter_map(|s| s.as_deref())
+        [
+            &self.error_type,
+            &self.code,
+            &self.inner_code,
+            &self.google_status,
+            &self.reason,
+        ]
+        .into_iter()
+        .filter_map(|s| s.as_deref())
     }
 }
 

@@ -328,6 +328,48 @@ fn prompt_too_long_errors_of_gemini_and_self_hosted_servers_need_a_larger_window
     check("context/openai", &OpenAiClassifier, &context_window_rows());
 }
 
+/// Errors whose status says "bad request" or "too many requests" while their names or words say
+/// more: the key, the region or the model refused (another key, provider or model may serve
+/// the call), a limit of the day (no retry helps), a prompt too long in Cohere's words, and a
+/// Google error object met without its status.
+fn refusal_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
+    let google = |code: u16, status: &str, message: &str, reason: Option<&str>| {
+        let details = match reason {
+            Some(r) => {
+                serde_json::json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": r, "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}}])
+            }
+            None => serde_json::json!([]),
+        };
+        serde_json::json!({"error": {"code": code, "message": message, "status": status, "details": details}}).to_string()
+    };
+    let cohere = |message: &str| serde_json::json!({"message": message}).to_string();
+    vec![
+        // Gemini answers a bad key with 400 INVALID_ARGUMENT; only the ErrorInfo names it.
+        (400, google(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", Some("API_KEY_INVALID")), Authentication, "400"),
+        (400, google(400, "FAILED_PRECONDITION", "User location is not supported for the API use.", None), PermissionDenied, "400"),
+        (400, google(400, "FAILED_PRECONDITION", "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.", None), PermissionDenied, "400"),
+        // A malformed request stays one.
+        (400, google(400, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified", Some("BAD_REQUEST")), InvalidRequest, "400"),
+        // A router's unknown model, sent as a 400.
+        (400, openai("The requested model 'gpt-9' does not exist.", "invalid_request_error", "model_not_found"), NotFound, "model_not_found"),
+        // OpenRouter's daily cap on free models: no hint of when, so not a rate limit to wait out.
+        (429, r#"{"error":{"code":429,"message":"Rate limit exceeded: free-models-per-day. Add 10 credits to unlock 1000 free model requests per day","metadata":{"headers":{"X-RateLimit-Limit":"50","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"1741305600000"}}}}"#.to_owned(), QuotaExhausted, "429"),
+        // Groq's rolling daily window says when to come back: a rate limit.
+        (429, openai("Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_x` service tier `on_demand` on requests per day (RPD): Limit 14400, Used 14400, Requested 1. Please try again in 6s.", "requests", "rate_limit_exceeded"), RateLimited, "rate_limit_exceeded"),
+        (400, cohere("too many tokens: total number of tokens in the prompt cannot exceed 4081 - received 4500. Try using a shorter prompt, or enabling prompt truncating."), ContextLengthExceeded, ""),
+        (400, cohere("too many tokens: size limit exceeded by 11738 tokens. Try using shorter or fewer inputs, or setting prompt_truncation='AUTO'."), ContextLengthExceeded, ""),
+        // Google error objects in a 200 (a stream's error), their status a name only.
+        (200, r#"{"error":{"message":"The service is currently unavailable.","status":"UNAVAILABLE"}}"#.to_owned(), Overloaded, ""),
+        (200, r#"{"error":{"message":"Deadline expired before operation could complete.","status":"DEADLINE_EXCEEDED"}}"#.to_owned(), UpstreamTimeout, ""),
+    ]
+}
+
+#[test]
+fn errors_that_refuse_the_key_the_region_or_the_day_say_so_whatever_their_status() {
+    check("refusal/auto", &AutoClassifier, &refusal_rows());
+    check("refusal/openai", &OpenAiClassifier, &refusal_rows());
+}
+
 /// A Gemini 429 as its API sends it: Google's error model, the quota that ran out named in a
 /// `QuotaFailure`, the delay in a `RetryInfo`.
 fn gemini_429(message: &str, quota_id: &str, retry_delay: &str) -> String {

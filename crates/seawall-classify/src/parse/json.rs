@@ -157,7 +157,7 @@ pub(crate) enum Verdict {
     /// An answer (its fields are in the report).
     Answer,
     /// A `200` holding an error object.
-    Error(ProviderError),
+    Error(Box<ProviderError>),
     /// A finished answer without any content.
     Empty,
 }
@@ -290,7 +290,7 @@ pub(crate) fn read_whole(body: &[u8], report: &mut BodyReport) -> Option<Verdict
         whole.facts().report(report);
         let verdict = whole.facts().verdict(report);
         match whole.error() {
-            Some(e) => Verdict::Error(e),
+            Some(e) => Verdict::Error(Box::new(e)),
             None => verdict,
         }
     };
