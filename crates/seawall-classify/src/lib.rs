@@ -56,7 +56,8 @@
 //! - error events inside a stream, and error objects in a `200` JSON answer, are classified
 //!   by the built-in rules for both wire formats, whatever the [`Classifier`];
 //! - an answer that stopped at the token limit with no content is not `EmptyResponse`: the
-//!   same request would stop there again;
+//!   same request would stop there again; one that the content filter stopped with no content
+//!   (`content_filter`, Anthropic's `refusal`) is `ContentFiltered`, never retried;
 //! - the body of the inner service must be `Unpin` (hyper's is), so that a JSON answer read
 //!   ahead can be handed on.
 //!

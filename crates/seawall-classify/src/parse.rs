@@ -41,13 +41,23 @@ pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
     err
 }
 
-/// The error of an answer that finished without any content.
-pub(crate) fn empty_answer() -> LlmError {
-    LlmError::new(
-        FailureClass::EmptyResponse,
-        "the answer finished without any content",
-    )
-    .with_status(StatusCode::OK)
+/// The error of an answer that finished without any content: `EmptyResponse`, worth another
+/// try, unless the provider's content filter is what stopped it (OpenAI's and Azure's
+/// `content_filter`, Anthropic's `refusal`): the same prompt would be stopped again, so it is
+/// `ContentFiltered`, never retried, and a content-policy fallback may take it.
+pub(crate) fn empty_answer(report: &BodyReport) -> LlmError {
+    let err = if report.finish_reason() == Some(&seawall_core::FinishReason::ContentFilter) {
+        LlmError::new(
+            FailureClass::ContentFiltered,
+            "the provider's content filter stopped the answer before any content",
+        )
+    } else {
+        LlmError::new(
+            FailureClass::EmptyResponse,
+            "the answer finished without any content",
+        )
+    };
+    err.with_status(StatusCode::OK)
 }
 
 /// A body error when the body broke or ended early: `StreamInterrupted` once content was

@@ -196,3 +196,21 @@ async fn blank_lines_sent_while_a_non_streamed_answer_is_generated_are_read_past
     assert_eq!(bytes.len(), 200);
     assert_eq!(err.map(|e| e.class()), Some(FailureClass::EmptyResponse));
 }
+
+#[tokio::test]
+async fn an_answer_the_content_filter_stopped_before_any_content_is_not_retried() {
+    for body in [
+        r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]}"#,
+        r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":null},"finish_reason":"content_filter"}],"usage":{"prompt_tokens":9,"completion_tokens":0}}"#,
+        r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":"refusal","usage":{"input_tokens":5,"output_tokens":0}}"#,
+    ] {
+        let err = outcome(body).await.expect_err(body);
+        assert_eq!(err.class(), FailureClass::ContentFiltered, "{body}");
+        assert!(!err.class().default_disposition().allows_retry(true));
+    }
+    // Text before the filter stopped it is an answer: the caller has what was written.
+    let partial = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Once upon"},"finish_reason":"content_filter"}]}"#;
+    let (bytes, report) = outcome(partial).await.expect(partial);
+    assert_eq!(bytes, partial.as_bytes());
+    assert_eq!(report.finish_reason(), Some(&FinishReason::ContentFilter));
+}

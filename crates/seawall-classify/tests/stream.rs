@@ -792,6 +792,19 @@ async fn a_stream_that_finishes_without_content_is_an_empty_response() {
         "the usage is still reported"
     );
 
+    // Stopped by the content filter before any content: the same prompt would be stopped again.
+    let refusal = anthropic.replace("end_turn", "refusal");
+    for body in [openai.replace("\"stop\"", "\"content_filter\""), refusal] {
+        let resp = run_request(chat_request(true), sse_response(Chunks::one(body.clone())))
+            .await
+            .unwrap();
+        let (class, _, _) = summarize(resp)
+            .await
+            .error
+            .expect("a filtered stream fails");
+        assert_eq!(class, FailureClass::ContentFiltered, "{body}");
+    }
+
     // Not empty: stopped at the token limit, or a tool use whose input streamed as nothing.
     let length = openai.replace("\"stop\"", "\"length\"");
     let tool = concat!(

@@ -244,6 +244,12 @@ where
                 FailureClass::Disconnected,
                 "the stream ended before any content, without its finish marker",
             )),
+            // Stopped by the content filter before any content: the same prompt would be
+            // stopped again.
+            Some(scan) if scan.was_filtered() => Err(LlmError::new(
+                FailureClass::ContentFiltered,
+                "the provider's content filter stopped the stream before any content",
+            )),
             // Finished with nothing in it (a known glitch, worth a retry): nothing has reached
             // the caller, so it is still an `Err`.
             Some(scan) if !scan.hit_length_limit() => Err(LlmError::new(

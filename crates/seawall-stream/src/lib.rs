@@ -48,7 +48,9 @@
 //! as a silently truncated answer. With a classifier stacked, its body does this check; without
 //! one, this crate does. A stream that reaches its finish marker without any content at all
 //! (and not at the token limit) is an `EmptyResponse` `Err`: nothing reached the caller, and a
-//! second try usually fixes this glitch. The finish reason is in [`StreamStats`]: `hit_length_limit()` says the
+//! second try usually fixes this glitch, unless the content filter is what stopped it
+//! (`content_filter`, Anthropic's `refusal`): that is `ContentFiltered`, which the same prompt
+//! would meet again. The finish reason is in [`StreamStats`]: `hit_length_limit()` says the
 //! answer stopped at `max_tokens` and the caller may ask for a continuation.
 //!
 //! # Measurements

@@ -91,6 +91,11 @@ impl SseScan {
         self.finish_reason == Some(FinishReason::Length)
     }
 
+    /// Whether the provider's content filter stopped the stream (`content_filter`, `refusal`).
+    pub(crate) fn was_filtered(&self) -> bool {
+        self.finish_reason == Some(FinishReason::ContentFilter)
+    }
+
     /// The finish reason, once seen (taken, so it is handed on once).
     pub(crate) fn take_finish_reason(&mut self) -> Option<FinishReason> {
         self.finish_reason.take()

@@ -223,6 +223,11 @@ async fn a_stream_that_finishes_without_content_is_an_empty_response_err() {
     let err = whole_stream(&[ROLE, STOP, DONE]).await.unwrap_err();
     assert_eq!(err.class(), FailureClass::EmptyResponse);
 
+    // Stopped by the content filter before any content: not a glitch a retry fixes.
+    let filtered = STOP.replace("stop", "content_filter");
+    let err = whole_stream(&[ROLE, &filtered, DONE]).await.unwrap_err();
+    assert_eq!(err.class(), FailureClass::ContentFiltered);
+
     // Stopped at the token limit before any content: an answer, not a glitch.
     let length = STOP.replace("stop", "length");
     let resp = whole_stream(&[ROLE, &length, DONE])

@@ -398,7 +398,7 @@ impl JsonScanner {
             // Only blank lines, past the read-ahead limit: no document, no answer.
             self.head = Vec::new();
             self.tail = Vec::new();
-            return Some(super::empty_answer());
+            return Some(super::empty_answer(report));
         }
         if self.cut_short() {
             self.head = Vec::new();

@@ -420,7 +420,7 @@ impl SseParser {
         if report.has_content() || report.finish_reason() == Some(&FinishReason::Length) {
             return None;
         }
-        let mut err = empty_answer();
+        let mut err = empty_answer(report);
         if let Some(id) = &self.request_id {
             err = err.with_request_id(&**id);
         }
