@@ -225,8 +225,25 @@ impl Classifier for StatusClassifier {
 
 fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
     let status = response.status;
-    let parsed = response.provider_error();
-    let class = if dialect == Dialect::Status {
+    let coding = seawall_core::content_coding(response.headers);
+    let parsed = match coding {
+        // Compressed bytes are no message: the status and the headers decide.
+        Some(coding) => {
+            let named = coding.len() <= 16
+                && coding
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            ProviderError::unread(format!(
+                "HTTP {} {} (its body in the `{}` content coding, not read: decompress below \
+                 the classifier)",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("(unknown status)"),
+                if named { coding } else { "unknown" },
+            ))
+        }
+        None => response.provider_error(),
+    };
+    let class = if dialect == Dialect::Status || coding.is_some() {
         class_of_status(status.as_u16())
     } else {
         class_of(status.as_u16(), &parsed)

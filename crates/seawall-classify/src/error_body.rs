@@ -109,6 +109,14 @@ impl ProviderError {
         e
     }
 
+    /// An error whose body could not be read, described by `message` alone.
+    pub(crate) fn unread(message: String) -> ProviderError {
+        ProviderError {
+            message: Some(message),
+            ..ProviderError::default()
+        }
+    }
+
     /// Reads an already parsed JSON value (an error body, or the payload of an SSE error event).
     pub fn from_value(v: &Value) -> ProviderError {
         let v = match v {

@@ -224,9 +224,10 @@ where
                         parts.extensions.insert(snap);
                     }
                     let ct = content_type(&parts.headers);
-                    let sse = is_sse(ct, *this.streaming);
+                    let coded = seawall_core::content_coding(&parts.headers).is_some();
+                    let sse = !coded && is_sse(ct, *this.streaming);
                     let started = *this.started;
-                    if !sse && is_small_json(ct, &body, *this.limit) {
+                    if !sse && !coded && is_small_json(ct, &body, *this.limit) {
                         // Usually the whole answer is in hand: read here, the head not moved
                         // into the state and out again.
                         let (mut body, mut frames, mut len) = (body, FrameQueue::new(), 0);
@@ -248,7 +249,9 @@ where
                     }
                     let report = Arc::new(BodyReport::starting_at(started));
                     parts.extensions.insert(report.clone());
-                    let parser = if sse {
+                    let parser = if coded {
+                        Parser::Opaque
+                    } else if sse {
                         Parser::sse(hints::request_id(&parts.headers), *this.known_api)
                     } else {
                         Parser::json()

@@ -85,6 +85,10 @@ pub(crate) enum Parser {
     Json(Box<JsonScanner>),
     /// The body was read whole and reported before the response was handed on.
     Read,
+    /// A body in a content coding (gzip, ...) that no layer below undid: passed on untouched.
+    /// Its first bytes count as content (the stream layer commits on them); its end says
+    /// nothing of a finish marker, so the report never claims one.
+    Opaque,
 }
 
 impl Parser {
@@ -111,6 +115,12 @@ impl Parser {
                 p.feed(chunk, report);
                 None
             }
+            Parser::Opaque => {
+                if !chunk.is_empty() {
+                    report.record_content();
+                }
+                None
+            }
             Parser::Read => None,
         }
     }
@@ -120,7 +130,7 @@ impl Parser {
         match self {
             Parser::Sse(p) => p.eof(report),
             Parser::Json(p) => p.eof(report),
-            Parser::Read => None,
+            Parser::Read | Parser::Opaque => None,
         }
     }
 

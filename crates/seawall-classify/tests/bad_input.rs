@@ -196,3 +196,32 @@ fn a_body_of_control_bytes_still_gives_a_readable_message() {
         assert!(err.message().starts_with("HTTP 100"), "{body:?}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_content_coding_header_is_never_read_as_words_of_the_error() {
+    // Whatever the header says, the coded body is not read and the header's text stays out of
+    // the message but for a short token.
+    for (coding, named) in [
+        ("br", "`br`"),
+        ("per day, insufficient_quota", "`unknown`"),
+        ("x-very-long-coding-name-indeed", "`unknown`"),
+    ] {
+        let err = error_of(
+            429,
+            &[("content-encoding", coding)],
+            r#"{"error":{"code":"insufficient_quota","message":"quota"}}"#,
+        )
+        .await;
+        assert_eq!(err.class(), FailureClass::RateLimited, "{coding}");
+        assert!(err.message().contains(named), "{coding}: {}", err.message());
+        assert_eq!(err.code(), None);
+    }
+    // `identity` is no coding: the body is read.
+    let err = error_of(
+        429,
+        &[("content-encoding", "identity")],
+        r#"{"error":{"code":"insufficient_quota","message":"quota"}}"#,
+    )
+    .await;
+    assert_eq!(err.class(), FailureClass::QuotaExhausted);
+}

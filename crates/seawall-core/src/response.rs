@@ -50,6 +50,33 @@ use once_cell::sync::OnceCell;
 use crate::error::{BoxError, LlmError};
 use crate::ratelimit::RateLimitSnapshot;
 
+/// The content coding of a response's body (`gzip`, `br`, `deflate`, `zstd`, ...), when it
+/// has one: `None` without a `content-encoding` header or with `identity`; `Some("unknown")`
+/// for a value that is not visible ASCII.
+///
+/// The layers that read a body read it as the API wrote it. A transport that asked for
+/// compression and did not undo it hands them bytes they cannot read: the classifier and the
+/// stream timeouts pass such a body on untouched, claiming nothing about its end, rather than
+/// take a whole, valid stream for a cut one (and the cache, the continuation and the repair
+/// turns, finding no answer in it, pass it on too). Decompress below them: `reqwest` with its
+/// `gzip` feature does, and so does tower-http's `DecompressionLayer`.
+///
+/// ```
+/// use http::header::{CONTENT_ENCODING, HeaderMap, HeaderValue};
+///
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(seawall_core::content_coding(&headers), None);
+/// headers.insert(CONTENT_ENCODING, HeaderValue::from_static("identity"));
+/// assert_eq!(seawall_core::content_coding(&headers), None);
+/// headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+/// assert_eq!(seawall_core::content_coding(&headers), Some("gzip"));
+/// ```
+pub fn content_coding(headers: &http::HeaderMap) -> Option<&str> {
+    let value = header(headers, &http::header::CONTENT_ENCODING)?;
+    let coding = value.to_str().map_or("unknown", str::trim_ascii);
+    (!coding.is_empty() && !coding.eq_ignore_ascii_case("identity")).then_some(coding)
+}
+
 /// How many values [`reserve_extensions`] makes room for.
 const EXTENSIONS_ROOM: usize = 7;
 

@@ -170,7 +170,11 @@ where
         let (parts, body) = resp.into_parts();
         let sse = is_event_stream(&parts).unwrap_or(call.streaming);
         let report = parts.extensions.get::<Arc<BodyReport>>().cloned();
-        let scan = (sse && report.is_none()).then(Box::<SseScan>::default);
+        // A body in a content coding cannot be scanned: its first bytes commit it, and its end
+        // is not checked for a finish marker (see `seawall_core::content_coding`).
+        let scan =
+            (sse && report.is_none() && seawall_core::content_coding(&parts.headers).is_none())
+                .then(Box::<SseScan>::default);
         Waiting {
             parts,
             body,
