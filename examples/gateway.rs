@@ -46,6 +46,10 @@
 //!   format of the API it called (OpenAI's `{"error":{...}}`, Anthropic's
 //!   `{"type":"error","error":{...}}`), with the same status for the same failure class. The
 //!   detail (the provider's message, a budget's limit and spend) goes to the log, redacted.
+//! - The gateway is the one retry loop. Every error it answers carries `x-should-retry: false`,
+//!   which the official OpenAI and Anthropic SDKs obey: without it, their default two retries
+//!   of a 429 or 5xx would send each failed call through the gateway's retries and fallbacks
+//!   three times. `retry-after` still says when a new call may succeed.
 //! - Request bodies are capped at [`MAX_REQUEST_BODY`] (413 beyond).
 //! - A model missing from the price table is refused with a 400, since its spend cannot be
 //!   counted; `GATEWAY_ALLOW_UNPRICED=1` prices such models at a default rate instead. One

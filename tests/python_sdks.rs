@@ -18,6 +18,7 @@ mod gateway;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,30 +38,40 @@ const CLIENT_KEY: &str = "sdk-client-key";
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// The first request to each path goes to a mock that fails every request with a 503, in the
-/// wire format of the path's API.
+/// wire format of the path's API; a request whose prompt carries [`QUOTA_MARKER`] goes to one
+/// whose quota for the gateway's key ran out.
 #[derive(Clone)]
 struct FirstAttemptFails {
     failing: MockUpstream,
+    no_quota: MockUpstream,
     seen: Arc<Mutex<HashSet<String>>>,
 }
+
+/// The marker of tests/sdk/check_sdks.py's prompts that meet an exhausted quota.
+const QUOTA_MARKER: &[u8] = b"QUOTA-EXHAUSTED-UPSTREAM";
+
+/// The gateway's own key at the upstream.
+const UPSTREAM_KEY: &str = "sk-upstream-key-of-the-gateway";
 
 async fn first_attempt_fails(
     State(faults): State<FirstAttemptFails>,
     req: Request,
     next: Next,
 ) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let no_quota = body.windows(QUOTA_MARKER.len()).any(|w| w == QUOTA_MARKER);
     let first = faults
         .seen
         .lock()
         .unwrap()
-        .insert(req.uri().path().to_owned());
-    if !first {
-        return next.run(req).await;
-    }
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-    let resp = faults
-        .failing
+        .insert(parts.uri.path().to_owned());
+    let upstream = match (no_quota, first) {
+        (true, _) => &faults.no_quota,
+        (false, true) => &faults.failing,
+        (false, false) => return next.run(Request::from_parts(parts, body.into())).await,
+    };
+    let resp = upstream
         .respond(http::Request::from_parts(parts, body))
         .await
         .unwrap_or_else(|never| match never {});
@@ -131,8 +142,10 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     // The upstream: calm, but the first attempt of each API fails.
     let calm = MockUpstream::new(Profile::default());
     let failing = MockUpstream::new(Profile::default().error(ErrorRule::random(503, 1.0)));
+    let no_quota = MockUpstream::new(Profile::default().exhausted_key(UPSTREAM_KEY));
     let faults = FirstAttemptFails {
         failing: failing.clone(),
+        no_quota: no_quota.clone(),
         seen: Arc::default(),
     };
     let router = seawall::mock::router(calm.clone())
@@ -149,12 +162,25 @@ async fn the_official_python_sdks_work_against_the_gateway() {
         anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
         allow_unpriced: false,
     };
-    let (openai, anthropic) =
-        gateway::mock_upstreams(upstream, "sk-upstream-key-of-the-gateway").unwrap();
+    let (openai, anthropic) = gateway::mock_upstreams(upstream, UPSTREAM_KEY).unwrap();
     let providers = gateway::Providers::new(Some(openai), Some(anthropic), &settings).unwrap();
     let listener = gateway::bind(&settings.addr, &settings.keys).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = gateway::app(providers, settings.keys);
+    // Requests the SDKs mark as retries of theirs (`x-stainless-retry-count` above 0).
+    let sdk_retries = Arc::new(AtomicUsize::new(0));
+    let seen = sdk_retries.clone();
+    let app = gateway::app(providers, settings.keys).layer(middleware::from_fn(
+        move |req: Request, next: Next| {
+            let retry = req
+                .headers()
+                .get("x-stainless-retry-count")
+                .is_some_and(|v| v.as_bytes() != b"0");
+            if retry {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            next.run(req)
+        },
+    ));
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let python = sdk_python().await;
@@ -184,6 +210,10 @@ async fn the_official_python_sdks_work_against_the_gateway() {
 
     // The faults happened, and the gateway absorbed them: one 503 per API, each retried.
     assert_eq!(failing.stats().server_errors, 2, "{stdout}");
+    // A call past the quota: the primary model and its fallback once each, per API, and no
+    // SDK retried it (nor anything else).
+    assert_eq!(no_quota.stats().requests, 4, "{stdout}");
+    assert_eq!(sdk_retries.load(Ordering::SeqCst), 0, "{stdout}");
     // OpenAI: a completion and a stream; Anthropic: a message and two streams. Models,
     // refused keys and unpriced models never reach the upstream.
     assert_eq!(calm.stats().requests, 5, "{stdout}");

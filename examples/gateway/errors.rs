@@ -70,12 +70,18 @@ impl PublicError {
         }
     }
 
-    /// The error as a complete response in `dialect`, with `retry-after` when known.
+    /// The error as a complete response in `dialect`, with `retry-after` when known, and
+    /// `x-should-retry: false`: the gateway already retried what a retry could help, so the
+    /// SDKs (which obey that header) must not multiply it.
     pub(crate) fn response(&self, dialect: Dialect, retry_after: Option<u64>) -> Response {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            HeaderName::from_static("x-should-retry"),
+            HeaderValue::from_static("false"),
         );
         if let Some(secs) = retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));

@@ -10,7 +10,8 @@ be run by hand against `cargo run --example gateway`:
 
 Every check asserts on what it got and the script exits non-zero, naming each failed check,
 if any fails. The SDKs' own retries are off (max_retries=0): the gateway alone handles
-faults, so a fault that reached the SDK would fail a check.
+faults, so a fault that reached the SDK would fail a check. The last check leaves them at
+their default, to see that the gateway's errors stop them.
 """
 
 import os
@@ -32,6 +33,8 @@ URL = os.environ.get("SEAWALL_GATEWAY_URL", "http://127.0.0.1:8080").rstrip("/")
 # Any non-empty key works against a gateway without GATEWAY_KEYS.
 KEY = os.environ.get("SEAWALL_GATEWAY_KEY") or "no-key-needed"
 PROMPT = [{"role": "user", "content": "Say hello."}]
+# A prompt carrying it is answered by an upstream whose quota ran out (tests/python_sdks.rs).
+QUOTA_MARKER = "QUOTA-EXHAUSTED-UPSTREAM"
 
 oa = openai.OpenAI(base_url=f"{URL}/v1", api_key=KEY, max_retries=0, timeout=30.0)
 an = anthropic.Anthropic(base_url=URL, api_key=KEY, max_retries=0, timeout=30.0)
@@ -166,6 +169,29 @@ def anthropic_errors():
     return "BadRequestError (unpriced model), AuthenticationError (wrong key)"
 
 
+def sdk_retries_stop_at_the_gateway():
+    """The gateway is the one retry loop: its errors say `x-should-retry: false`, so each SDK,
+    at its default two retries, makes one attempt at a call whose upstream quota ran out (a
+    429 it would otherwise retry). A prompt with QUOTA_MARKER meets an exhausted quota
+    upstream, and tests/python_sdks.rs counts the attempts that arrive marked as retries
+    (`x-stainless-retry-count`). This check runs last: the quota opens the gateway's circuit
+    for the models it tried."""
+    prompt = [{"role": "user", "content": f"{QUOTA_MARKER} Say hello."}]
+    client = openai.OpenAI(base_url=f"{URL}/v1", api_key=KEY, timeout=30.0)
+    try:
+        client.chat.completions.create(model="gpt-4o", max_tokens=8, messages=prompt)
+        raise CheckFailed("a call past the quota was answered")
+    except openai.RateLimitError as e:
+        expect(e.response.headers.get("x-should-retry") == "false", f"headers {e.response.headers}")
+    client = anthropic.Anthropic(base_url=URL, api_key=KEY, timeout=30.0)
+    try:
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=prompt)
+        raise CheckFailed("a call past the quota was answered")
+    except anthropic.RateLimitError as e:
+        expect(e.response.headers.get("x-should-retry") == "false", f"headers {e.response.headers}")
+    return "RateLimitError with x-should-retry: false, at the SDKs' default retries"
+
+
 CHECKS = [
     openai_chat_complete,
     openai_chat_stream,
@@ -175,6 +201,7 @@ CHECKS = [
     anthropic_stream,
     anthropic_models,
     anthropic_errors,
+    sdk_retries_stop_at_the_gateway,
 ]
 
 
