@@ -327,6 +327,14 @@ const DAY_PHRASES: &[&str] = &["per-day", "per day", "daily limit", "daily quota
 /// A 400 that refuses the caller, not the request: Gemini's free tier or the API itself not
 /// served where the caller is (`FAILED_PRECONDITION`). Another provider may serve it.
 const REGION_PHRASES: &[&str] = &["location is not supported", "not available in your country"];
+/// A 400 (or an odd 4xx) that refuses the key: xAI's "Incorrect API key provided" with a code
+/// that names only the argument, Cohere's 498 "invalid api token".
+const KEY_PHRASES: &[&str] = &[
+    "incorrect api key",
+    "invalid api key",
+    "invalid api token",
+    "api key not valid",
+];
 const CONTEXT_NAMES: &[&str] = &[
     "context_length_exceeded",
     "request_too_large",
@@ -433,7 +441,9 @@ fn generic_name_class(name: &str) -> Option<FailureClass> {
         | "permissiondeniederror"
         | "api_key_service_blocked" => PermissionDenied,
         "not_found_error" | "not_found" | "model_not_found" | "deploymentnotfound"
-        | "notfounderror" => NotFound,
+        | "notfounderror"
+        // Groq's retired models: another model serves the call.
+        | "model_decommissioned" => NotFound,
         "invalid_request_error"
         | "invalid_request"
         | "bad_request"
@@ -515,6 +525,7 @@ impl Signals {
                             | FailureClass::NotFound
                     )
                 })
+                .or_else(|| contains_any(&msg, KEY_PHRASES).then_some(FailureClass::Authentication))
                 .or_else(|| {
                     contains_any(&msg, REGION_PHRASES).then_some(FailureClass::PermissionDenied)
                 }),

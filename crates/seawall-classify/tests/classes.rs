@@ -350,6 +350,11 @@ fn refusal_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (400, google(400, "FAILED_PRECONDITION", "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.", None), PermissionDenied, "400"),
         // A malformed request stays one.
         (400, google(400, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified", Some("BAD_REQUEST")), InvalidRequest, "400"),
+        // xAI refuses a bad key with a 400 whose code names only the argument; Cohere with a 498.
+        (400, r#"{"code":"Client specified an invalid argument","error":"Incorrect API key provided: xa***yz. You can obtain an API key from https://console.x.ai."}"#.to_owned(), Authentication, ""),
+        (498, r#"{"message":"invalid api token"}"#.to_owned(), Authentication, ""),
+        // Groq's retired model: another model serves the call.
+        (400, openai("The model `mixtral-8x7b-32768` has been decommissioned and is no longer supported.", "invalid_request_error", "model_decommissioned"), NotFound, "model_decommissioned"),
         // A router's unknown model, sent as a 400.
         (400, openai("The requested model 'gpt-9' does not exist.", "invalid_request_error", "model_not_found"), NotFound, "model_not_found"),
         // OpenRouter's daily cap on free models: no hint of when, so not a rate limit to wait out.

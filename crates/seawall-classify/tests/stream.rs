@@ -849,3 +849,32 @@ proptest! {
         );
     }
 }
+
+#[tokio::test]
+async fn a_routers_error_chunk_ends_the_stream_as_the_failure_it_names() {
+    // OpenRouter reports a failure mid-stream as a chunk with a top-level `error` and
+    // `finish_reason: "error"`, then `[DONE]`: not an answer that finished.
+    let after_content = concat!(
+        "data: {\"id\":\"gen-1\",\"object\":\"chat.completion.chunk\",\"model\":\"openai/gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"gen-1\",\"object\":\"chat.completion.chunk\",\"model\":\"openai/gpt-4o\",\"provider\":\"openai\",\"error\":{\"code\":\"server_error\",\"message\":\"Provider disconnected unexpectedly\"},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let before_content = concat!(
+        ": OPENROUTER PROCESSING\n\n",
+        "data: {\"id\":\"gen-1\",\"object\":\"chat.completion.chunk\",\"model\":\"openai/gpt-4o\",\"error\":{\"code\":502,\"message\":\"Provider returned error\"},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    for (body, want) in [
+        (after_content, FailureClass::StreamInterrupted),
+        (before_content, FailureClass::ServerError),
+    ] {
+        let resp = run_request(
+            chat_request(true),
+            sse_response(Chunks::one(body.to_owned())),
+        )
+        .await
+        .unwrap();
+        let (class, _, _) = summarize(resp).await.error.expect("the stream failed");
+        assert_eq!(class, want, "{body}");
+    }
+}
