@@ -27,7 +27,10 @@
 //!   answer with nothing in it. The first is the failure the object names (its numeric
 //!   `status` or `code`, else its words, else `ServerError`); the second is
 //!   `EmptyResponse`. Both are then ordinary `Err`s that retry and fallback act on, since
-//!   nothing reached the caller. A larger answer passes through unread.
+//!   nothing reached the caller. A larger answer passes through unread. Chat Completions,
+//!   Messages and Responses API answers are read alike (a Responses answer's finish reason is
+//!   its `incomplete_details.reason`, or a natural stop once `completed`; one that finished
+//!   with no `output` items is empty; a background one still `queued` is not).
 //! - **Transport errors** are classified from their source chain
 //!   ([`classify_transport_error`]).
 //!

@@ -214,3 +214,51 @@ async fn an_answer_the_content_filter_stopped_before_any_content_is_not_retried(
     assert_eq!(bytes, partial.as_bytes());
     assert_eq!(report.finish_reason(), Some(&FinishReason::ContentFilter));
 }
+
+/// A Responses API answer (`POST /v1/responses`) with `status`, `incomplete_details` and
+/// `output` items as given.
+fn response_object(status: &str, incomplete: &str, output: &str) -> String {
+    format!(
+        r#"{{"id":"resp_1","object":"response","created_at":1741476542,"status":"{status}","error":null,"incomplete_details":{incomplete},"model":"gpt-4.1","output":{output},"usage":{{"input_tokens":36,"input_tokens_details":{{"cached_tokens":0}},"output_tokens":3,"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":39}}}}"#
+    )
+}
+
+#[tokio::test]
+async fn responses_api_answers_report_how_they_finished_and_an_empty_one_fails() {
+    let message = r#"[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hi","annotations":[]}]}]"#;
+    let length = r#"{"reason":"max_output_tokens"}"#;
+    let filtered = r#"{"reason":"content_filter"}"#;
+    for (body, finish) in [
+        (
+            response_object("completed", "null", message),
+            FinishReason::Stop,
+        ),
+        (
+            response_object("incomplete", length, message),
+            FinishReason::Length,
+        ),
+        // Stopped at the limit before any output (reasoning used it up): an answer to continue.
+        (
+            response_object("incomplete", length, "[]"),
+            FinishReason::Length,
+        ),
+        (
+            response_object("incomplete", filtered, message),
+            FinishReason::ContentFilter,
+        ),
+    ] {
+        let (_, report) = outcome(&body).await.expect(&body);
+        assert_eq!(report.finish_reason(), Some(&finish), "{body}");
+        assert_eq!(report.usage().map(|u| u.output_tokens), Some(3));
+    }
+    // Finished with nothing: empty, or stopped by the content filter.
+    let empty = outcome(&response_object("completed", "null", "[]")).await;
+    assert_eq!(empty.unwrap_err().class(), FailureClass::EmptyResponse);
+    let refused = outcome(&response_object("incomplete", filtered, "[]")).await;
+    assert_eq!(refused.unwrap_err().class(), FailureClass::ContentFiltered);
+    // A background answer that has not started holds nothing yet, and is no failure.
+    let (_, report) = outcome(&response_object("queued", "null", "[]"))
+        .await
+        .expect("a queued answer");
+    assert_eq!(report.finish_reason(), None);
+}

@@ -40,11 +40,24 @@ struct WholeBody<'a> {
     /// Anthropic's content blocks.
     #[serde(default)]
     content: Option<Output>,
+    /// The Responses API's `status`, `incomplete_details` and `output` items.
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    incomplete_details: Option<IncompleteWire<'a>>,
+    #[serde(default)]
+    output: Option<Output>,
     /// An error object in a `200` (`null` reads as `None`).
     #[serde(default)]
     error: Option<Value>,
     #[serde(borrow, default)]
     request_id: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct IncompleteWire<'a> {
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize, Clone, Copy)]
@@ -177,6 +190,12 @@ pub(super) struct Facts<'a> {
     pub(super) kind: Option<Cow<'a, str>>,
     /// Whether Anthropic's `content` carries output.
     pub(super) content: bool,
+    /// The Responses API's `status` (`completed`, `incomplete`, `in_progress`, ...).
+    pub(super) status: Option<Cow<'a, str>>,
+    /// The Responses API's `incomplete_details.reason`.
+    pub(super) incomplete: Option<Cow<'a, str>>,
+    /// `Some(any item carries output)` when there is a Responses API `output` array.
+    pub(super) output: Option<bool>,
 }
 
 impl WholeBody<'_> {
@@ -199,6 +218,13 @@ impl WholeBody<'_> {
             object: self.object.as_deref().map(Cow::Borrowed),
             kind: self.kind.as_deref().map(Cow::Borrowed),
             content: self.content.is_some_and(|c| c.0),
+            status: self.status.as_deref().map(Cow::Borrowed),
+            incomplete: self
+                .incomplete_details
+                .as_ref()
+                .and_then(|d| d.reason.as_deref())
+                .map(Cow::Borrowed),
+            output: self.output.map(|o| o.0),
         }
     }
 
@@ -219,13 +245,34 @@ impl WholeBody<'_> {
 }
 
 impl Facts<'_> {
-    /// Fills the report's model, usage and finish reason.
+    /// Whether this is a Responses API answer that finished (`completed` or `incomplete`; a
+    /// background one is `queued` or `in_progress`, with nothing in it yet).
+    fn finished_response(&self) -> bool {
+        self.object.as_deref() == Some("response")
+            && matches!(self.status.as_deref(), Some("completed" | "incomplete"))
+    }
+
+    /// The finish word: the first choice's, else `stop_reason`, else a finished Responses API
+    /// answer's (its `incomplete_details.reason`, or a natural stop when `completed`), as the
+    /// stream parser reads `response.completed` and `response.incomplete`.
+    fn finish_word(&self) -> Option<&str> {
+        self.finish.as_deref().or_else(|| {
+            if !self.finished_response() {
+                return None;
+            }
+            match self.status.as_deref() {
+                Some("completed") => Some("stop"),
+                _ => self.incomplete.as_deref(),
+            }
+        })
+    }
+
     /// What the report records: the model, the usage, the finish reason.
     fn recorded(&self) -> (Option<&str>, Option<Usage>, Option<FinishReason>) {
         (
             self.model.as_deref(),
             self.usage.map(|u| u.to_usage()),
-            self.finish.as_deref().map(FinishReason::from_provider),
+            self.finish_word().map(FinishReason::from_provider),
         )
     }
 
@@ -258,6 +305,8 @@ impl Facts<'_> {
         let empty = match (self.choices, self.object.as_deref(), self.kind.as_deref()) {
             (Some(output), _, _) => !output,
             (None, Some("chat.completion" | "text_completion"), _) => true,
+            // A finished Responses API answer with no output items.
+            (None, Some("response"), _) => self.finished_response() && self.output != Some(true),
             (None, _, Some("message")) => !self.content,
             _ => false,
         };
@@ -318,6 +367,9 @@ pub(super) fn serde_facts(body: &[u8]) -> Option<(Facts<'static>, bool)> {
         object: owned(f.object),
         kind: owned(f.kind),
         content: f.content,
+        status: owned(f.status),
+        incomplete: owned(f.incomplete),
+        output: f.output,
     };
     Some((facts, whole.error.is_some()))
 }

@@ -160,6 +160,9 @@ fn top<'a>(s: &mut JsonCursor<'a>, facts: &mut Facts<'a>) -> Option<()> {
     const CONTENT: u32 = 7;
     const ERROR: u32 = 8;
     const REQUEST_ID: u32 = 9;
+    const STATUS: u32 = 10;
+    const INCOMPLETE: u32 = 11;
+    const OUTPUT: u32 = 12;
     let mut seen = Seen::default();
     // `usage`, else `response.usage`: each `Some` when present and not `null`.
     let mut usage: Option<Option<RawUsage>> = None;
@@ -244,6 +247,37 @@ fn top<'a>(s: &mut JsonCursor<'a>, facts: &mut Facts<'a>) -> Option<()> {
             seen.first(REQUEST_ID)?;
             if !s.null()? {
                 s.string()?;
+            }
+            Some(())
+        }
+        b"status" => {
+            seen.first(STATUS)?;
+            facts.status = text(s)?;
+            Some(())
+        }
+        b"incomplete_details" => {
+            seen.first(INCOMPLETE)?;
+            if s.null()? {
+                return Some(());
+            }
+            // serde's derive also reads a struct from an array: left to it.
+            if s.kind()? != JsonKind::Object {
+                return None;
+            }
+            let mut inner = Seen::default();
+            s.object(|s, name| match name {
+                b"reason" => {
+                    inner.first(0)?;
+                    facts.incomplete = text(s)?;
+                    Some(())
+                }
+                _ => s.skip(2),
+            })
+        }
+        b"output" => {
+            seen.first(OUTPUT)?;
+            if !s.null()? {
+                facts.output = Some(output(s, 1)?);
             }
             Some(())
         }
@@ -437,10 +471,12 @@ mod tests {
     const OPENAI: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, world!","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":27,"completion_tokens":4,"total_tokens":31,"prompt_tokens_details":{"cached_tokens":3,"audio_tokens":0}}}"#;
     const ANTHROPIC: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_read_input_tokens":4,"cache_creation_input_tokens":0,"output_tokens":6}}"#;
     const RESPONSES: &str = r#"{"object":"response","response":{"usage":{"input_tokens":5,"output_tokens":7,"input_tokens_details":{"cached_tokens":1}}},"model":"gpt-4.1"}"#;
+    /// A whole Responses API answer, as `POST /v1/responses` returns it.
+    const RESPONSE_OBJECT: &str = r#"{"id":"resp_1","object":"response","created_at":1741476542,"status":"incomplete","error":null,"incomplete_details":{"reason":"max_output_tokens"},"model":"gpt-4.1-2025-04-14","output":[{"type":"message","id":"msg_1","status":"incomplete","role":"assistant","content":[{"type":"output_text","text":"In a","annotations":[]}]}],"usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":39}}"#;
 
     #[test]
     fn the_usual_answers_are_scanned_with_serdes_facts() {
-        for body in [OPENAI, ANTHROPIC, RESPONSES] {
+        for body in [OPENAI, ANTHROPIC, RESPONSES, RESPONSE_OBJECT] {
             assert!(whole(body.as_bytes()).is_some(), "{body}");
             agree(body.as_bytes());
         }
@@ -499,6 +535,7 @@ mod tests {
             Just("message"),
             Just("tool_calls"),
             Just("refusal"),
+            Just("reason"),
             Just("x"),
         ];
         prop_oneof![
@@ -527,6 +564,9 @@ mod tests {
             Just("error"),
             Just("request_id"),
             Just("id"),
+            Just("status"),
+            Just("incomplete_details"),
+            Just("output"),
         ];
         let word = prop_oneof![
             Just("\"stop\"".to_owned()),
@@ -535,6 +575,11 @@ mod tests {
             Just("\"chat.completion\"".to_owned()),
             Just("\"message\"".to_owned()),
             Just("\"text_completion\"".to_owned()),
+            Just("\"response\"".to_owned()),
+            Just("\"completed\"".to_owned()),
+            Just("\"incomplete\"".to_owned()),
+            Just("{\"reason\":\"content_filter\"}".to_owned()),
+            Just("[]".to_owned()),
             Just("null".to_owned()),
         ];
         let choice = proptest::collection::vec(
