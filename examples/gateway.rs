@@ -44,8 +44,12 @@
 //!   headers, organisation and project ids and request ids stay behind.
 //! - A failure reaches the client as an HTTP status and a class-level message, in the error
 //!   format of the API it called (OpenAI's `{"error":{...}}`, Anthropic's
-//!   `{"type":"error","error":{...}}`), with the same status for the same failure class. The
-//!   detail (the provider's message, a budget's limit and spend) goes to the log, redacted.
+//!   `{"type":"error","error":{...}}`), with the same status for the same failure class. In
+//!   OpenAI's format it carries OpenAI's own names where clients branch on them: a spent quota
+//!   is type and code `insufficient_quota` (which async-openai's retry layer, for one, does not
+//!   retry), and the codes `rate_limit_exceeded` and `context_length_exceeded` mark a rate
+//!   limit and a prompt too long. The detail (the provider's message, a budget's limit and
+//!   spend) goes to the log, redacted.
 //! - The gateway is the one retry loop. Every error it answers carries `x-should-retry: false`,
 //!   which the official OpenAI and Anthropic SDKs obey: without it, their default two retries
 //!   of a 429 or 5xx would send each failed call through the gateway's retries and fallbacks

@@ -633,6 +633,12 @@ async fn a_rate_limit_reaches_each_client_in_its_own_error_format() {
     let a = post(run.gateway, &[], chat("gpt-4o")).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.body);
     assert_eq!(a.json()["error"]["type"], "rate_limited", "{}", a.body);
+    assert_eq!(
+        a.json()["error"]["code"],
+        "rate_limit_exceeded",
+        "{}",
+        a.body
+    );
     assert!(a.json().get("type").is_none(), "{}", a.body);
 }
 
@@ -808,4 +814,63 @@ async fn one_daily_budget_covers_both_apis() {
     let other = start(Profile::default(), settings("", false)).await;
     let a = post_messages(other.gateway, &[], sonnet).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+}
+
+#[tokio::test]
+async fn openai_clients_get_openais_codes_and_a_spent_quota_they_do_not_retry() {
+    global_log();
+    bounded(async {
+        let quota = || Profile::default().exhausted_key(UPSTREAM_KEY);
+        let run = start(quota(), settings("", false)).await;
+        let a = post(run.gateway, &[], chat("gpt-4o")).await;
+        assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.body);
+        assert_eq!(
+            a.json()["error"]["type"],
+            "insufficient_quota",
+            "{}",
+            a.body
+        );
+        assert_eq!(
+            a.json()["error"]["code"],
+            "insufficient_quota",
+            "{}",
+            a.body
+        );
+        assert_eq!(a.headers["x-should-retry"], "false");
+
+        // A prompt past every model's window: OpenAI's code for it, which clients branch on.
+        let context = start(Profile::default().context_window(8), settings("", false)).await;
+        let a = post(context.gateway, &[], chat("gpt-4o")).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.body);
+        assert_eq!(
+            a.json()["error"]["code"],
+            "context_length_exceeded",
+            "{}",
+            a.body
+        );
+
+        // async-openai's own retry layer retries every 429 but OpenAI's `insufficient_quota`:
+        // through it, a client makes one call and gets the quota error, not the gateway's open
+        // circuit on a retry.
+        use async_openai::middleware::{ReqwestService, retry::OpenAIRetryLayer};
+        let run = start(quota(), settings("", false)).await;
+        let service = tower::ServiceBuilder::new()
+            .layer(OpenAIRetryLayer::new(2))
+            .service(ReqwestService::new(reqwest::Client::new()));
+        let config = async_openai::config::OpenAIConfig::new()
+            .with_api_base(format!("http://{}/v1", run.gateway))
+            .with_api_key("any");
+        let client = async_openai::Client::with_config(config).with_http_service(service);
+        let request: async_openai::types::chat::CreateChatCompletionRequest =
+            serde_json::from_str(&chat("gpt-4o")).unwrap();
+        let err = client.chat().create(request).await.unwrap_err();
+        let async_openai::error::OpenAIError::ApiError(e) = err else {
+            panic!("an API error: {err:?}");
+        };
+        assert_eq!(e.status_code.as_u16(), 429, "{e}");
+        assert_eq!(e.api_error.r#type.as_deref(), Some("insufficient_quota"));
+        // The primary model and the fallback, once each.
+        assert_eq!(run.upstream.stats().requests, 2);
+    })
+    .await;
 }

@@ -100,8 +100,19 @@ fn public_error(e: &LlmError) -> PublicError {
             code: Some("model_not_available"),
         };
     }
+    // OpenAI's own names for a spent quota: clients tell it from a rate limit by them
+    // (async-openai's retry layer retries every other 429).
+    if e.class() == QuotaExhausted {
+        return PublicError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "insufficient_quota",
+            message: "The gateway's upstream quota is used up. Retrying will not help until \
+                      it is restored.",
+            code: Some("insufficient_quota"),
+        };
+    }
     let (status, message) = match e.class() {
-        RateLimited | QuotaExhausted => (
+        RateLimited => (
             StatusCode::TOO_MANY_REQUESTS,
             "Too many requests. Please try again later.",
         ),
@@ -151,7 +162,16 @@ fn public_error(e: &LlmError) -> PublicError {
         status,
         kind: e.class().as_str(),
         message,
-        code: None,
+        code: openai_code(e.class()),
+    }
+}
+
+/// OpenAI's error code for a class, where it has one that clients branch on.
+fn openai_code(class: FailureClass) -> Option<&'static str> {
+    match class {
+        FailureClass::RateLimited => Some("rate_limit_exceeded"),
+        FailureClass::ContextLengthExceeded => Some("context_length_exceeded"),
+        _ => None,
     }
 }
 
