@@ -243,11 +243,24 @@ fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
         }
         None => response.provider_error(),
     };
-    let class = if dialect == Dialect::Status || coding.is_some() {
+    let mut class = if dialect == Dialect::Status || coding.is_some() {
         class_of_status(status.as_u16())
     } else {
         class_of(status.as_u16(), &parsed)
     };
+    // A limit of the day named in words, with no hint of when to come back in the body or the
+    // headers (OpenRouter's `free-models-per-day`): not over within any call's retries. A hint
+    // anywhere (Groq's "try again in 6s" for its rolling day) keeps it a rate limit.
+    if class == FailureClass::RateLimited
+        && status == StatusCode::TOO_MANY_REQUESTS
+        && dialect != Dialect::Status
+        && names_a_day(parsed.message())
+        && parsed.retry_delay().is_none()
+        && hints::retry_after_from_message(parsed.message().unwrap_or("")).is_none()
+        && hints::retry_after_from_headers(response.headers, response.now).is_none()
+    {
+        class = FailureClass::QuotaExhausted;
+    }
     let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
     response.decorate_with(err, dialect)
 }
@@ -321,9 +334,12 @@ const QUOTA_PHRASES: &[&str] = &[
     "account is not active",
     "api usage limit",
 ];
-/// A limit of the day ("free-models-per-day", "requests per day"): with no hint of when to come
-/// back, a 429 that names one is not over within any call's retries.
+/// A limit of the day ("free-models-per-day", "requests per day").
 const DAY_PHRASES: &[&str] = &["per-day", "per day", "daily limit", "daily quota"];
+
+fn names_a_day(message: Option<&str>) -> bool {
+    message.is_some_and(|m| contains_any(&m.to_ascii_lowercase(), DAY_PHRASES))
+}
 /// A 400 that refuses the caller, not the request: Gemini's free tier or the API itself not
 /// served where the caller is (`FAILED_PRECONDITION`). Another provider may serve it.
 const REGION_PHRASES: &[&str] = &["location is not supported", "not available in your country"];
@@ -491,8 +507,6 @@ pub fn class_of_status(status: u16) -> FailureClass {
 
 struct Signals {
     quota: bool,
-    /// Words of a limit of the day.
-    daily: bool,
     /// A name (or words) refusing the caller's key, region or model rather than the request:
     /// `Authentication`, `PermissionDenied` or `NotFound`.
     access: Option<FailureClass>,
@@ -513,7 +527,6 @@ impl Signals {
         let quota_named = has(QUOTA_NAMES);
         Signals {
             quota: quota_named || contains_any(&msg, QUOTA_PHRASES),
-            daily: contains_any(&msg, DAY_PHRASES),
             access: names
                 .iter()
                 .filter_map(|n| generic_name_class(n))
@@ -562,7 +575,7 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
         // named quota code is final, and so is a quota of the day (Google's `QuotaFailure`
         // naming a per-day quota), whatever delay comes with it.
         429 if s.quota_named || e.daily_quota() => QuotaExhausted,
-        429 if (s.quota || s.daily)
+        429 if s.quota
             && e.retry_delay().is_none()
             && hints::retry_after_from_message(e.message().unwrap_or("")).is_none() =>
         {

@@ -373,6 +373,19 @@ fn refusal_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
 fn errors_that_refuse_the_key_the_region_or_the_day_say_so_whatever_their_status() {
     check("refusal/auto", &AutoClassifier, &refusal_rows());
     check("refusal/openai", &OpenAiClassifier, &refusal_rows());
+
+    // A limit of the day with a server's hint of when to come back: a rate limit, retried
+    // after it.
+    let day = r#"{"error":{"code":429,"message":"Rate limit exceeded: free-models-per-day."}}"#;
+    let mut headers = HeaderMap::new();
+    headers.insert("retry-after", http::HeaderValue::from_static("30"));
+    let err = AutoClassifier.classify_response(&ErrorResponse::new(
+        http::StatusCode::TOO_MANY_REQUESTS,
+        &headers,
+        day.as_bytes(),
+    ));
+    assert_eq!(err.class(), RateLimited);
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(30)));
 }
 
 /// A Gemini 429 as its API sends it: Google's error model, the quota that ran out named in a
