@@ -100,21 +100,15 @@ fn public_error(e: &LlmError) -> PublicError {
             code: Some("model_not_available"),
         };
     }
-    // OpenAI's own names for a spent quota: clients tell it from a rate limit by them
-    // (async-openai's retry layer retries every other 429).
-    if e.class() == QuotaExhausted {
-        return PublicError {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            kind: "insufficient_quota",
-            message: "The gateway's upstream quota is used up. Retrying will not help until \
-                      it is restored.",
-            code: Some("insufficient_quota"),
-        };
-    }
     let (status, message) = match e.class() {
         RateLimited => (
             StatusCode::TOO_MANY_REQUESTS,
             "Too many requests. Please try again later.",
+        ),
+        QuotaExhausted => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "The gateway's upstream quota is used up. Retrying will not help until it is \
+             restored.",
         ),
         BudgetExceeded => (
             StatusCode::PAYMENT_REQUIRED,
@@ -158,20 +152,24 @@ fn public_error(e: &LlmError) -> PublicError {
         // client's request is not at fault.
         _ => (StatusCode::BAD_GATEWAY, "The upstream service failed."),
     };
+    let (kind, code) = openai_names(e.class());
     PublicError {
         status,
-        kind: e.class().as_str(),
+        kind,
         message,
-        code: openai_code(e.class()),
+        code,
     }
 }
 
-/// OpenAI's error code for a class, where it has one that clients branch on.
-fn openai_code(class: FailureClass) -> Option<&'static str> {
+/// The OpenAI format's type and code for a class: OpenAI's own where clients branch on them
+/// (a spent quota is `insufficient_quota`, which async-openai's retry layer, unlike every other
+/// 429, does not retry), else the class's name and no code.
+fn openai_names(class: FailureClass) -> (&'static str, Option<&'static str>) {
     match class {
-        FailureClass::RateLimited => Some("rate_limit_exceeded"),
-        FailureClass::ContextLengthExceeded => Some("context_length_exceeded"),
-        _ => None,
+        FailureClass::QuotaExhausted => ("insufficient_quota", Some("insufficient_quota")),
+        FailureClass::RateLimited => (class.as_str(), Some("rate_limit_exceeded")),
+        FailureClass::ContextLengthExceeded => (class.as_str(), Some("context_length_exceeded")),
+        _ => (class.as_str(), None),
     }
 }
 

@@ -243,26 +243,26 @@ fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
         }
         None => response.provider_error(),
     };
-    let mut class = if dialect == Dialect::Status || coding.is_some() {
+    let class = if dialect == Dialect::Status || coding.is_some() {
         class_of_status(status.as_u16())
     } else {
         class_of(status.as_u16(), &parsed)
     };
-    // A limit of the day named in words, with no hint of when to come back in the body or the
-    // headers (OpenRouter's `free-models-per-day`): not over within any call's retries. A hint
-    // anywhere (Groq's "try again in 6s" for its rolling day) keeps it a rate limit.
+    let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
+    let err = response.decorate_with(err, dialect);
+    // A limit of the day named in words, with no hint of when to come back (in the body's
+    // details, its words or the headers: the error's own delay, read once above; OpenRouter's
+    // `free-models-per-day`), is not over within any call's retries. A hint (Groq's "try
+    // again in 6s" for its rolling day) keeps it a rate limit.
     if class == FailureClass::RateLimited
         && status == StatusCode::TOO_MANY_REQUESTS
         && dialect != Dialect::Status
+        && err.retry_after().is_none()
         && names_a_day(parsed.message())
-        && parsed.retry_delay().is_none()
-        && hints::retry_after_from_message(parsed.message().unwrap_or("")).is_none()
-        && hints::retry_after_from_headers(response.headers, response.now).is_none()
     {
-        class = FailureClass::QuotaExhausted;
+        return err.with_class(FailureClass::QuotaExhausted);
     }
-    let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
-    response.decorate_with(err, dialect)
+    err
 }
 
 /// Builds the error of a class from a parsed body: message (or the status's reason), code,

@@ -257,12 +257,10 @@ impl Facts<'_> {
     /// stream parser reads `response.completed` and `response.incomplete`.
     fn finish_word(&self) -> Option<&str> {
         self.finish.as_deref().or_else(|| {
-            if !self.finished_response() {
-                return None;
-            }
-            match self.status.as_deref() {
-                Some("completed") => Some("stop"),
-                _ => self.incomplete.as_deref(),
+            match (self.object.as_deref()?, self.status.as_deref()?) {
+                ("response", "completed") => Some("stop"),
+                ("response", "incomplete") => self.incomplete.as_deref(),
+                _ => None,
             }
         })
     }
@@ -344,9 +342,8 @@ pub(crate) fn read_whole(body: &[u8], report: &mut BodyReport) -> Option<Verdict
         }
     };
     if matches!(verdict, Verdict::Answer) {
-        if body.iter().any(|b| !b.is_ascii_whitespace()) {
-            report.record_content();
-        }
+        // Not blank (checked above): there is content.
+        report.record_content();
         report.set_finished();
     }
     Some(verdict)
