@@ -341,8 +341,13 @@ fn names_a_day(message: Option<&str>) -> bool {
     message.is_some_and(|m| contains_any(&m.to_ascii_lowercase(), DAY_PHRASES))
 }
 /// A 400 that refuses the caller, not the request: Gemini's free tier or the API itself not
-/// served where the caller is (`FAILED_PRECONDITION`). Another provider may serve it.
-const REGION_PHRASES: &[&str] = &["location is not supported", "not available in your country"];
+/// served where the caller is (`FAILED_PRECONDITION`), OpenAI's models that an organization
+/// must be verified to use or to stream. Another provider or model may serve it.
+const CALLER_PHRASES: &[&str] = &[
+    "location is not supported",
+    "not available in your country",
+    "organization must be verified",
+];
 /// A 400 (or an odd 4xx) that refuses the key: xAI's "Incorrect API key provided" with a code
 /// that names only the argument, Cohere's 498 "invalid api token".
 const KEY_PHRASES: &[&str] = &[
@@ -402,6 +407,8 @@ const CONTEXT_PHRASES: &[&str] = &[
     "too many tokens: total number of tokens",
     "too many tokens: size limit exceeded",
 ];
+/// OpenAI's words for one request over the key's per-minute token limit, sent with a 429.
+const TOO_LARGE_PHRASE: &str = "request too large";
 const CONTENT_NAMES: &[&str] = &[
     "content_policy_violation",
     "content_filter",
@@ -513,6 +520,8 @@ struct Signals {
     /// The quota signal is a code or type, not just words in the message.
     quota_named: bool,
     context: bool,
+    /// One request larger than the key's whole per-minute token limit: no wait lets it through.
+    too_large: bool,
     content: bool,
     overloaded: bool,
     timeout: bool,
@@ -540,10 +549,11 @@ impl Signals {
                 })
                 .or_else(|| contains_any(&msg, KEY_PHRASES).then_some(FailureClass::Authentication))
                 .or_else(|| {
-                    contains_any(&msg, REGION_PHRASES).then_some(FailureClass::PermissionDenied)
+                    contains_any(&msg, CALLER_PHRASES).then_some(FailureClass::PermissionDenied)
                 }),
             quota_named,
             context: has(CONTEXT_NAMES) || contains_any(&msg, CONTEXT_PHRASES),
+            too_large: msg.contains(TOO_LARGE_PHRASE),
             content: has(CONTENT_NAMES) || contains_any(&msg, CONTENT_PHRASES),
             overloaded: has(OVERLOADED_NAMES) || msg.contains("overloaded"),
             timeout: has(TIMEOUT_NAMES),
@@ -581,6 +591,11 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
         {
             QuotaExhausted
         }
+        // OpenAI's 429 for one request over the key's tokens per minute ("Request too large for
+        // gpt-4o ... on tokens per min (TPM): Limit 30000, Requested 50000"): the 413 Groq sends
+        // for the same thing. Retried, it is refused again however long the wait; a smaller
+        // request, or a model or key with more room, serves it.
+        429 if s.too_large => ContextLengthExceeded,
         401 | 402 | 403 | 404 | 408 | 409 | 413 | 429 => class_of_status(status),
         400..=499 => {
             if s.quota {

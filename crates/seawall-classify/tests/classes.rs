@@ -48,6 +48,10 @@ fn openai_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (400, openai("This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens. Please reduce the length of the messages.", "invalid_request_error", "context_length_exceeded"), ContextLengthExceeded, "context_length_exceeded"),
         (400, r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}"#.to_owned(), ContextLengthExceeded, "BadRequestError"),
         (413, openai("Request too large for gpt-4o.", "invalid_request_error", "request_too_large"), ContextLengthExceeded, "request_too_large"),
+        // One request over the key's whole tokens per minute: OpenAI says so with a 429, Groq
+        // with a 413. No wait lets it through, so it is not a rate limit to wait out.
+        (429, openai("Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 50000. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.", "tokens", "rate_limit_exceeded"), ContextLengthExceeded, "rate_limit_exceeded"),
+        (413, openai("Request too large for model `llama-3.1-8b-instant` in organization `org_x` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 7000, please reduce your message size and try again.", "tokens", "rate_limit_exceeded"), ContextLengthExceeded, "rate_limit_exceeded"),
         (400, openai("Your request was rejected as a result of our safety system.", "invalid_request_error", "content_policy_violation"), ContentFiltered, "content_policy_violation"),
         (400, r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation"}}}"#.to_owned(), ContentFiltered, "content_filter"),
         (400, openai("Invalid value for 'temperature': must be <= 2.", "invalid_request_error", "invalid_value"), InvalidRequest, "invalid_value"),
@@ -348,6 +352,8 @@ fn refusal_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (400, google(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", Some("API_KEY_INVALID")), Authentication, "400"),
         (400, google(400, "FAILED_PRECONDITION", "User location is not supported for the API use.", None), PermissionDenied, "400"),
         (400, google(400, "FAILED_PRECONDITION", "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.", None), PermissionDenied, "400"),
+        // OpenAI's models an organization must be verified to stream: another model serves it.
+        (400, openai("Your organization must be verified to stream this model. Please go to: https://platform.openai.com/settings/organization/general and click on Verify Organization.", "invalid_request_error", "unsupported_value"), PermissionDenied, "unsupported_value"),
         // A malformed request stays one.
         (400, google(400, "INVALID_ARGUMENT", "* GenerateContentRequest.contents: contents is not specified", Some("BAD_REQUEST")), InvalidRequest, "400"),
         // xAI refuses a bad key with a 400 whose code names only the argument; Cohere with a 498.

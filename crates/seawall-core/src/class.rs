@@ -47,7 +47,8 @@ pub enum FailureClass {
     /// found before anything reaches the caller, so it can still be retried or sent to a
     /// fallback.
     EmptyResponse,
-    /// 400 `context_length_exceeded`, "prompt is too long", 413 `request_too_large`.
+    /// 400 `context_length_exceeded`, "prompt is too long", 413 `request_too_large`; a 429
+    /// "Request too large" (one request over the key's whole tokens per minute).
     ContextLengthExceeded,
     /// 400 content policy / content filter.
     ContentFiltered,
