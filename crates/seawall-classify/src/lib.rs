@@ -57,7 +57,9 @@
 //!   and may then close the connection) is `EmptyResponse`; blank lines before the document
 //!   are read past;
 //! - error events inside a stream, and error objects in a `200` JSON answer, are classified
-//!   by the built-in rules for both wire formats, whatever the [`Classifier`];
+//!   by the built-in rules for both wire formats, whatever the [`Classifier`]; so is an event
+//!   or answer that is itself an error object (vLLM's `{"object": "error", ...}`) and, in a
+//!   stream, Google's error objects in an array;
 //! - an answer that stopped at the token limit with no content is not `EmptyResponse`: the
 //!   same request would stop there again; one that the content filter stopped with no content
 //!   (`content_filter`, Anthropic's `refusal`) is `ContentFiltered`, never retried;

@@ -262,3 +262,19 @@ async fn responses_api_answers_report_how_they_finished_and_an_empty_one_fails()
         .expect("a queued answer");
     assert_eq!(report.finish_reason(), None);
 }
+
+#[tokio::test]
+async fn an_answer_that_is_itself_an_error_object_is_that_error() {
+    // vLLM and other OpenAI-compatible servers write an error as the whole document, with
+    // `"object": "error"` and no `error` member; its code and words name the class.
+    let body = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5100 tokens (100 in the messages, 5000 in the completion).","type":"BadRequestError","param":null,"code":400}"#;
+    let err = outcome(body).await.expect_err(body);
+    assert_eq!(err.class(), FailureClass::ContextLengthExceeded);
+    assert!(err.message().contains("maximum context length"));
+    let overloaded = r#"{"object":"error","message":"The engine is overloaded.","type":"ServiceUnavailableError","param":null,"code":503}"#;
+    let err = outcome(overloaded).await.expect_err(overloaded);
+    assert_eq!(err.class(), FailureClass::Overloaded);
+    // An answer is not one because a member is named `object`.
+    let answer = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"error"},"finish_reason":"stop"}]}"#;
+    assert!(outcome(answer).await.is_ok());
+}

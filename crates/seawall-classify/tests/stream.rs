@@ -755,6 +755,29 @@ async fn an_error_event_before_content_is_the_failure_its_status_names() {
 }
 
 #[tokio::test]
+async fn an_event_that_is_itself_an_error_object_ends_the_stream_as_that_error() {
+    // vLLM's error event is the error object itself (`"object": "error"`, no `error` member);
+    // Google's OpenAI-compatible API may send its error objects in an array.
+    let vllm = r#"{"object":"error","message":"The decoder prompt (length 5000) is longer than the maximum model length of 4096.","type":"BadRequestError","param":null,"code":400}"#;
+    let google = r#"[{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}]"#;
+    for (event, class) in [
+        (vllm, FailureClass::ContextLengthExceeded),
+        (google, FailureClass::Overloaded),
+    ] {
+        let body = format!("data: {event}\n\ndata: [DONE]\n\n");
+        let s = stream_of(vec![body.into_bytes()]).await;
+        assert_eq!(s.content_events, 0, "{event}");
+        assert_eq!(s.error.expect(event).0, class, "{event}");
+    }
+    // After content: the stream ends with it, interrupted.
+    let head = OPENAI_STREAM.split(": keep-alive").next().unwrap();
+    let hello = OPENAI_STREAM.lines().nth(4).unwrap();
+    let s = stream_of(vec![format!("{head}{hello}\n\ndata: {vllm}\n\n").into()]).await;
+    assert_eq!(s.content_events, 1);
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+}
+
+#[tokio::test]
 async fn a_stream_that_finishes_without_content_is_an_empty_response() {
     let openai = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",

@@ -173,6 +173,12 @@ impl SseScan {
     }
 
     fn event(&mut self, v: &Value, seen: &mut Seen) {
+        // vLLM's and other OpenAI-compatible servers' error event is the error object itself,
+        // its `type` the error's (`BadRequestError`), not an event's.
+        if v.get("object").and_then(Value::as_str) == Some("error") {
+            seen.error = Some(error_event_of(v));
+            return;
+        }
         if let Some(kind) = v.get("type").and_then(Value::as_str) {
             return self.typed_event(kind, v, seen);
         }
@@ -190,7 +196,7 @@ impl SseScan {
             }
             return;
         }
-        if let Some(e) = v.get("error") {
+        if let Some(e) = error_object(v) {
             seen.error = Some(error_event_of(e));
             return;
         }
@@ -296,6 +302,15 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(hay, needle)
 }
 
+/// The error an untyped event without choices holds: its `error` member, or the `error` of an
+/// element of an array (Google's `[{"error": ...}]`).
+fn error_object(v: &Value) -> Option<&Value> {
+    fn member(v: &Value) -> Option<&Value> {
+        v.get("error").filter(|e| !e.is_null())
+    }
+    member(v).or_else(|| v.as_array()?.iter().find_map(member))
+}
+
 /// An error event (`event: error` of Anthropic, `{"error":…}` of OpenAI-compatible servers) as
 /// an [`LlmError`]. A small mapping for stacks without a classifier; the classifier's is finer.
 fn error_event_of(e: &Value) -> LlmError {
@@ -398,6 +413,31 @@ mod tests {
             true,
         );
         assert_eq!(seen.error.unwrap().class(), FailureClass::ServerError);
+    }
+
+    #[test]
+    fn an_event_that_is_itself_an_error_object_is_an_error_not_content() {
+        for (event, class) in [
+            // vLLM: the error object is the event.
+            (
+                &b"data: {\"object\":\"error\",\"message\":\"too long\",\"type\":\"BadRequestError\",\"code\":400}\n\n"[..],
+                FailureClass::ServerError,
+            ),
+            // Google's error objects in an array.
+            (
+                b"data: [{\"error\":{\"code\":503,\"message\":\"busy\",\"type\":\"overloaded_error\"}}]\n\n",
+                FailureClass::Overloaded,
+            ),
+        ] {
+            for committed in [false, true] {
+                let seen = SseScan::default().feed(event, committed);
+                assert!(!seen.content);
+                assert_eq!(seen.error.map(|e| e.class()), Some(class));
+            }
+        }
+        // A null error is none.
+        let seen = SseScan::default().feed(b"data: {\"error\":null,\"id\":\"x\"}\n\n", false);
+        assert!(seen.error.is_none());
     }
 
     #[test]

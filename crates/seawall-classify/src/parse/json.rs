@@ -294,6 +294,15 @@ impl Facts<'_> {
         }
     }
 
+    /// The error of a body that is itself an error object, with no `error` member: vLLM's and
+    /// other OpenAI-compatible servers' `{"object": "error", "message": ..., "code": 400}`.
+    fn error_object(&self, body: &[u8]) -> Option<Verdict> {
+        (self.object.as_deref() == Some("error")).then(|| {
+            let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+            Verdict::Error(Box::new(ProviderError::from_value(&value)))
+        })
+    }
+
     /// The verdict on an answer without an error object.
     fn verdict(&self, report: &BodyReport) -> Verdict {
         // Stopped at the token limit: nothing to retry, the caller may ask for more.
@@ -331,11 +340,16 @@ pub(crate) fn read_whole(body: &[u8], report: &mut BodyReport) -> Option<Verdict
     }
     let verdict = if let Some(facts) = super::scan::whole(body) {
         facts.report(report);
-        facts.verdict(report)
+        facts
+            .error_object(body)
+            .unwrap_or_else(|| facts.verdict(report))
     } else {
         let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
-        whole.facts().report(report);
-        let verdict = whole.facts().verdict(report);
+        let facts = whole.facts();
+        facts.report(report);
+        let verdict = facts
+            .error_object(body)
+            .unwrap_or_else(|| facts.verdict(report));
         match whole.error() {
             Some(e) => Verdict::Error(Box::new(e)),
             None => verdict,

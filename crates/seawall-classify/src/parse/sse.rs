@@ -79,6 +79,18 @@ pub(crate) struct SseParser {
 
 /// The provider error an error event describes, read from the whole event by serde (the
 /// rare path; the whole event, since a resumed reading does not see its prefix).
+/// An event that is an error without an `error` member or type: vLLM's and other
+/// OpenAI-compatible servers' `{"object": "error", "message": ..., "code": 400}`, or Google's
+/// error objects in an array (`[{"error": ...}]`). Asked only of events with no choices.
+fn is_error_object<'a, V: View<'a>>(v: V) -> bool {
+    if v.get("object").and_then(V::as_str).as_deref() == Some("error") {
+        return true;
+    }
+    let mut error = false;
+    v.each(|e| error |= e.get("error").is_some_and(|x| !x.is_null()));
+    error
+}
+
 fn whole_error(data: &[u8]) -> ProviderError {
     ProviderError::from_value(&serde_json::from_slice::<Value>(data).unwrap_or(Value::Null))
 }
@@ -364,6 +376,9 @@ impl SseParser {
                             report.record_content();
                         }
                     }
+                } else if is_error_object(v) {
+                    self.known = true;
+                    return Some(self.stream_error(&whole_error(data), report));
                 }
                 self.merge_usage(usage);
             }
