@@ -227,6 +227,29 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 
 const OPENAI: [[&str; 3]; 2] = seawall_core::OPENAI_RATE_LIMIT_HEADERS;
 const ANTHROPIC: [[&str; 3]; 4] = seawall_core::ANTHROPIC_RATE_LIMIT_HEADERS;
+/// `[remaining, reset]` of gateways and servers that use neither provider's names: the IETF
+/// draft's `RateLimit-Remaining` / `RateLimit-Reset`, and the `X-RateLimit-Remaining` /
+/// `X-RateLimit-Reset` of Envoy and many API gateways. Their reset is in seconds.
+const GENERIC: [[&str; 2]; 2] = [
+    ["ratelimit-remaining", "ratelimit-reset"],
+    ["x-ratelimit-remaining", "x-ratelimit-reset"],
+];
+
+/// A generic reset: seconds from now, or, for a value over a year's seconds, the Unix time
+/// (in seconds, or in milliseconds past 10^12) that some gateways send instead.
+fn generic_reset(value: &str, reference: SystemTime) -> Option<Duration> {
+    const YEAR: f64 = 365.0 * 86_400.0;
+    let n: f64 = value.parse().ok()?;
+    if !n.is_finite() || n <= YEAR {
+        return from_secs(n);
+    }
+    let secs = if n > 1e12 { n / 1e3 } else { n };
+    let at = SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(secs).ok()?)?;
+    Some(
+        at.duration_since(reference)
+            .map_or(Duration::ZERO, |d| d.min(MAX_HINT)),
+    )
+}
 
 fn reset_in(value: &str, reference: SystemTime) -> Option<Duration> {
     if let Some(at) = parse_rfc3339(value) {
@@ -245,6 +268,10 @@ fn reset_in(value: &str, reference: SystemTime) -> Option<Duration> {
 /// - Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
 ///   remaining,reset}`, resets as RFC 3339 instants, turned into durations relative to the
 ///   response's `Date` header if present, else `now`. A reset in the past is zero.
+/// - Without either's request headers, a gateway's `ratelimit-{remaining,reset}` or
+///   `x-ratelimit-{remaining,reset}` (a reset in seconds, or a Unix time) as the requests
+///   window. They name no window length, so no limit is taken from them: only what is left
+///   and when it comes back, which is what a retry's wait needs.
 pub fn rate_limits(headers: &HeaderMap, now: SystemTime) -> Option<RateLimitSnapshot> {
     rate_limits_lazily(headers, || now)
 }
@@ -259,7 +286,9 @@ pub(crate) fn rate_limits_lazily(
     // over the names present says first whether any could be there (they all start so).
     let any = headers.keys().any(|k| {
         let k = k.as_str();
-        k.starts_with("x-ratelimit-") || k.starts_with("anthropic-ratelimit-")
+        k.starts_with("x-ratelimit-")
+            || k.starts_with("anthropic-ratelimit-")
+            || k.starts_with("ratelimit-")
     });
     if !any {
         return None;
@@ -284,6 +313,15 @@ pub(crate) fn rate_limits_lazily(
             *slot = w;
         }
     }
+    if snap.requests.is_empty() {
+        if let Some((remaining, reset)) = GENERIC.iter().find_map(|[remaining, reset]| {
+            let remaining = header(headers, remaining).and_then(parse_count)?;
+            Some((remaining, header(headers, reset)))
+        }) {
+            snap.requests.remaining = Some(remaining);
+            snap.requests.reset_after = reset.and_then(|v| generic_reset(v, reference));
+        }
+    }
     (!snap.is_empty()).then_some(snap)
 }
 
@@ -297,6 +335,12 @@ mod tests {
         for name in OPENAI.iter().chain(&ANTHROPIC).flatten() {
             assert!(
                 name.starts_with("x-ratelimit-") || name.starts_with("anthropic-ratelimit-"),
+                "{name}"
+            );
+        }
+        for name in GENERIC.iter().flatten() {
+            assert!(
+                name.starts_with("x-ratelimit-") || name.starts_with("ratelimit-"),
                 "{name}"
             );
         }
@@ -556,5 +600,25 @@ mod tests {
         assert_eq!(s.requests.limit, Some(60));
         assert_eq!(s.requests.remaining, None);
         assert_eq!(s.requests.reset_after, None);
+    }
+
+    proptest::proptest! {
+        /// Whatever a gateway writes as its reset, the wait read from it is never past the cap,
+        /// and one in seconds is read as that many seconds.
+        #[test]
+        fn a_generic_reset_is_bounded(
+            number in proptest::num::f64::ANY,
+            secs in 0u32..=31_536_000,
+            text in "\\PC{0,24}",
+        ) {
+            let now = at(1_700_000_000);
+            for v in [number.to_string(), text] {
+                if let Some(d) = generic_reset(&v, now) {
+                    proptest::prop_assert!(d <= MAX_HINT, "{v}");
+                }
+            }
+            let want = Duration::from_secs(u64::from(secs)).min(MAX_HINT);
+            proptest::prop_assert_eq!(generic_reset(&secs.to_string(), now), Some(want));
+        }
     }
 }

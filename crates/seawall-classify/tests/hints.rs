@@ -204,6 +204,54 @@ async fn rate_limits_on_errors() {
 }
 
 #[tokio::test]
+async fn a_gateways_rate_limit_headers_say_when_to_come_back() {
+    // Envoy's and many gateways' unsuffixed names, and the IETF draft's, with a reset in
+    // seconds; some send the reset as a Unix time instead, measured from the `Date` header.
+    let date = "Sat, 01 Mar 2025 10:00:00 GMT";
+    let at = httpdate::parse_http_date(date).unwrap() + Duration::from_secs(40);
+    let unix = at.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    let (secs, millis) = (unix.as_secs().to_string(), unix.as_millis().to_string());
+    for (remaining, reset, value, want) in [
+        ("x-ratelimit-remaining", "x-ratelimit-reset", "12", 12),
+        ("ratelimit-remaining", "ratelimit-reset", "5", 5),
+        (
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            secs.as_str(),
+            40,
+        ),
+        (
+            "ratelimit-remaining",
+            "ratelimit-reset",
+            millis.as_str(),
+            40,
+        ),
+    ] {
+        let headers = [(remaining, "0"), (reset, value), ("date", date)];
+        let err = error_of(429, &headers, RATE).await;
+        assert_eq!(err.class(), FailureClass::RateLimited);
+        assert_eq!(
+            err.retry_hint(),
+            Some(Duration::from_secs(want)),
+            "{remaining}: {value}"
+        );
+        // They name no window length: no limit is read from them.
+        assert_eq!(err.rate_limit().unwrap().requests.limit, None);
+    }
+    // Room left: no wait. OpenAI's own names win over the generic ones.
+    let err = error_of(
+        429,
+        &[("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "30")],
+        RATE,
+    )
+    .await;
+    assert_eq!(err.retry_hint(), None);
+    let mut both = OPENAI_LIMITS.to_vec();
+    both.extend([("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")]);
+    check_openai(error_of(429, &both, RATE).await.rate_limit().unwrap());
+}
+
+#[tokio::test]
 async fn rate_limits_on_successes_as_an_extension() {
     let resp = run(response(
         200,
