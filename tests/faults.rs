@@ -23,7 +23,7 @@ use seawall::core::{BodyReport, GiveUp, ServedBy};
 use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::http::{AnthropicConfig, ApiKey, HttpTransport, OpenAiConfig};
 use seawall::mock::{
-    Count, Delay, ErrorRule, KeepAliveStyle, MalformedKind, MockUpstream, Profile,
+    Count, Delay, ErrorRule, KeepAliveStyle, KeyBy, KeyLimits, MalformedKind, MockUpstream, Profile,
 };
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::{StreamEnd, StreamStats, StreamTimeoutLayer};
@@ -252,6 +252,45 @@ async fn a_prompt_over_the_context_window_is_context_length_exceeded_and_not_ret
 
         let s = mock.upstream.stats();
         assert_eq!((s.requests, s.context_length), (1, 1), "{s:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_over_the_tokens_per_minute_is_not_retried_and_a_model_with_room_serves_it() {
+    bounded(async {
+        // Per model: 1,000 tokens a minute for the small model, 100,000 for the larger one.
+        let mut roomy = KeyLimits::default();
+        roomy.tpm = Some(100_000);
+        let profile = Profile::default()
+            .key_by(KeyBy::Model)
+            .tpm(1_000)
+            .key_limits("big-model", roomy);
+        let mock = start(profile).await;
+        let fallback = FallbackLayer::builder()
+            .larger_context(Target::model("big-model"))
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new()
+            .layer(fallback)
+            .layer(retry(4))
+            .layer(ClassifyLayer::default())
+            .service(mock.openai());
+
+        // 2,000 tokens of output asked for: more than the small model's whole minute.
+        let resp = svc
+            .oneshot(chat("small-model", false, 2_000))
+            .await
+            .unwrap();
+        let served = resp.extensions().get::<ServedBy>().cloned().unwrap();
+        assert_eq!(served.model.as_deref(), Some("big-model"));
+        let (text, err) = drain(resp.into_body()).await;
+        assert!(err.is_none(), "{err:?}");
+        assert!(text.contains(r#""model":"big-model""#), "{text}");
+
+        // One refusal, no retry of it, then the larger model's answer.
+        let s = mock.upstream.stats();
+        assert_eq!((s.requests, s.status(429), s.ok), (2, 1, 1), "{s:?}");
     })
     .await;
 }

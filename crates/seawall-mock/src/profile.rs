@@ -182,7 +182,9 @@ pub struct Limits {
     pub key_by: KeyBy,
     /// Requests per minute per key; `None` is unlimited.
     pub rpm: Option<u32>,
-    /// Tokens per minute per key; `None` is unlimited.
+    /// Tokens per minute per key; `None` is unlimited. A request costing more than the whole
+    /// minute's tokens gets OpenAI's 429 "Request too large" on the OpenAI wire (no wait lets
+    /// it through, so no `retry-after`); on the Anthropic wire it waits for a full bucket.
     pub tpm: Option<u32>,
     /// Overrides for single keys (an API key, a model or `key/model`, as `key_by` says).
     pub keys: BTreeMap<String, KeyLimits>,

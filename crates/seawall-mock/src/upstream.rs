@@ -522,18 +522,35 @@ impl Inner {
     ) -> ControlFlow<Answered, Arc<AtomicU64>> {
         let cost = u64::from(chat.input_tokens)
             + u64::from(chat.max_tokens.unwrap_or(plan.output)) * u64::from(chat.choices);
-        let admission = self.admit(&plan.key, call.t, cost, precheck.is_none());
+        // OpenAI refuses a request larger than the key's whole tokens per minute ("Request too
+        // large"); on the Anthropic wire it waits for a full bucket, as before.
+        let too_large = self
+            .limits_for(&plan.key)
+            .1
+            .filter(|cap| call.wire == Wire::OpenAi && cost > u64::from(*cap));
+        let charge = precheck.is_none() && too_large.is_none();
+        let admission = self.admit(&plan.key, call.t, cost, charge);
         self.rate_headers(call.wire, &mut call.headers, &admission.snapshot, call.t);
         if let Some((f, outcome)) = precheck {
             return ControlFlow::Break((call.fail(f, &chat.model), outcome));
         }
-        match admission.verdict {
-            Verdict::Admitted(b) => ControlFlow::Continue(b),
-            Verdict::Quota => {
+        match (admission.verdict, too_large) {
+            (Verdict::Quota, _) => {
                 let reply = call.fail(Failure::Quota, &chat.model);
                 ControlFlow::Break((reply, Outcome::QuotaExhausted))
             }
-            Verdict::Limited(r) => {
+            (_, Some(limit)) => {
+                let reply = call.fail(
+                    Failure::TooLarge {
+                        limit,
+                        requested: cost,
+                    },
+                    &chat.model,
+                );
+                ControlFlow::Break((reply, Outcome::RateLimited))
+            }
+            (Verdict::Admitted(b), None) => ControlFlow::Continue(b),
+            (Verdict::Limited(r), None) => {
                 let secs = r
                     .wait
                     .as_secs()

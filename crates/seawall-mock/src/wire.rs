@@ -74,6 +74,12 @@ pub(crate) enum Failure {
     },
     Quota,
     RateLimited(RateLimited),
+    /// One request over the key's whole tokens per minute: OpenAI refuses it with a 429 that
+    /// no wait lifts.
+    TooLarge {
+        limit: u32,
+        requested: u64,
+    },
     Server(u16),
 }
 
@@ -97,7 +103,7 @@ impl Failure {
             | Failure::ContextLength { .. } => 400,
             Failure::InvalidKey => 401,
             Failure::Quota if wire == Wire::Anthropic => 400,
-            Failure::Quota | Failure::RateLimited(_) => 429,
+            Failure::Quota | Failure::RateLimited(_) | Failure::TooLarge { .. } => 429,
             Failure::Server(s) => *s,
         };
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -200,6 +206,14 @@ impl Failure {
                     Some("rate_limit_exceeded"),
                 )
             }
+            Failure::TooLarge { limit, requested } => (
+                format!(
+                    "Request too large for {model} in organization org-seawall-mock on tokens per min (TPM): Limit {limit}, Requested {requested}. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more."
+                ),
+                "tokens",
+                None,
+                Some("rate_limit_exceeded"),
+            ),
             Failure::Server(s) => {
                 let message = match s {
                     500 => "The server had an error while processing your request. Sorry about that!",
@@ -244,6 +258,13 @@ impl Failure {
                     ),
                 )
             }
+            // Not sent on this wire (its requests over the limit wait for a full bucket).
+            Failure::TooLarge { limit, .. } => (
+                "rate_limit_error",
+                format!(
+                    "This request would exceed your organization's rate limit of {limit} tokens per minute."
+                ),
+            ),
             Failure::Server(s) => match s {
                 529 => ("overloaded_error", "Overloaded".into()),
                 504 => ("timeout_error", "Request timed out".into()),

@@ -96,6 +96,33 @@ async fn openai_tpm_limit_counts_prompt_and_max_tokens() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_over_the_whole_tpm_is_too_large_not_a_wait() {
+    let up = upstream(Profile::default().tpm(1000));
+    let mut body = openai_body(false);
+    // Prompt estimate 15 + max_tokens 2,000: more than the minute's 1,000 tokens.
+    body["max_tokens"] = json!(2000);
+    let refused = call(&up, openai_req(&body, "sk-a")).await;
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().get("retry-after").is_none());
+    assert!(refused.headers().get("retry-after-ms").is_none());
+    // Nothing was charged: the bucket is still full.
+    assert_eq!(refused.headers()["x-ratelimit-remaining-tokens"], "1000");
+    let v = json_body(refused).await;
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Request too large for gpt-4o"),
+        "{message}"
+    );
+    assert!(message.contains("Limit 1000, Requested 2015"), "{message}");
+    // However long the wait, the same request is refused again; a smaller one is served.
+    advance(secs(120)).await;
+    assert_eq!(call(&up, openai_req(&body, "sk-a")).await.status(), 429);
+    body["max_tokens"] = json!(600);
+    assert_eq!(call(&up, openai_req(&body, "sk-a")).await.status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
 async fn anthropic_rate_limit_uses_rfc3339_resets_and_its_own_error_body() {
     let up = upstream(Profile::default().rpm(1).tpm(100_000));
     let body = anthropic_body(false);
