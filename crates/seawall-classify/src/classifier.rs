@@ -284,7 +284,7 @@ pub(crate) fn error_from(
             "HTTP {} {}{}",
             s.as_u16(),
             s.canonical_reason().unwrap_or("(unknown status)"),
-            if parsed.is_empty() {
+            if parsed.is_empty() && !parsed.is_json() {
                 " with an empty body"
             } else {
                 ""

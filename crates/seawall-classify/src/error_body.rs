@@ -15,10 +15,12 @@ const MAX_TEXT: usize = 200;
 /// DeepSeek, vLLM, and an array around it), Anthropic's
 /// `{"type":"error","error":{"type","message"},"request_id"}`, the flat
 /// `{"object":"error","message","type","code"}` of older vLLM, `{"error":"text"}`,
-/// `{"detail": ...}` and `{"message": ...}`, and Google's error model (Gemini): its `status`
+/// `{"detail": ...}` and `{"message": ...}`, the first of an `{"errors": [...]}` list
+/// (Cloudflare, GraphQL-style APIs), and Google's error model (Gemini): its `status`
 /// name, and in its `details` a `google.rpc.RetryInfo`'s delay, a `google.rpc.QuotaFailure`
-/// naming a per-day quota and a `google.rpc.ErrorInfo`'s reason. A
-/// body that is not JSON (HTML from a proxy, plain
+/// naming a per-day quota and a `google.rpc.ErrorInfo`'s reason. A message that is not a
+/// string is kept as text: a list of strings joined, an object as its compact JSON (Mistral's
+/// validation errors), cut at 200 characters. A body that is not JSON (HTML from a proxy, plain
 /// text, truncated JSON, invalid UTF-8) still yields what can be found: `"type"`/`"code"`/
 /// `"message"` string fields of truncated JSON, an HTML `<title>`, or the first 200 characters
 /// of text.
@@ -82,6 +84,22 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// A message as text whatever its shape: a string or number as it is, a list of strings
+/// joined (NestJS-style servers), any other object or list as its compact JSON (Mistral's
+/// validation `{"detail": [...]}`), at most [`MAX_TEXT`] characters.
+fn message_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => {
+            let parts: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+            Some(collapse(&parts.join("; ")))
+        }
+        Value::Array(items) if items.is_empty() => None,
+        Value::Object(o) if o.is_empty() => None,
+        Value::Array(_) | Value::Object(_) => Some(collapse(&v.to_string())),
+        other => text(other),
+    }
+}
+
 impl ProviderError {
     /// Parses an error body (possibly truncated); never fails.
     pub fn parse(body: &[u8]) -> ProviderError {
@@ -133,11 +151,22 @@ impl ProviderError {
         };
         e.request_id = top.get("request_id").and_then(text);
         let anthropic_shape = top.get("type").and_then(Value::as_str) == Some("error");
-        match top.get("error") {
-            Some(Value::Object(err)) => {
+        let error = top.get("error");
+        let object = match error {
+            Some(Value::Object(err)) => Some(err),
+            // Cloudflare's and GraphQL-style APIs: `{"errors": [{"message", "code"}], ...}`.
+            None | Some(Value::Null) => top
+                .get("errors")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .and_then(Value::as_object),
+            Some(_) => None,
+        };
+        match (object, error) {
+            (Some(err), _) => {
                 e.error_type = err.get("type").and_then(text);
                 e.code = err.get("code").and_then(text);
-                e.message = err.get("message").and_then(text);
+                e.message = err.get("message").and_then(message_text);
                 e.param = err.get("param").and_then(text);
                 match err.get("status") {
                     Some(Value::String(s)) if !s.is_empty() => {
@@ -159,8 +188,8 @@ impl ProviderError {
                     Provider::OpenAi
                 };
             }
-            Some(other) if !other.is_null() => {
-                e.message = text(other);
+            (None, Some(other)) if !other.is_null() => {
+                e.message = message_text(other);
                 e.provider = Provider::OpenAi;
             }
             _ => {
@@ -169,14 +198,13 @@ impl ProviderError {
                 e.error_type = top.get("type").and_then(text).filter(|t| t != "error");
                 e.code = top.get("code").and_then(text);
                 e.param = top.get("param").and_then(text);
-                e.message =
-                    top.get("message")
-                        .and_then(text)
-                        .or_else(|| match top.get("detail")? {
-                            Value::Object(d) => d.get("message").and_then(text),
-                            Value::Array(_) => Some("request validation failed".to_owned()),
-                            d => text(d),
-                        });
+                e.message = top.get("message").and_then(message_text).or_else(|| {
+                    match top.get("detail")? {
+                        Value::Object(d) => d.get("message").and_then(text),
+                        Value::Array(_) => Some("request validation failed".to_owned()),
+                        d => text(d),
+                    }
+                });
                 if top.get("object").and_then(Value::as_str) == Some("error") {
                     e.provider = Provider::OpenAi;
                 }

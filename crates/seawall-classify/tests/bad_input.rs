@@ -52,6 +52,33 @@ async fn html_body() {
 }
 
 #[tokio::test]
+async fn an_error_in_an_unusual_shape_keeps_its_words() {
+    // Mistral's validation error: its message is an object.
+    let err = error_of(422, &[], r#"{"object":"error","message":{"detail":[{"type":"missing","loc":["body","messages"],"msg":"Field required","input":{}}]},"type":"invalid_request_error","param":null,"code":null}"#).await;
+    assert_eq!(err.class(), FailureClass::InvalidRequest);
+    assert!(err.message().contains("Field required"), "{err}");
+    // A list of messages (NestJS-style servers), joined.
+    let err = error_of(400, &[], r#"{"error":{"message":["messages must not be empty","model must be a string"],"type":"invalid_request_error"}}"#).await;
+    assert_eq!(
+        err.message(),
+        "messages must not be empty; model must be a string"
+    );
+    // Cloudflare's and GraphQL-style `errors` list: its first error is read, words and code.
+    let err = error_of(400, &[], r#"{"errors":[{"message":"This model's maximum context length is 8192 tokens","code":3036}],"success":false,"result":null}"#).await;
+    assert_eq!(err.class(), FailureClass::ContextLengthExceeded);
+    assert_eq!(err.code(), Some("3036"));
+    // A message far too long is cut.
+    let long = format!(
+        r#"{{"error":{{"message":{{"detail":"{}"}}}}}}"#,
+        "x".repeat(10_000)
+    );
+    assert!(error_of(400, &[], &long).await.message().chars().count() < 300);
+    // A JSON body with nothing recognisable in it is not called empty.
+    let err = error_of(400, &[], r#"{"unexpected":true}"#).await;
+    assert_eq!(err.message(), "HTTP 400 Bad Request");
+}
+
+#[tokio::test]
 async fn empty_body() {
     let err = run(response(503, &[], Chunks::empty())).await.unwrap_err();
     assert_eq!(err.class(), FailureClass::Overloaded);
