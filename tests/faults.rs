@@ -173,9 +173,10 @@ async fn a_healthy_upstream_answers_complete_and_streamed_in_both_wire_formats()
 #[tokio::test]
 async fn a_rate_limit_is_retried_after_the_servers_hint_then_answered() {
     bounded(async {
-        // 6,000 tokens per minute refill at 100 tokens/s. The first call takes the whole bucket;
-        // the second (about 100 tokens) gets a 429 whose `retry-after-ms` says ~1 s, and the
-        // retry layer waits that long rather than its own 1-20 ms backoff.
+        // 6,000 tokens per minute refill at 100 tokens/s. The first call takes the whole bucket
+        // (12 tokens of prompt and 5,988 of output; more would be refused as too large); the
+        // second (about 100 tokens) gets a 429 whose `retry-after-ms` says ~1 s, and the retry
+        // layer waits that long rather than its own 1-20 ms backoff.
         let mock = start(Profile::default().tpm(6_000)).await;
         let svc = ServiceBuilder::new()
             .layer(retry(3))
@@ -184,7 +185,7 @@ async fn a_rate_limit_is_retried_after_the_servers_hint_then_answered() {
 
         let first = svc
             .clone()
-            .oneshot(chat("gpt-4o-mini", false, 100_000))
+            .oneshot(chat("gpt-4o-mini", false, 5_988))
             .await
             .unwrap();
         drop(first);
