@@ -41,6 +41,18 @@ pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
     err
 }
 
+pub(crate) const STARVED: &str = seawall_core::FinishReason::STARVED;
+
+/// The error of an answer DeepSeek stopped for lack of resources ([`STARVED`]): an overload,
+/// by its name (one of the classifier's overload names).
+pub(crate) fn starved() -> ProviderError {
+    ProviderError::named(
+        STARVED,
+        "the upstream stopped the answer for lack of resources (finish_reason \
+         insufficient_system_resource)",
+    )
+}
+
 /// The error of an answer that finished without any content: `EmptyResponse`, worth another
 /// try, unless the provider's content filter is what stopped it (OpenAI's and Azure's
 /// `content_filter`, Anthropic's `refusal`): the same prompt would be stopped again, so it is

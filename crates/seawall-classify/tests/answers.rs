@@ -278,3 +278,12 @@ async fn an_answer_that_is_itself_an_error_object_is_that_error() {
     let answer = r#"{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"error"},"finish_reason":"stop"}]}"#;
     assert!(outcome(answer).await.is_ok());
 }
+
+#[tokio::test]
+async fn an_answer_deepseek_stopped_for_lack_of_resources_is_an_overload() {
+    let body = r#"{"id":"c1","object":"chat.completion","model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":"The sea"},"finish_reason":"insufficient_system_resource"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}"#;
+    let err = outcome(body).await.expect_err(body);
+    assert_eq!(err.class(), FailureClass::Overloaded);
+    assert_eq!(err.error_type(), Some("insufficient_system_resource"));
+    assert!(err.class().default_disposition().allows_retry(true));
+}

@@ -778,6 +778,33 @@ async fn an_event_that_is_itself_an_error_object_ends_the_stream_as_that_error()
 }
 
 #[tokio::test]
+async fn a_stream_deepseek_stopped_for_lack_of_resources_is_an_overload_not_an_answer() {
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"deepseek-chat\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let role = chunk(r#"{"role":"assistant","content":""}"#, "null");
+    let text = chunk(r#"{"content":"The sea"}"#, "null");
+    let starved = chunk(r#"{"content":""}"#, r#""insufficient_system_resource""#);
+    // Before any content: an overload, retried (nothing reached the caller).
+    let s = stream_of(vec![
+        format!("{role}{starved}data: [DONE]\n\n").into_bytes(),
+    ])
+    .await;
+    let (class, _, _) = s.error.expect("not a finished answer");
+    assert_eq!(class, FailureClass::Overloaded);
+    // After content: the stream was cut, as by any error event.
+    let s = stream_of(vec![
+        format!("{role}{text}{starved}data: [DONE]\n\n").into_bytes(),
+    ])
+    .await;
+    assert_eq!(s.content_events, 1);
+    let (class, _, _) = s.error.expect("not a finished answer");
+    assert_eq!(class, FailureClass::StreamInterrupted);
+}
+
+#[tokio::test]
 async fn a_stream_that_finishes_without_content_is_an_empty_response() {
     let openai = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",

@@ -12,7 +12,8 @@
 //!   are not passed on, and a follow-up request is made; Anthropic's `content_block_stop` is
 //!   held until the event after it says whether the answer goes on;
 //! - a body error of class `StreamInterrupted` while a resumption is possible: error events
-//!   just before it are held, and a follow-up request is made;
+//!   just before it (DeepSeek's finish for lack of resources among them) and whatever followed
+//!   them (`[DONE]`) are held, and a follow-up request is made;
 //! - a follow-up's events: its opening events (role delta, `message_start`, the first
 //!   `content_block_start`) are dropped, its text deltas (trimmed, see [`Trim`]) are sent in
 //!   the first attempt's shape (its id and model, its block index), and its closing events
@@ -225,6 +226,9 @@ pub(crate) struct Splice<S, F, B: Body> {
     pending_stop: Option<Bytes>,
     /// Error events, until the body says whether the stream is resumed.
     held_errors: Vec<Bytes>,
+    /// This attempt sent an error event (or DeepSeek's starved finish): what follows it is
+    /// held with it.
+    after_error: bool,
     /// Usage of the finished attempts, and of this one so far (wire fields).
     usage_sum: Option<Value>,
     attempt_usage: Option<Value>,
@@ -276,6 +280,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
             hold_rest: false,
             pending_stop: None,
             held_errors: Vec::new(),
+            after_error: false,
             usage_sum: None,
             attempt_usage: None,
             attempt_deltas: 0,
@@ -353,6 +358,15 @@ impl<S, F, B: Body> Splice<S, F, B> {
             }
             return;
         }
+        if self.after_error {
+            // After an error event: what follows it (a usage chunk, `[DONE]`) ends the broken
+            // attempt, and reaches the caller only with the error, if nothing resumes it.
+            if let Some(u) = &seen.usage {
+                usage::overlay(&mut self.attempt_usage, u);
+            }
+            self.held_errors.push(raw.clone());
+            return;
+        }
         let first = self.attempt == 0;
         if first && self.wire() == Wire::OpenAi {
             self.head.learn(&seen);
@@ -389,7 +403,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
                     events::anthropic_block_stop(self.block)
                 });
             }
-            Kind::Error => self.held_errors.push(raw.clone()),
+            Kind::Error => self.hold_error(raw),
             Kind::Unsupported => {
                 self.unsupported = true;
                 self.out.push_back(raw.clone());
@@ -430,6 +444,11 @@ impl<S, F, B: Body> Splice<S, F, B> {
         self.healed();
         let t = self.trim.feed(text);
         self.send_text(&t);
+    }
+
+    fn hold_error(&mut self, raw: &Bytes) {
+        self.held_errors.push(raw.clone());
+        self.after_error = true;
     }
 
     /// The follow-up delivers content: the cut it resumed is healed, and the error events
@@ -489,6 +508,12 @@ impl<S, F, B: Body> Splice<S, F, B> {
             self.out.push_back(raw.clone());
             return;
         };
+        if word == FinishReason::STARVED {
+            // Not a finish: DeepSeek cut the answer for lack of resources, and the body fails
+            // with it. Held like an error event.
+            self.hold_error(raw);
+            return;
+        }
         self.finish_word = Some(word.to_owned());
         if let Some(s) = &seen.stop_sequence {
             self.stop_sequence = s.clone();
@@ -597,6 +622,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
         self.decoder = SseDecoder::default();
         self.decoder_clean = false;
         self.hold_rest = false;
+        self.after_error = false;
         self.pending_stop = None;
         self.attempt_deltas = 0;
         let Some((req, trim)) = self

@@ -14,12 +14,21 @@
 //! Anything else (`pause_turn` included: the turn is not over, the caller continues it) is
 //! kept as [`FinishReason::Other`], cut to [`FinishReason::MAX_OTHER_CHARS`] characters since
 //! the upstream chooses its length.
+//!
+//! One word is not a finish at all: DeepSeek's `insufficient_system_resource`
+//! ([`FinishReason::STARVED`]) says its inference system stopped the answer for lack of
+//! resources. The answer is cut, and every parser reads it as an overload: retried before the
+//! commit point, resumed (by a continue layer) after it.
 
 use crate::response::FinishReason;
 
 impl FinishReason {
     /// The most characters of an unknown reason kept in [`FinishReason::Other`].
     pub const MAX_OTHER_CHARS: usize = 64;
+
+    /// DeepSeek's finish word for an answer its inference system stopped for lack of
+    /// resources: a cut, not a finish (see the module docs).
+    pub const STARVED: &'static str = "insufficient_system_resource";
 
     /// Reads a provider's finish (or stop, or incomplete) reason.
     ///

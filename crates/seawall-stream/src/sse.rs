@@ -186,6 +186,15 @@ impl SseScan {
             let mut content = false;
             for c in choices {
                 if let Some(r) = c.get("finish_reason").and_then(Value::as_str) {
+                    if r == FinishReason::STARVED {
+                        seen.error = Some(
+                            LlmError::new(
+                                FailureClass::Overloaded,
+                                "the upstream stopped the answer for lack of resources",
+                            )
+                            .with_error_type(r),
+                        );
+                    }
                     self.finish(r, true);
                 }
                 let delta = c.get("delta").unwrap_or(c);
@@ -413,6 +422,18 @@ mod tests {
             true,
         );
         assert_eq!(seen.error.unwrap().class(), FailureClass::ServerError);
+    }
+
+    #[test]
+    fn deepseeks_finish_for_lack_of_resources_is_an_overload() {
+        let event = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"insufficient_system_resource\"}]}\n\n";
+        for committed in [false, true] {
+            let seen = SseScan::default().feed(event, committed);
+            assert_eq!(
+                seen.error.map(|e| e.class()),
+                Some(FailureClass::Overloaded)
+            );
+        }
     }
 
     #[test]

@@ -294,13 +294,16 @@ impl Facts<'_> {
         }
     }
 
-    /// The error of a body that is itself an error object, with no `error` member: vLLM's and
-    /// other OpenAI-compatible servers' `{"object": "error", "message": ..., "code": 400}`.
+    /// The error of an answer that is not one: a body that is itself an error object, with no
+    /// `error` member (vLLM's and other OpenAI-compatible servers' `{"object": "error",
+    /// "message": ..., "code": 400}`), or an answer DeepSeek stopped for lack of resources.
     fn error_object(&self, body: &[u8]) -> Option<Verdict> {
-        (self.object.as_deref() == Some("error")).then(|| {
+        if self.object.as_deref() == Some("error") {
             let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-            Verdict::Error(Box::new(ProviderError::from_value(&value)))
-        })
+            return Some(Verdict::Error(Box::new(ProviderError::from_value(&value))));
+        }
+        (self.finish_word() == Some(super::STARVED))
+            .then(|| Verdict::Error(Box::new(super::starved())))
     }
 
     /// The verdict on an answer without an error object.

@@ -349,6 +349,7 @@ impl SseParser {
             _ => {
                 if let Some(choices) = choices {
                     let mut content = false;
+                    let mut starved = false;
                     let array = choices.each(|c| {
                         let [delta, text, finish] = c.pick(["delta", "text", "finish_reason"]);
                         if let Some(d) = delta {
@@ -366,6 +367,7 @@ impl SseParser {
                         }
                         content |= has_output(text);
                         if let Some(r) = finish.and_then(V::as_str) {
+                            starved |= r == super::STARVED;
                             report.set_finish_reason(FinishReason::from_provider(&r));
                         }
                     });
@@ -375,6 +377,9 @@ impl SseParser {
                         if content {
                             report.record_content();
                         }
+                    }
+                    if starved {
+                        return Some(self.stream_error(&super::starved(), report));
                     }
                 } else if is_error_object(v) {
                     self.known = true;
