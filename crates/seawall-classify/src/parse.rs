@@ -41,6 +41,7 @@ pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
     err
 }
 
+/// DeepSeek's finish word for an answer cut for lack of resources.
 pub(crate) const STARVED: &str = seawall_core::FinishReason::STARVED;
 
 /// The error of an answer DeepSeek stopped for lack of resources ([`STARVED`]): an overload,

@@ -14,7 +14,8 @@
 //!   RFC 3339 resets) on every response;
 //!   plus a minimal OpenAI `POST /v1/embeddings` (deterministic hash-based vectors);
 //! - **faults**: per-key RPM/TPM token buckets with 429 + `retry-after` (and `retry-after-ms`),
-//!   and OpenAI's 429 "Request too large" for one request over the whole TPM; quota exhaustion; bursts and outage windows of 500/502/503/504/529; latency
+//!   and OpenAI's 429 "Request too large" for one request over the whole TPM; quota
+//!   exhaustion; bursts and outage windows of 500/502/503/504/529; latency
 //!   distributions for the head, the first token and each token; streams cut after N tokens;
 //!   mid-stream error events; keep-alives before the first token; context-length errors;
 //!   malformed bodies;

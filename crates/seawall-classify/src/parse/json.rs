@@ -297,7 +297,7 @@ impl Facts<'_> {
     /// The error of an answer that is not one: a body that is itself an error object, with no
     /// `error` member (vLLM's and other OpenAI-compatible servers' `{"object": "error",
     /// "message": ..., "code": 400}`), or an answer DeepSeek stopped for lack of resources.
-    fn error_object(&self, body: &[u8]) -> Option<Verdict> {
+    fn failure(&self, body: &[u8]) -> Option<Verdict> {
         if self.object.as_deref() == Some("error") {
             let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
             return Some(Verdict::Error(Box::new(ProviderError::from_value(&value))));
@@ -343,16 +343,12 @@ pub(crate) fn read_whole(body: &[u8], report: &mut BodyReport) -> Option<Verdict
     }
     let verdict = if let Some(facts) = super::scan::whole(body) {
         facts.report(report);
-        facts
-            .error_object(body)
-            .unwrap_or_else(|| facts.verdict(report))
+        facts.failure(body).unwrap_or_else(|| facts.verdict(report))
     } else {
         let whole = serde_json::from_slice::<WholeBody<'_>>(body).ok()?;
         let facts = whole.facts();
         facts.report(report);
-        let verdict = facts
-            .error_object(body)
-            .unwrap_or_else(|| facts.verdict(report));
+        let verdict = facts.failure(body).unwrap_or_else(|| facts.verdict(report));
         match whole.error() {
             Some(e) => Verdict::Error(Box::new(e)),
             None => verdict,

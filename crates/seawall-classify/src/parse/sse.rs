@@ -77,8 +77,6 @@ pub(crate) struct SseParser {
     template: Template,
 }
 
-/// The provider error an error event describes, read from the whole event by serde (the
-/// rare path; the whole event, since a resumed reading does not see its prefix).
 /// An event that is an error without an `error` member or type: vLLM's and other
 /// OpenAI-compatible servers' `{"object": "error", "message": ..., "code": 400}`, or Google's
 /// error objects in an array (`[{"error": ...}]`). Asked only of events with no choices.
@@ -91,6 +89,8 @@ fn is_error_object<'a, V: View<'a>>(v: V) -> bool {
     error
 }
 
+/// The provider error an error event describes, read from the whole event by serde (the
+/// rare path; the whole event, since a resumed reading does not see its prefix).
 fn whole_error(data: &[u8]) -> ProviderError {
     ProviderError::from_value(&serde_json::from_slice::<Value>(data).unwrap_or(Value::Null))
 }
