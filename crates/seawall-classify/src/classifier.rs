@@ -424,6 +424,9 @@ const CONTENT_PHRASES: &[&str] = &[
     "safety system",
     "content filter",
     "flagged as potentially violating",
+    // OpenRouter's 403 for a model that requires moderation: "... your input was flagged".
+    "requires moderation",
+    "input was flagged",
 ];
 const OVERLOADED_NAMES: &[&str] = &[
     "overloaded_error",
@@ -599,6 +602,9 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
         // for the same thing. Retried, it is refused again however long the wait; a smaller
         // request, or a model or key with more room, serves it.
         429 if s.too_large => ContextLengthExceeded,
+        // A router's moderation refusing the prompt (OpenRouter's 403): the key is fine, and
+        // the same prompt would be refused again.
+        403 if s.content => ContentFiltered,
         401 | 402 | 403 | 404 | 408 | 409 | 413 | 429 => class_of_status(status),
         400..=499 => {
             if s.quota {

@@ -352,6 +352,10 @@ fn refusal_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (400, google(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", Some("API_KEY_INVALID")), Authentication, "400"),
         (400, google(400, "FAILED_PRECONDITION", "User location is not supported for the API use.", None), PermissionDenied, "400"),
         (400, google(400, "FAILED_PRECONDITION", "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.", None), PermissionDenied, "400"),
+        // OpenRouter's moderation refuses the prompt with a 403: not the key, the content.
+        (403, r#"{"error":{"code":403,"message":"meta-llama/llama-guard requires moderation on OpenRouter. Your input was flagged for \"violence\"","metadata":{"reasons":["violence"],"flagged_input":"...","provider_name":"OpenAI","model_slug":"openai/gpt-4o"}}}"#.to_owned(), ContentFiltered, "403"),
+        // A 403 that says nothing of content stays a refusal of the caller.
+        (403, openai("Country, region, or territory not supported", "request_forbidden", "unsupported_country_region_territory"), PermissionDenied, "unsupported_country_region_territory"),
         // OpenAI's models an organization must be verified to stream: another model serves it.
         (400, openai("Your organization must be verified to stream this model. Please go to: https://platform.openai.com/settings/organization/general and click on Verify Organization.", "invalid_request_error", "unsupported_value"), PermissionDenied, "unsupported_value"),
         // A malformed request stays one.
