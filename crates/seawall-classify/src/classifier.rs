@@ -435,9 +435,6 @@ const OVERLOADED_NAMES: &[&str] = &[
     "engine_overloaded",
     "service_unavailable",
     "service_unavailable_error",
-    // DeepSeek's finish reason for an answer its inference system stopped for lack of
-    // resources.
-    seawall_core::FinishReason::STARVED,
 ];
 const TIMEOUT_NAMES: &[&str] = &["timeout_error", "timeout", "gateway_timeout"];
 

@@ -127,16 +127,6 @@ impl ProviderError {
         e
     }
 
-    /// An error the classifier names itself: a type and a message.
-    pub(crate) fn named(kind: &str, message: &str) -> ProviderError {
-        ProviderError {
-            error_type: Some(kind.to_owned()),
-            message: Some(message.to_owned()),
-            provider: Provider::OpenAi,
-            ..ProviderError::default()
-        }
-    }
-
     /// An error whose body could not be read, described by `message` alone.
     pub(crate) fn unread(message: String) -> ProviderError {
         ProviderError {

@@ -349,6 +349,7 @@ fn answer<B>(
                 return Ok(Response::from_parts(parts, body));
             }
             Some(Verdict::Error(e)) => parse::embedded_error(&e, "error object in a 200 answer"),
+            Some(Verdict::Cut(e)) => *e,
             Some(Verdict::Empty) => parse::empty_answer(&report),
             None => {
                 // Not JSON, or JSON cut short: the scanner reports it as it always has.

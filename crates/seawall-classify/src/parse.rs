@@ -41,17 +41,17 @@ pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
     err
 }
 
-/// DeepSeek's finish word for an answer cut for lack of resources.
-pub(crate) const STARVED: &str = seawall_core::FinishReason::STARVED;
-
-/// The error of an answer DeepSeek stopped for lack of resources ([`STARVED`]): an overload,
-/// by its name (one of the classifier's overload names).
-pub(crate) fn starved() -> ProviderError {
-    ProviderError::named(
-        STARVED,
-        "the upstream stopped the answer for lack of resources (finish_reason \
-         insufficient_system_resource)",
+/// The error of an answer whose finish word says it failed
+/// ([`FinishReason::failure_of`](seawall_core::FinishReason::failure_of)): DeepSeek's lack of
+/// resources, a router's `error`.
+pub(crate) fn cut_answer(class: FailureClass, word: &str) -> LlmError {
+    let word: String = word.chars().take(64).collect();
+    LlmError::new(
+        class,
+        format!("the upstream stopped the answer with finish_reason `{word}`, not a finish"),
     )
+    .with_status(StatusCode::OK)
+    .with_error_type(word)
 }
 
 /// The error of an answer that finished without any content: `EmptyResponse`, worth another

@@ -280,10 +280,14 @@ async fn an_answer_that_is_itself_an_error_object_is_that_error() {
 }
 
 #[tokio::test]
-async fn an_answer_deepseek_stopped_for_lack_of_resources_is_an_overload() {
+async fn an_answer_whose_finish_word_says_it_failed_is_that_failure() {
     let body = r#"{"id":"c1","object":"chat.completion","model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":"The sea"},"finish_reason":"insufficient_system_resource"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}"#;
     let err = outcome(body).await.expect_err(body);
     assert_eq!(err.class(), FailureClass::Overloaded);
     assert_eq!(err.error_type(), Some("insufficient_system_resource"));
     assert!(err.class().default_disposition().allows_retry(true));
+    // A router's `error` finish: a server error, not an answer.
+    let failed = body.replace("insufficient_system_resource", "error");
+    let err = outcome(&failed).await.expect_err(&failed);
+    assert_eq!(err.class(), FailureClass::ServerError);
 }

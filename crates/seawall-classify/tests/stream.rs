@@ -778,7 +778,7 @@ async fn an_event_that_is_itself_an_error_object_ends_the_stream_as_that_error()
 }
 
 #[tokio::test]
-async fn a_stream_deepseek_stopped_for_lack_of_resources_is_an_overload_not_an_answer() {
+async fn a_finish_word_that_says_the_answer_failed_is_that_failure_not_an_answer() {
     let chunk = |delta: &str, finish: &str| {
         format!(
             "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"deepseek-chat\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
@@ -802,6 +802,11 @@ async fn a_stream_deepseek_stopped_for_lack_of_resources_is_an_overload_not_an_a
     assert_eq!(s.content_events, 1);
     let (class, _, _) = s.error.expect("not a finished answer");
     assert_eq!(class, FailureClass::StreamInterrupted);
+    // A router's `error` finish with no error object beside it: a server error.
+    let failed = chunk(r#"{"content":""}"#, r#""error""#);
+    let s = stream_of(vec![format!("{role}{failed}data: [DONE]\n\n").into_bytes()]).await;
+    let (class, _, _) = s.error.expect("not a finished answer");
+    assert_eq!(class, FailureClass::ServerError);
 }
 
 #[tokio::test]

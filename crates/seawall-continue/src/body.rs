@@ -12,8 +12,8 @@
 //!   are not passed on, and a follow-up request is made; Anthropic's `content_block_stop` is
 //!   held until the event after it says whether the answer goes on;
 //! - a body error of class `StreamInterrupted` while a resumption is possible: error events
-//!   just before it (DeepSeek's finish for lack of resources among them) and whatever followed
-//!   them (`[DONE]`) are held, and a follow-up request is made;
+//!   just before it (a finish word that says the answer failed among them) and whatever
+//!   followed them (`[DONE]`) are held, and a follow-up request is made;
 //! - a follow-up's events: its opening events (role delta, `message_start`, the first
 //!   `content_block_start`) are dropped, its text deltas (trimmed, see [`Trim`]) are sent in
 //!   the first attempt's shape (its id and model, its block index), and its closing events
@@ -508,9 +508,9 @@ impl<S, F, B: Body> Splice<S, F, B> {
             self.out.push_back(raw.clone());
             return;
         };
-        if word == FinishReason::STARVED {
-            // Not a finish: DeepSeek cut the answer for lack of resources, and the body fails
-            // with it. Held like an error event.
+        if FinishReason::failure_of(word).is_some() {
+            // Not a finish: the upstream cut the answer (DeepSeek for lack of resources, a
+            // router's `error`), and the body fails with it. Held like an error event.
             self.hold_error(raw);
             return;
         }

@@ -29,7 +29,8 @@
 //!   second role delta or `message_start`, one `[DONE]` or `message_stop`, the final usage
 //!   summed.
 //! - **Resume**: a stream cut after its first token (the body yields a `StreamInterrupted`
-//!   error; DeepSeek's `finish_reason: insufficient_system_resource` is such a cut) does not
+//!   error; DeepSeek's `finish_reason: insufficient_system_resource` and a router's `error`
+//!   are such cuts) does not
 //!   end: the continuation's content follows what was delivered, without
 //!   duplicated text (every event is passed on whole, so a cut never leaves half an event
 //!   with the caller), and the final usage is the sum (the cut attempt's output counted by

@@ -1,6 +1,7 @@
 //! DeepSeek stops an answer its inference system has no resources to finish with `finish_reason:
-//! "insufficient_system_resource"`: cut, not finished. Streamed, the caller still gets one
-//! whole answer.
+//! "insufficient_system_resource"`, and a router ends one a provider failed mid-way with
+//! `finish_reason: "error"`: cut, not finished. Streamed, the caller still gets one whole
+//! answer.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -71,7 +72,7 @@ fn text(sse: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_stream_deepseek_stopped_for_lack_of_resources_is_resumed_into_one_answer() {
+async fn a_stream_cut_by_its_finish_word_or_an_error_chunk_is_resumed_into_one_answer() {
     let starved = stream("c1", &["The sea ", "is"], "insufficient_system_resource");
     // A router's error chunk and the `[DONE]` after it, in the same read: neither reaches the
     // caller once the answer is resumed.
@@ -81,7 +82,9 @@ async fn a_stream_deepseek_stopped_for_lack_of_resources_is_resumed_into_one_ans
     let cut = stream("c1", &["The sea ", "is"], "stop");
     let at = cut.rfind("data: {").unwrap();
     let error_chunk = format!("{}data: {error}\n\ndata: [DONE]\n\n", &cut[..at]);
-    for first in [starved, error_chunk] {
+    // A router's bare `error` finish.
+    let failed = stream("c1", &["The sea ", "is"], "error");
+    for first in [starved, error_chunk, failed] {
         resumed_into_one_answer(first).await;
     }
 }

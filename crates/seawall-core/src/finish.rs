@@ -15,20 +15,38 @@
 //! kept as [`FinishReason::Other`], cut to [`FinishReason::MAX_OTHER_CHARS`] characters since
 //! the upstream chooses its length.
 //!
-//! One word is not a finish at all: DeepSeek's `insufficient_system_resource`
-//! ([`FinishReason::STARVED`]) says its inference system stopped the answer for lack of
-//! resources. The answer is cut, and every parser reads it as an overload: retried before the
-//! commit point, resumed (by a continue layer) after it.
+//! Two words are not a finish at all ([`FinishReason::failure_of`]): DeepSeek's
+//! `insufficient_system_resource` (its inference system stopped the answer for lack of
+//! resources) and the `error` a router normalises a provider's failure mid-answer to
+//! (OpenRouter). The answer is cut, and every parser reads it as a failure of its class:
+//! retried before the commit point, resumed (by a continue layer) after it.
 
+use crate::class::FailureClass;
 use crate::response::FinishReason;
 
 impl FinishReason {
     /// The most characters of an unknown reason kept in [`FinishReason::Other`].
     pub const MAX_OTHER_CHARS: usize = 64;
 
-    /// DeepSeek's finish word for an answer its inference system stopped for lack of
-    /// resources: a cut, not a finish (see the module docs).
-    pub const STARVED: &'static str = "insufficient_system_resource";
+    /// The class of a finish word that says the answer failed rather than finished (see the
+    /// module docs); `None` for every other word.
+    ///
+    /// ```
+    /// use seawall_core::{FailureClass, FinishReason};
+    /// assert_eq!(
+    ///     FinishReason::failure_of("insufficient_system_resource"),
+    ///     Some(FailureClass::Overloaded)
+    /// );
+    /// assert_eq!(FinishReason::failure_of("error"), Some(FailureClass::ServerError));
+    /// assert_eq!(FinishReason::failure_of("stop"), None);
+    /// ```
+    pub fn failure_of(word: &str) -> Option<FailureClass> {
+        match word {
+            "insufficient_system_resource" => Some(FailureClass::Overloaded),
+            "error" => Some(FailureClass::ServerError),
+            _ => None,
+        }
+    }
 
     /// Reads a provider's finish (or stop, or incomplete) reason.
     ///

@@ -186,13 +186,10 @@ impl SseScan {
             let mut content = false;
             for c in choices {
                 if let Some(r) = c.get("finish_reason").and_then(Value::as_str) {
-                    if r == FinishReason::STARVED {
+                    if let Some(class) = FinishReason::failure_of(r) {
                         seen.error = Some(
-                            LlmError::new(
-                                FailureClass::Overloaded,
-                                "the upstream stopped the answer for lack of resources",
-                            )
-                            .with_error_type(r),
+                            LlmError::new(class, "the upstream's finish reason says it failed")
+                                .with_error_type(r),
                         );
                     }
                     self.finish(r, true);
@@ -425,14 +422,18 @@ mod tests {
     }
 
     #[test]
-    fn deepseeks_finish_for_lack_of_resources_is_an_overload() {
-        let event = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"insufficient_system_resource\"}]}\n\n";
-        for committed in [false, true] {
-            let seen = SseScan::default().feed(event, committed);
-            assert_eq!(
-                seen.error.map(|e| e.class()),
-                Some(FailureClass::Overloaded)
+    fn a_finish_word_that_says_the_answer_failed_is_that_failure() {
+        for (word, class) in [
+            ("insufficient_system_resource", FailureClass::Overloaded),
+            ("error", FailureClass::ServerError),
+        ] {
+            let event = format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"\"}},\"finish_reason\":\"{word}\"}}]}}\n\n"
             );
+            for committed in [false, true] {
+                let seen = SseScan::default().feed(event.as_bytes(), committed);
+                assert_eq!(seen.error.map(|e| e.class()), Some(class), "{word}");
+            }
         }
     }
 

@@ -171,6 +171,8 @@ pub(crate) enum Verdict {
     Answer,
     /// A `200` holding an error object.
     Error(Box<ProviderError>),
+    /// An answer whose finish word says it failed: its error.
+    Cut(Box<LlmError>),
     /// A finished answer without any content.
     Empty,
 }
@@ -296,14 +298,16 @@ impl Facts<'_> {
 
     /// The error of an answer that is not one: a body that is itself an error object, with no
     /// `error` member (vLLM's and other OpenAI-compatible servers' `{"object": "error",
-    /// "message": ..., "code": 400}`), or an answer DeepSeek stopped for lack of resources.
+    /// "message": ..., "code": 400}`), or an answer whose finish word says it failed
+    /// (DeepSeek's lack of resources, a router's `error`).
     fn failure(&self, body: &[u8]) -> Option<Verdict> {
         if self.object.as_deref() == Some("error") {
             let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
             return Some(Verdict::Error(Box::new(ProviderError::from_value(&value))));
         }
-        (self.finish_word() == Some(super::STARVED))
-            .then(|| Verdict::Error(Box::new(super::starved())))
+        let word = self.finish_word()?;
+        let class = FinishReason::failure_of(word)?;
+        Some(Verdict::Cut(Box::new(super::cut_answer(class, word))))
     }
 
     /// The verdict on an answer without an error object.

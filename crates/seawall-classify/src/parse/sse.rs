@@ -349,7 +349,7 @@ impl SseParser {
             _ => {
                 if let Some(choices) = choices {
                     let mut content = false;
-                    let mut starved = false;
+                    let mut cut = None;
                     let array = choices.each(|c| {
                         let [delta, text, finish] = c.pick(["delta", "text", "finish_reason"]);
                         if let Some(d) = delta {
@@ -367,7 +367,9 @@ impl SseParser {
                         }
                         content |= has_output(text);
                         if let Some(r) = finish.and_then(V::as_str) {
-                            starved |= r == super::STARVED;
+                            if let Some(class) = FinishReason::failure_of(&r) {
+                                cut = Some(super::cut_answer(class, &r));
+                            }
                             report.set_finish_reason(FinishReason::from_provider(&r));
                         }
                     });
@@ -378,8 +380,8 @@ impl SseParser {
                             report.record_content();
                         }
                     }
-                    if starved {
-                        return Some(self.stream_error(&super::starved(), report));
+                    if let Some(err) = cut {
+                        return Some(self.finish_error(err, report));
                     }
                 } else if is_error_object(v) {
                     self.known = true;
@@ -418,7 +420,12 @@ impl SseParser {
     }
 
     fn stream_error(&self, e: &ProviderError, report: &BodyReport) -> LlmError {
-        let mut err = embedded_error(e, "error event inside a 200 stream");
+        self.finish_error(embedded_error(e, "error event inside a 200 stream"), report)
+    }
+
+    /// The stream's failure as the caller gets it: with the stream's request id and the usage
+    /// so far, and `StreamInterrupted` once content was sent.
+    fn finish_error(&self, mut err: LlmError, report: &BodyReport) -> LlmError {
         if err.request_id().is_none() {
             if let Some(id) = &self.request_id {
                 err = err.with_request_id(&**id);
