@@ -42,10 +42,9 @@ pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
 }
 
 /// The error of an answer whose finish word says it failed
-/// ([`FinishReason::failure_of`](seawall_core::FinishReason::failure_of)): DeepSeek's lack of
-/// resources, a router's `error`.
+/// ([`FinishReason::failure_of`](seawall_core::FinishReason::failure_of): one of a few known
+/// words, DeepSeek's lack of resources and a router's `error`).
 pub(crate) fn cut_answer(class: FailureClass, word: &str) -> LlmError {
-    let word: String = word.chars().take(64).collect();
     LlmError::new(
         class,
         format!("the upstream stopped the answer with finish_reason `{word}`, not a finish"),

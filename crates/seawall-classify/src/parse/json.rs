@@ -302,8 +302,7 @@ impl Facts<'_> {
     /// (DeepSeek's lack of resources, a router's `error`).
     fn failure(&self, body: &[u8]) -> Option<Verdict> {
         if self.object.as_deref() == Some("error") {
-            let value = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-            return Some(Verdict::Error(Box::new(ProviderError::from_value(&value))));
+            return Some(Verdict::Error(Box::new(ProviderError::parse(body))));
         }
         let word = self.finish_word()?;
         let class = FinishReason::failure_of(word)?;
