@@ -58,7 +58,8 @@ impl Memo {
         let mut walk = || -> Option<()> {
             c.eat(b'{')?;
             loop {
-                if !skippable(c.key()?, model_known) {
+                let name = c.key()?;
+                if !skippable(name, model_known) || (name == b"object" && !plain_object(&c)) {
                     return Some(());
                 }
                 c.skip(1)?;
@@ -72,6 +73,16 @@ impl Memo {
         let _ = walk();
         self.prefix.extend_from_slice(&text.as_bytes()[..end]);
     }
+}
+
+/// Whether the `object` member whose value is next names an ordinary object, not `"error"`:
+/// an event whose `object` is `"error"` is an error (vLLM's), so that member is read, never
+/// left in a prefix. A value the cursor cannot read plainly counts as an error, to be sure.
+fn plain_object(c: &JsonCursor<'_>) -> bool {
+    let mut c = c.clone();
+    c.string()
+        .and_then(|s| c.decoded(s))
+        .is_some_and(|v| v != "error")
 }
 
 /// Whether the reading of an event never looks at a top-level member of this name (the

@@ -663,6 +663,23 @@ mod tests {
         assert!(outcome(stream.as_bytes(), true).contains("Some(\"req_9\")"));
     }
 
+    #[test]
+    fn an_object_member_saying_error_is_never_left_in_a_remembered_prefix() {
+        // The first event is content (its type says so); the second, with the same leading
+        // bytes, has no type of its own any more, so its `"object": "error"` makes it an error.
+        let stream = concat!(
+            "data: {\"object\":\"error\",\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"text\":\"a\"}}\n\n",
+            "data: {\"object\":\"error\",\"type\":null,\"message\":\"boom\"}\n\n",
+        );
+        agree(stream.as_bytes());
+        let read = outcome(stream.as_bytes(), true);
+        assert!(read.contains("Some((StreamInterrupted, \"boom\""), "{read}");
+        let report = BodyReport::new();
+        let mut p = SseParser::new(None, true);
+        let _ = p.feed(stream.as_bytes(), &report);
+        assert!(p.memo.prefix.is_empty());
+    }
+
     /// Events that share their leading members, as a stream's do, some of them members the
     /// reading needs (so no prefix may pass over them).
     fn shared_prefix_stream() -> impl Strategy<Value = String> {
