@@ -323,6 +323,9 @@ const QUOTA_NAMES: &[&str] = &[
     "insufficient_balance",
     "insufficient_funds",
     "payment_required",
+    // Moonshot's (sent with a 403 or a 429), DashScope's (with a 400).
+    "exceeded_current_quota_error",
+    "arrearage",
 ];
 const QUOTA_PHRASES: &[&str] = &[
     "exceeded your current quota",
@@ -333,6 +336,15 @@ const QUOTA_PHRASES: &[&str] = &[
     "billing hard limit",
     "account is not active",
     "api usage limit",
+    // Moonshot: "organization ... exceeded current quota".
+    "exceeded current quota",
+    // Z.ai (code 1113): "Your account is in arrears, please recharge"; gateways' "overdue
+    // account"; Zhipu's Chinese for the same: "欠费" (in arrears), "余额不足" (balance too low).
+    "in arrears",
+    "overdue account",
+    "overdue payment",
+    "欠费",
+    "余额不足",
 ];
 /// A limit of the day ("free-models-per-day", "requests per day").
 const DAY_PHRASES: &[&str] = &["per-day", "per day", "daily limit", "daily quota"];
@@ -348,6 +360,10 @@ const CALLER_PHRASES: &[&str] = &[
     "not available in your country",
     "organization must be verified",
 ];
+/// An account locked by the provider, which Z.ai sends as a 429 (its codes 1112 and 1121:
+/// "Your account has been locked"; "已被锁定" in Chinese): no wait unlocks it, another key or
+/// provider may serve.
+const LOCKED_PHRASES: &[&str] = &["has been locked", "account is locked", "已被锁定"];
 /// A 400 (or an odd 4xx) that refuses the key: xAI's "Incorrect API key provided" with a code
 /// that names only the argument, Cohere's 498 "invalid api token".
 const KEY_PHRASES: &[&str] = &[
@@ -406,6 +422,21 @@ const CONTEXT_PHRASES: &[&str] = &[
     // "too many tokens: size limit exceeded by N tokens".
     "too many tokens: total number of tokens",
     "too many tokens: size limit exceeded",
+    // Kimi: "Your request exceeded model token limit: N (requested: M)".
+    "exceeded model token limit",
+    // Z.ai (code 1261): "Prompt too long".
+    "prompt too long",
+    // DashScope: "Range of input length should be [1, N]" (the input, not a parameter's range).
+    "range of input length should be",
+    // Groq and OpenAI's older wording: "Please reduce the length of the messages or completion".
+    "reduce the length of the messages",
+    // OpenRouter's providers: "Input length N exceeds the maximum allowed input length of M".
+    "maximum allowed input length",
+    // GitHub Copilot: "prompt token count of N exceeds the limit of M".
+    "prompt token count of",
+    // Bedrock: "Too many input tokens. Max input tokens: N" (its throttling says "too many
+    // tokens", which stays a rate limit).
+    "too many input tokens",
 ];
 /// OpenAI's words for one request over the key's per-minute token limit, sent with a 429.
 const TOO_LARGE_PHRASE: &str = "request too large";
@@ -416,6 +447,8 @@ const CONTENT_NAMES: &[&str] = &[
     "moderation_blocked",
     "responsibleaipolicyviolation",
     "invalid_prompt",
+    // DashScope's: "Input data may contain inappropriate content."
+    "data_inspection_failed",
 ];
 const CONTENT_PHRASES: &[&str] = &[
     "content management policy",
@@ -427,12 +460,18 @@ const CONTENT_PHRASES: &[&str] = &[
     // OpenRouter's 403 for a model that requires moderation: "... your input was flagged".
     "requires moderation",
     "input was flagged",
+    "inappropriate content",
+    // Z.ai (code 1301): "potentially unsafe or sensitive content"; "敏感内容" in Chinese.
+    "unsafe or sensitive content",
+    "敏感内容",
 ];
 const OVERLOADED_NAMES: &[&str] = &[
     "overloaded_error",
     "overloaded",
     "server_overloaded",
     "engine_overloaded",
+    // Moonshot's, sent with a 429.
+    "engine_overloaded_error",
     "service_unavailable",
     "service_unavailable_error",
 ];
@@ -525,6 +564,8 @@ struct Signals {
     context: bool,
     /// One request larger than the key's whole per-minute token limit: no wait lets it through.
     too_large: bool,
+    /// The account is locked.
+    locked: bool,
     content: bool,
     overloaded: bool,
     timeout: bool,
@@ -537,6 +578,7 @@ impl Signals {
         let has = |list: &[&str]| names.iter().any(|n| list.contains(&n.as_str()));
         let msg = e.message().unwrap_or("").to_ascii_lowercase();
         let quota_named = has(QUOTA_NAMES);
+        let locked = contains_any(&msg, LOCKED_PHRASES);
         Signals {
             quota: quota_named || contains_any(&msg, QUOTA_PHRASES),
             access: names
@@ -552,17 +594,26 @@ impl Signals {
                 })
                 .or_else(|| contains_any(&msg, KEY_PHRASES).then_some(FailureClass::Authentication))
                 .or_else(|| {
-                    contains_any(&msg, CALLER_PHRASES).then_some(FailureClass::PermissionDenied)
+                    (locked || contains_any(&msg, CALLER_PHRASES))
+                        .then_some(FailureClass::PermissionDenied)
                 }),
             quota_named,
             context: has(CONTEXT_NAMES) || contains_any(&msg, CONTEXT_PHRASES),
             too_large: msg.contains(TOO_LARGE_PHRASE),
+            locked,
             content: has(CONTENT_NAMES) || contains_any(&msg, CONTENT_PHRASES),
             overloaded: has(OVERLOADED_NAMES) || msg.contains("overloaded"),
             timeout: has(TIMEOUT_NAMES),
             generic: names.iter().find_map(|n| generic_name_class(n)),
         }
     }
+}
+
+/// Whether the error's body says when to come back: Google's `RetryInfo`, or a delay in its
+/// words ("Please retry in 33s").
+fn says_when(e: &ProviderError) -> bool {
+    e.retry_delay().is_some()
+        || hints::retry_after_from_message(e.message().unwrap_or("")).is_some()
 }
 
 /// The class of a failed response from its status and parsed body (the README's table).
@@ -588,17 +639,21 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
         // named quota code is final, and so is a quota of the day (Google's `QuotaFailure`
         // naming a per-day quota), whatever delay comes with it.
         429 if s.quota_named || e.daily_quota() => QuotaExhausted,
-        429 if s.quota
-            && e.retry_delay().is_none()
-            && hints::retry_after_from_message(e.message().unwrap_or("")).is_none() =>
-        {
-            QuotaExhausted
-        }
+        429 if s.quota && !says_when(e) => QuotaExhausted,
+        // A locked account (Z.ai's 429s) is not over within any wait; another key may serve.
+        429 if s.locked && !says_when(e) => PermissionDenied,
         // OpenAI's 429 for one request over the key's tokens per minute ("Request too large for
         // gpt-4o ... on tokens per min (TPM): Limit 30000, Requested 50000"): the 413 Groq sends
         // for the same thing. Retried, it is refused again however long the wait; a smaller
         // request, or a model or key with more room, serves it.
         429 if s.too_large => ContextLengthExceeded,
+        // The provider's capacity, not the caller's rate (Moonshot's `engine_overloaded_error`,
+        // OpenAI's older "That model is currently overloaded"), unless a rate limit's own code
+        // says otherwise.
+        429 if s.overloaded && s.generic != Some(RateLimited) => Overloaded,
+        // A spent quota or balance sent as a 403 (Moonshot's `exceeded_current_quota_error`, a
+        // gateway's "overdue account"): as final as a 402.
+        403 if s.quota => QuotaExhausted,
         // A router's moderation refusing the prompt (OpenRouter's 403): the key is fine, and
         // the same prompt would be refused again.
         403 if s.content => ContentFiltered,

@@ -290,4 +290,14 @@ async fn an_answer_whose_finish_word_says_it_failed_is_that_failure() {
     let failed = body.replace("insufficient_system_resource", "error");
     let err = outcome(&failed).await.expect_err(&failed);
     assert_eq!(err.class(), FailureClass::ServerError);
+    // Z.ai's `network_error`: its inference failed mid-answer.
+    let failed = body.replace("insufficient_system_resource", "network_error");
+    let err = outcome(&failed).await.expect_err(&failed);
+    assert_eq!(err.class(), FailureClass::ServerError);
+    // Z.ai's `sensitive`: its safety review stopped the answer, as a content filter would.
+    let filtered = body
+        .replace("\"The sea\"", "\"\"")
+        .replace("insufficient_system_resource", "sensitive");
+    let err = outcome(&filtered).await.expect_err(&filtered);
+    assert_eq!(err.class(), FailureClass::ContentFiltered);
 }

@@ -398,6 +398,65 @@ fn errors_that_refuse_the_key_the_region_or_the_day_say_so_whatever_their_status
     assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(30)));
 }
 
+/// The OpenAI-compatible providers that say more in their words and business codes than in
+/// their status: Zhipu / Z.ai sends a spent balance and a locked account as 429s (its codes
+/// 1113, 1112), in Chinese or in English; Moonshot a spent quota as a 403 and its overload as
+/// a 429; Alibaba's DashScope a spent balance as a 400 (`Arrearage`). And the prompt-too-long
+/// wordings of Kimi, Z.ai, DashScope, Groq, Bedrock and the routers.
+fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
+    let zhipu = |code: &str, message: &str| {
+        serde_json::json!({"error": {"code": code, "message": message}}).to_string()
+    };
+    let typed = |ty: &str, message: &str| {
+        serde_json::json!({"error": {"message": message, "type": ty}}).to_string()
+    };
+    vec![
+        // Z.ai / Zhipu: a spent balance (1113) is no rate limit, whatever the status says.
+        (429, zhipu("1113", "您的账户已欠费，请充值后重试。"), QuotaExhausted, "1113"),
+        (429, zhipu("1113", "余额不足或无可用资源包,请充值。"), QuotaExhausted, "1113"),
+        (429, zhipu("1113", "Your account is in arrears, please recharge and try again"), QuotaExhausted, "1113"),
+        (429, anthropic("1113", "Insufficient balance or no resource package. Please recharge."), QuotaExhausted, "1113"),
+        // ... nor is a locked account (1112, 1121): another key or provider may serve.
+        (429, zhipu("1112", "Your account has been locked, please contact customer service to unlock"), PermissionDenied, "1112"),
+        (429, zhipu("1121", "Account has irregular activities and has been locked"), PermissionDenied, "1121"),
+        // Its concurrency limit (1302) is one.
+        (429, zhipu("1302", "High concurrency usage of this API, please reduce concurrency or contact customer service to increase limits"), RateLimited, "1302"),
+        // Its content safety (1301), in both languages, and its prompt too long (1261).
+        (400, zhipu("1301", "System detected potentially unsafe or sensitive content in input or generation. Please avoid using prompts that may generate sensitive content. Thank you for your cooperation."), ContentFiltered, "1301"),
+        (400, zhipu("1301", "系统检测到输入或生成内容可能包含不安全或敏感内容，请您避免输入易产生敏感内容的提示语，感谢您的配合。"), ContentFiltered, "1301"),
+        (400, zhipu("1261", "Prompt too long"), ContextLengthExceeded, "1261"),
+        // Moonshot: a spent quota as a 403, its overload as a 429, its rate limit as a 429.
+        (403, typed("exceeded_current_quota_error", "Your account org-x <ak-y> is not active, organization <org-x> exceeded current quota, please check your plan and billing details"), QuotaExhausted, "exceeded_current_quota_error"),
+        (429, typed("exceeded_current_quota_error", "Your account org-x <ak-y> is suspended due to insufficient balance, please recharge your account or check your plan and billing details"), QuotaExhausted, "exceeded_current_quota_error"),
+        (429, typed("engine_overloaded_error", "The engine is currently overloaded, please try again later"), Overloaded, "engine_overloaded_error"),
+        (429, typed("rate_limit_reached_error", "Your account org-x <ak-y> request reached organization TPM rate limit, current: 1410, limit: 100"), RateLimited, "rate_limit_reached_error"),
+        (400, typed("invalid_request_error", "Invalid request: Your request exceeded model token limit: 131072 (requested: 150000)"), ContextLengthExceeded, "invalid_request_error"),
+        // DashScope (Qwen's compatible mode).
+        (400, openai("Access denied, please make sure your account is in good standing. For details, see: https://help.aliyun.com/zh/model-studio/error-code#overdue-payment", "Arrearage", "Arrearage"), QuotaExhausted, "Arrearage"),
+        (400, openai("Input data may contain inappropriate content.", "data_inspection_failed", "data_inspection_failed"), ContentFiltered, "data_inspection_failed"),
+        (400, openai("<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, 129024]", "invalid_request_error", "invalid_parameter_error"), ContextLengthExceeded, "invalid_parameter_error"),
+        // A gateway's spent account as a 403.
+        (403, r#"{"error":{"message":"Access denied due to overdue account"}}"#.to_owned(), QuotaExhausted, ""),
+        // OpenAI's older overload, sent as a 429 with a server error's type.
+        (429, openai("That model is currently overloaded with other requests. You can retry your request, or contact us through our help center at help.openai.com if the error persists.", "server_error", ""), Overloaded, "server_error"),
+        // Prompt-too-long wordings whose code says only "bad request".
+        (400, openai("Please reduce the length of the messages or completion.", "invalid_request_error", ""), ContextLengthExceeded, "invalid_request_error"),
+        (400, openai("Input length 140000 exceeds the maximum allowed input length of 131072 tokens.", "", ""), ContextLengthExceeded, ""),
+        (400, openai("prompt token count of 130000 exceeds the limit of 128000", "invalid_request_error", ""), ContextLengthExceeded, "invalid_request_error"),
+        (400, r#"{"message":"Too many input tokens. Max input tokens: 8192, request input token count: 9279"}"#.to_owned(), ContextLengthExceeded, ""),
+        // Bedrock's throttling speaks of tokens too, and stays a rate limit.
+        (429, r#"{"message":"Too many tokens, please wait before trying again."}"#.to_owned(), RateLimited, ""),
+        // A rate limit whose words mention an overload is still the rate limit its code names.
+        (429, openai("Rate limit reached: the servers are overloaded with your requests.", "requests", "rate_limit_exceeded"), RateLimited, "rate_limit_exceeded"),
+    ]
+}
+
+#[test]
+fn a_spent_balance_a_locked_account_or_an_overload_is_read_in_the_providers_own_words() {
+    check("words/auto", &AutoClassifier, &provider_words_rows());
+    check("words/openai", &OpenAiClassifier, &provider_words_rows());
+}
+
 /// A Gemini 429 as its API sends it: Google's error model, the quota that ran out named in a
 /// `QuotaFailure`, the delay in a `RetryInfo`.
 fn gemini_429(message: &str, quota_id: &str, retry_delay: &str) -> String {

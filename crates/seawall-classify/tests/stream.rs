@@ -807,6 +807,22 @@ async fn a_finish_word_that_says_the_answer_failed_is_that_failure_not_an_answer
     let s = stream_of(vec![format!("{role}{failed}data: [DONE]\n\n").into_bytes()]).await;
     let (class, _, _) = s.error.expect("not a finished answer");
     assert_eq!(class, FailureClass::ServerError);
+    // Z.ai's `network_error` after content: cut, as by an error event.
+    let failed = chunk(r#"{"content":""}"#, r#""network_error""#);
+    let s = stream_of(vec![
+        format!("{role}{text}{failed}data: [DONE]\n\n").into_bytes(),
+    ])
+    .await;
+    let (class, _, _) = s.error.expect("not a finished answer");
+    assert_eq!(class, FailureClass::StreamInterrupted);
+    // Z.ai's `sensitive` before any content: its safety review refused the answer.
+    let filtered = chunk(r#"{"content":""}"#, r#""sensitive""#);
+    let s = stream_of(vec![
+        format!("{role}{filtered}data: [DONE]\n\n").into_bytes(),
+    ])
+    .await;
+    let (class, _, _) = s.error.expect("not a finished answer");
+    assert_eq!(class, FailureClass::ContentFiltered);
 }
 
 #[tokio::test]

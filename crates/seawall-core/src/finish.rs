@@ -9,16 +9,18 @@
 //! - OpenAI Responses `incomplete_details.reason`: `max_output_tokens`, `content_filter`;
 //! - Anthropic Messages `stop_reason`: `end_turn`, `stop_sequence`, `max_tokens`, `tool_use`,
 //!   `refusal`, `pause_turn`, and `model_context_window_exceeded` (the output stopped because
-//!   the context window was full: a length limit, like `max_tokens`).
+//!   the context window was full: a length limit, like `max_tokens`);
+//! - Z.ai's (GLM) `finish_reason` beside OpenAI's: `sensitive` (its safety review stopped the
+//!   answer: a content filter) and `model_context_window_exceeded`.
 //!
 //! Anything else (`pause_turn` included: the turn is not over, the caller continues it) is
 //! kept as [`FinishReason::Other`], cut to [`FinishReason::MAX_OTHER_CHARS`] characters since
 //! the upstream chooses its length.
 //!
-//! Two words are not a finish at all ([`FinishReason::failure_of`]): DeepSeek's
+//! Three words are not a finish at all ([`FinishReason::failure_of`]): DeepSeek's
 //! `insufficient_system_resource` (its inference system stopped the answer for lack of
-//! resources) and the `error` a router normalises a provider's failure mid-answer to
-//! (OpenRouter). The answer is cut, and every parser reads it as a failure of its class:
+//! resources), Z.ai's `network_error` (its inference failed mid-answer) and the `error` a
+//! router normalises a provider's failure mid-answer to (OpenRouter). The answer is cut, and every parser reads it as a failure of its class:
 //! retried before the commit point, resumed (by a continue layer) after it.
 
 use crate::class::FailureClass;
@@ -38,12 +40,16 @@ impl FinishReason {
     ///     Some(FailureClass::Overloaded)
     /// );
     /// assert_eq!(FinishReason::failure_of("error"), Some(FailureClass::ServerError));
+    /// assert_eq!(
+    ///     FinishReason::failure_of("network_error"),
+    ///     Some(FailureClass::ServerError)
+    /// );
     /// assert_eq!(FinishReason::failure_of("stop"), None);
     /// ```
     pub fn failure_of(word: &str) -> Option<FailureClass> {
         match word {
             "insufficient_system_resource" => Some(FailureClass::Overloaded),
-            "error" => Some(FailureClass::ServerError),
+            "error" | "network_error" => Some(FailureClass::ServerError),
             _ => None,
         }
     }
@@ -67,7 +73,7 @@ impl FinishReason {
                 FinishReason::Length
             }
             "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
-            "content_filter" | "refusal" => FinishReason::ContentFilter,
+            "content_filter" | "refusal" | "sensitive" => FinishReason::ContentFilter,
             other => FinishReason::Other(
                 other
                     .chars()
@@ -98,6 +104,7 @@ mod tests {
             ("tool_use", FinishReason::ToolCalls),
             ("content_filter", FinishReason::ContentFilter),
             ("refusal", FinishReason::ContentFilter),
+            ("sensitive", FinishReason::ContentFilter),
             ("pause_turn", FinishReason::Other("pause_turn".into())),
         ] {
             assert_eq!(FinishReason::from_provider(word), want, "{word}");

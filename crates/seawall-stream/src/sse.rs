@@ -426,6 +426,7 @@ mod tests {
         for (word, class) in [
             ("insufficient_system_resource", FailureClass::Overloaded),
             ("error", FailureClass::ServerError),
+            ("network_error", FailureClass::ServerError),
         ] {
             let event = format!(
                 "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"\"}},\"finish_reason\":\"{word}\"}}]}}\n\n"
