@@ -326,6 +326,8 @@ const QUOTA_NAMES: &[&str] = &[
     // Moonshot's (sent with a 403 or a 429), DashScope's (with a 400).
     "exceeded_current_quota_error",
     "arrearage",
+    // A LiteLLM proxy's budget for the key, team or user (with a 400 or a 429).
+    "budget_exceeded",
 ];
 const QUOTA_PHRASES: &[&str] = &[
     "exceeded your current quota",
@@ -345,6 +347,15 @@ const QUOTA_PHRASES: &[&str] = &[
     "overdue payment",
     "欠费",
     "余额不足",
+    // xAI's 429 "used all available credits or reached its monthly spending limit"; Fireworks'
+    // 412 "suspended, possibly due to reaching the monthly spending limit".
+    "spending limit",
+    "used all available credits",
+    // A LiteLLM proxy's "Budget has been exceeded!", "End User=x over budget", "exceeded budget
+    // for model=...".
+    "budget has been exceeded",
+    "over budget",
+    "exceeded budget",
 ];
 /// A limit of the day ("free-models-per-day", "requests per day").
 const DAY_PHRASES: &[&str] = &["per-day", "per day", "daily limit", "daily quota"];
@@ -475,6 +486,16 @@ const OVERLOADED_NAMES: &[&str] = &[
     "service_unavailable",
     "service_unavailable_error",
 ];
+/// The words of an overload or of capacity run out, whatever the status: Mistral's 429 "Service
+/// tier capacity exceeded for this model", Cloudflare's 429 "Capacity temporarily exceeded",
+/// Groq's 498 "Flex Tier Capacity Exceeded", Google's "No capacity available for model".
+const OVERLOADED_PHRASES: &[&str] = &[
+    "overloaded",
+    "capacity exceeded",
+    "capacity temporarily exceeded",
+    "at capacity",
+    "no capacity available",
+];
 const TIMEOUT_NAMES: &[&str] = &["timeout_error", "timeout", "gateway_timeout"];
 
 fn generic_name_class(name: &str) -> Option<FailureClass> {
@@ -602,7 +623,7 @@ impl Signals {
             too_large: msg.contains(TOO_LARGE_PHRASE),
             locked,
             content: has(CONTENT_NAMES) || contains_any(&msg, CONTENT_PHRASES),
-            overloaded: has(OVERLOADED_NAMES) || msg.contains("overloaded"),
+            overloaded: has(OVERLOADED_NAMES) || contains_any(&msg, OVERLOADED_PHRASES),
             timeout: has(TIMEOUT_NAMES),
             generic: names.iter().find_map(|n| generic_name_class(n)),
         }
@@ -672,6 +693,9 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
                 access
             } else if status == 400 || status == 422 {
                 InvalidRequest
+            } else if s.overloaded {
+                // An odd status whose words say the provider is at capacity (Groq's 498).
+                Overloaded
             } else {
                 s.generic.unwrap_or(InvalidRequest)
             }

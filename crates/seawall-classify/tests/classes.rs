@@ -446,6 +446,17 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (400, r#"{"message":"Too many input tokens. Max input tokens: 8192, request input token count: 9279"}"#.to_owned(), ContextLengthExceeded, ""),
         // Bedrock's throttling speaks of tokens too, and stays a rate limit.
         (429, r#"{"message":"Too many tokens, please wait before trying again."}"#.to_owned(), RateLimited, ""),
+        // xAI's spent credits (its error a string beside a gRPC status's words), Fireworks'
+        // suspended account (a 412), a LiteLLM proxy's budget (a 429, or a 400 before).
+        (429, r#"{"code":"Some resource has been exhausted","error":"Your team abc has either used all available credits or reached its monthly spending limit. To continue making API requests, please purchase more credits or raise your spending limit."}"#.to_owned(), QuotaExhausted, ""),
+        (412, r#"{"error":{"message":"Account acme is suspended, possibly due to reaching the monthly spending limit or failure to pay past invoices. Please go to https://fireworks.ai/account/billing for more information.","param":null,"code":"PRECONDITION_FAILED","type":"error"},"request_id":"r1"}"#.to_owned(), QuotaExhausted, "PRECONDITION_FAILED"),
+        (429, openai("Budget has been exceeded! Current cost: 10.51, Max budget: 10.00", "budget_exceeded", "429"), QuotaExhausted, "budget_exceeded"),
+        (400, openai("ExceededBudget: End User=ishaan3 over budget. Spend=0.00089, Budget=0.0001", "budget_exceeded", "400"), QuotaExhausted, "budget_exceeded"),
+        // Capacity run out: Mistral's 429 (its type says only "invalid request"), Cloudflare's
+        // 429, Groq's 498 for its flex tier.
+        (429, r#"{"object":"error","message":"Service tier capacity exceeded for this model.","type":"invalid_request_error","param":null,"code":null}"#.to_owned(), Overloaded, "invalid_request_error"),
+        (429, r#"{"errors":[{"message":"Capacity temporarily exceeded, please try again.","code":3040}],"success":false,"result":{},"messages":[]}"#.to_owned(), Overloaded, ""),
+        (498, openai("Flex Tier Capacity Exceeded", "", ""), Overloaded, ""),
         // A rate limit whose words mention an overload is still the rate limit its code names.
         (429, openai("Rate limit reached: the servers are overloaded with your requests.", "requests", "rate_limit_exceeded"), RateLimited, "rate_limit_exceeded"),
     ]
