@@ -127,6 +127,30 @@ const CORPUS: &[Leak] = &[
         &["FAKExai0123456789abcdefghijklmnopqrstuvwxyz"],
     ),
     leak(
+        "Invalid API key pplx-FAKEpplx0123456789abcdefghijklmnop provided",
+        &["FAKEpplx0123456789abcdefghijklmnop"],
+    ),
+    leak(
+        "The API key fw_FAKEfw0123456789abcdefghij is not valid",
+        &["FAKEfw0123456789abcdefghij"],
+    ),
+    leak(
+        "Wrong API key: csk-FAKEcsk0123456789abcdefghijklmnop",
+        &["FAKEcsk0123456789abcdefghijklmnop"],
+    ),
+    leak(
+        "Authentication failed for nvapi-FAKEnv0123456789-abcdefghij_klmnop",
+        &["FAKEnv0123456789-abcdefghij_klmnop"],
+    ),
+    leak(
+        "bad token r8_FAKEr80123456789abcdefghijkl",
+        &["FAKEr80123456789abcdefghijkl"],
+    ),
+    leak(
+        "key sk_live_FAKEsk0123456789abcdefghijklmn refused",
+        &["FAKEsk0123456789abcdefghijklmn"],
+    ),
+    leak(
         "401 for token hf_FAKEhf0123456789abcdefghijklmn",
         &["FAKEhf0123456789abcdefghijklmn"],
     ),

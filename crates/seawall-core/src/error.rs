@@ -557,10 +557,13 @@ fn secret_shapes() -> String {
         // The user and password of a URL: `https://user:pass@host`.
         r"(?i)(?-u:\b)[a-z][a-z0-9+.-]*://([^\s/?#@]+)@",
         // Keys recognisable by their shape wherever they appear: OpenAI and Anthropic
-        // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Google
-        // (`AIza`), AWS access key ids, and JWTs (`eyJ...`, as bearer tokens often are).
+        // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Perplexity
+        // (`pplx-`), Fireworks (`fw_`), Cerebras (`csk-`), NVIDIA (`nvapi-`), Replicate
+        // (`r8_`), the `sk_` keys of other APIs, Google (`AIza`), AWS access key ids, and JWTs
+        // (`eyJ...`, as bearer tokens often are).
         &*format!(r"(?-u:\b)(?i:sk-)({VALUE_CHAR}{{6,}})"),
         r"(?-u:\b)((?:gsk_|xai-|hf_|gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,})",
+        r"(?-u:\b)((?:pplx-|fw_|csk-|nvapi-|r8_|sk_)[A-Za-z0-9_-]{16,})",
         r"(AIza[0-9A-Za-z_-]{20,})",
         r"(?-u:\b)(AKIA[0-9A-Z]{16})",
         r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
