@@ -31,7 +31,8 @@ pin_project_lite::pin_project! {
     ///   type and message; the chunk that carried it is passed through first;
     /// - an SSE stream of a known format that ends (EOF or a transport error) without its
     ///   finish marker (`data: [DONE]`, `message_stop`, `response.completed`) yields
-    ///   `StreamInterrupted` after content, or `Disconnected` before any;
+    ///   `StreamInterrupted` after content, or `Disconnected` before any; an OpenAI stream
+    ///   whose every choice gave its finish reason has its answer, `[DONE]` or not;
     /// - such a stream that reaches its finish marker without any content (and not at the
     ///   token limit) yields `EmptyResponse` when it ends;
     /// - a transport error in a JSON body is classified the same way.

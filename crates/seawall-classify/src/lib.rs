@@ -48,6 +48,9 @@
 //!   fallback); after content it is `StreamInterrupted` (never retried);
 //! - an SSE stream in a dialect other than OpenAI's or Anthropic's has no known finish marker,
 //!   so its EOF is a normal end;
+//! - an OpenAI stream that ends without `data: [DONE]` after every choice gave its finish
+//!   reason is whole, not cut: some servers leave the marker out (Text Generation Inference
+//!   before 2.1.1, some llama.cpp forks), and a connection can close just before it;
 //! - a 429 whose only quota signal is its wording ("exceeded your current quota") but which
 //!   says when to come back ("Please retry in 33s", or Google's `google.rpc.RetryInfo` in the
 //!   body's `details`) is a per-window quota: `RateLimited`, retried after that delay; a

@@ -275,9 +275,68 @@ async fn openai_error_chunk_before_and_after_content() {
     assert_eq!(s.error.unwrap().0, FailureClass::ServerError);
 }
 
+/// `stream` without its finish chunk and `[DONE]`.
+fn without_finish(stream: &str) -> String {
+    stream
+        .split_inclusive("\n\n")
+        .filter(|e| !e.contains("\"finish_reason\":\"stop\"") && !e.contains("[DONE]"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stream_whose_every_choice_finished_is_whole_without_its_done_marker() {
+    // Text Generation Inference before 2.1.1 and some llama.cpp forks leave `[DONE]` out; a
+    // connection can close just before it. The finish reasons say the answer is whole.
+    let no_done = OPENAI_STREAM.replace("data: [DONE]\n\n", "");
+    let s = stream_of(vec![no_done.into()]).await;
+    assert_eq!(s.error, None);
+    assert!(s.finished);
+    assert_eq!(s.finish, Some(FinishReason::Stop));
+    assert_eq!(s.usage, usage(20, 2, 8));
+    // Closed right after the finish chunk, before the usage chunk.
+    let end = OPENAI_STREAM.find("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini-2024-07-18\",\"choices\":[],").unwrap();
+    let s = stream_of(vec![OPENAI_STREAM[..end].into()]).await;
+    assert_eq!(s.error, None);
+    assert!(s.finished);
+
+    let chunk = |index: u64, content: &str, finish: &str| {
+        format!(
+            "data: {{\"choices\":[{{\"index\":{index},\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    // Two choices: whole only once both finished.
+    let both = [
+        chunk(0, "a", "null"),
+        chunk(1, "b", "null"),
+        chunk(0, "", "\"stop\""),
+        chunk(1, "", "\"length\""),
+    ]
+    .concat();
+    let s = stream_of(vec![both.into()]).await;
+    assert_eq!(s.error, None);
+    let one = [
+        chunk(0, "a", "null"),
+        chunk(1, "b", "null"),
+        chunk(0, "", "\"stop\""),
+    ]
+    .concat();
+    let s = stream_of(vec![one.into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+    // A choice seen at index 1 only: index 0 never finished.
+    let s = stream_of(vec![chunk(1, "b", "\"stop\"").into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+    // An empty finish reason (a server's placeholder on every chunk) is no finish.
+    let s = stream_of(vec![chunk(0, "a", "\"\"").into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+    // Past the choices this reading tracks, the marker is needed.
+    let s = stream_of(vec![chunk(64, "a", "\"stop\"").into()]).await;
+    assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
+}
+
 #[tokio::test]
 async fn missing_finish_marker_is_an_error_not_a_truncation() {
-    let cut = OPENAI_STREAM.replace("data: [DONE]\n\n", "");
+    // Cut before the finish chunk (the usage chunk came first, as a router may send it).
+    let cut = without_finish(OPENAI_STREAM);
     let s = stream_of(vec![cut.into()]).await;
     assert_eq!(s.error.as_ref().unwrap().0, FailureClass::StreamInterrupted);
     assert!(!s.finished);
@@ -514,7 +573,7 @@ async fn outer_hooks_see_the_usage_and_the_error() {
             .push((matches!(c.outcome, Outcome::Complete), c.usage));
     });
     let _ = resp.into_body().collect().await;
-    let cut = OPENAI_STREAM.replace("data: [DONE]\n\n", "");
+    let cut = without_finish(OPENAI_STREAM);
     let log = seen.clone();
     let resp = run(sse_response(Chunks::one(cut)))
         .await

@@ -53,6 +53,39 @@ impl EventName {
     }
 }
 
+/// Which of an OpenAI stream's choices were seen (a bit per index below 64) and which gave a
+/// finish reason. A stream whose every choice, from the first index to the last seen, finished
+/// has its whole answer even if the stream ends before `data: [DONE]`: the server left it out
+/// (Text Generation Inference before 2.1.1, some llama.cpp forks), or the connection closed
+/// just before it. A choice index of 64 or more turns this off: `[DONE]` is then needed.
+#[derive(Debug, Default, Clone, Copy)]
+struct ChoiceEnds {
+    seen: u64,
+    ended: u64,
+    wide: bool,
+}
+
+impl ChoiceEnds {
+    fn saw(&mut self, index: Option<u64>, ended: bool) {
+        match index.unwrap_or(0) {
+            i @ 0..64 => {
+                self.seen |= 1 << i;
+                if ended {
+                    self.ended |= 1 << i;
+                }
+            }
+            _ => self.wide = true,
+        }
+    }
+
+    /// Every choice from index 0 to the last seen gave its finish reason.
+    fn all_ended(&self) -> bool {
+        let top = 64 - self.seen.leading_zeros();
+        let every = u64::MAX.checked_shr(64 - top).unwrap_or(0);
+        !self.wide && every != 0 && self.ended & every == every
+    }
+}
+
 /// Gives the events of an SSE stream their meaning for the report and the verdict; the lines
 /// and events themselves come from the shared [`SseDecoder`].
 #[derive(Debug)]
@@ -68,6 +101,8 @@ pub(crate) struct SseParser {
     /// whatever its dialect.
     malformed: bool,
     finished: bool,
+    /// The OpenAI choices seen and those that gave their finish reason.
+    choices: ChoiceEnds,
     /// Whether events are read by the scan first (always, but in the tests that hold it to
     /// the serde path).
     scan: bool,
@@ -106,6 +141,7 @@ impl SseParser {
             known: known_api,
             malformed: false,
             finished: false,
+            choices: ChoiceEnds::default(),
             scan: true,
             usage: None,
             request_id: request_id.map(Into::into),
@@ -350,8 +386,15 @@ impl SseParser {
                 if let Some(choices) = choices {
                     let mut content = false;
                     let mut cut = None;
+                    let mut ends = self.choices;
                     let array = choices.each(|c| {
-                        let [delta, text, finish] = c.pick(["delta", "text", "finish_reason"]);
+                        let [delta, text, finish, index] =
+                            c.pick(["delta", "text", "finish_reason", "index"]);
+                        let word = finish.and_then(V::as_str);
+                        ends.saw(
+                            index.and_then(V::as_u64),
+                            word.as_deref().is_some_and(|w| !w.is_empty()),
+                        );
                         if let Some(d) = delta {
                             content |= [
                                 "content",
@@ -366,13 +409,14 @@ impl SseParser {
                             .any(|k| has_output(d.get(k)));
                         }
                         content |= has_output(text);
-                        if let Some(r) = finish.and_then(V::as_str) {
+                        if let Some(r) = word {
                             if let Some(class) = FinishReason::failure_of(&r) {
                                 cut = Some(super::cut_answer(class, &r));
                             }
                             report.set_finish_reason(FinishReason::from_provider(&r));
                         }
                     });
+                    self.choices = ends;
                     if array {
                         self.known = true;
                         Self::model(v, report);
@@ -462,6 +506,11 @@ impl SseParser {
             return Some(e);
         }
         if self.finished {
+            return self.empty(report);
+        }
+        if self.choices.all_ended() && !self.malformed {
+            // Every choice gave its finish reason: the answer is whole without `[DONE]`.
+            self.finish(report);
             return self.empty(report);
         }
         self.flush_usage(report);
