@@ -85,6 +85,60 @@ impl FinishReason {
     }
 }
 
+/// Which choices of an OpenAI stream were seen (one bit per index below 64) and which gave a
+/// finish reason: the one reading, shared by the classifier and the stream layer, of when such
+/// a stream has its whole answer.
+///
+/// `data: [DONE]` ends an OpenAI stream, but a stream whose every choice, from index 0 to the
+/// last one seen, gave its finish reason has its answer without it: some servers leave the
+/// marker out (Text Generation Inference before 2.1.1, some llama.cpp forks), and a connection
+/// can close just before it. An empty finish reason (a placeholder some servers put on every
+/// chunk) is none. A choice index of 64 or more turns this off: the marker is then needed.
+///
+/// ```
+/// use seawall_core::ChoiceEnds;
+/// let mut ends = ChoiceEnds::default();
+/// ends.saw(Some(0), false);
+/// ends.saw(Some(1), false);
+/// ends.saw(Some(0), true);
+/// assert!(!ends.all_ended());
+/// ends.saw(Some(1), true);
+/// assert!(ends.all_ended());
+/// ```
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ChoiceEnds {
+    seen: u64,
+    ended: u64,
+    wide: bool,
+}
+
+impl ChoiceEnds {
+    /// Notes a choice (`index` absent: 0) and whether it gave its finish reason.
+    pub fn saw(&mut self, index: Option<u64>, ended: bool) {
+        match index.unwrap_or(0) {
+            i @ 0..64 => {
+                self.seen |= 1 << i;
+                if ended {
+                    self.ended |= 1 << i;
+                }
+            }
+            _ => self.wide = true,
+        }
+    }
+
+    /// Notes a choice whose finish reason is `word` (`None`: not finished yet).
+    pub fn saw_finish(&mut self, index: Option<u64>, word: Option<&str>) {
+        self.saw(index, word.is_some_and(|w| !w.is_empty()));
+    }
+
+    /// Whether every choice from index 0 to the last seen gave its finish reason.
+    pub fn all_ended(&self) -> bool {
+        let top = 64 - self.seen.leading_zeros();
+        let every = u64::MAX.checked_shr(64 - top).unwrap_or(0);
+        !self.wide && every != 0 && self.ended & every == every
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

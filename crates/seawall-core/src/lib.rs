@@ -60,6 +60,7 @@ pub use config::ConfigError;
 pub use context::{CacheStatus, CallContext, CallFacts, ContextAction, ServedBy};
 pub use deadline::{Deadline, TIMEOUT_HEADER, parse_grpc_timeout};
 pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
+pub use finish::ChoiceEnds;
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use inline::{FrameQueue, shared_name};
 pub use key::{BorrowedKey, FixedKey, KeyFn, MAX_KEY_LEN, ModelKey, StateKey, bound_key};

@@ -2,10 +2,10 @@
 //!
 //! It answers three questions and nothing more: did a frame carry real content (not a
 //! `: keep-alive` comment, a blank line, a ping or an OpenAI role-only delta)? did the stream
-//! reach its finish marker (`data: [DONE]`, a `finish_reason`, Anthropic `message_stop`,
-//! Responses `response.completed`)? did the upstream send an error event? Before the commit point
-//! every event's data is parsed (a handful of small frames); after it only data that can hold a
-//! finish marker or an error is.
+//! reach its finish marker (`data: [DONE]`, a finish reason for every choice, Anthropic
+//! `message_stop`, Responses `response.completed`)? did the upstream send an error event?
+//! Before the commit point every event's data is parsed (a handful of small frames); after it
+//! only data that can hold a finish marker or an error is.
 //!
 //! Lines and events are read by [`seawall_core::SseDecoder`], the splitter the classifier uses
 //! too (LF, CR or CRLF endings, a byte order mark skipped, one optional space after the colon,
@@ -14,7 +14,7 @@
 
 use std::ops::ControlFlow;
 
-use seawall_core::{FailureClass, FinishReason, LlmError, SseDecoder, SseItem};
+use seawall_core::{ChoiceEnds, FailureClass, FinishReason, LlmError, SseDecoder, SseItem};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -56,6 +56,10 @@ pub(crate) struct SseScan {
     /// Lines and events, as the spec reads them.
     lines: SseDecoder,
     finished: bool,
+    /// OpenAI choices and their finish reasons. After the commit point only events that may
+    /// end or fail the stream are read, so a choice whose first chunk comes after it is known
+    /// only once it finishes.
+    choices: ChoiceEnds,
     finish_reason: Option<FinishReason>,
     content_events: u64,
     first_content: Option<Instant>,
@@ -67,6 +71,7 @@ impl Default for SseScan {
         SseScan {
             lines: SseDecoder::new(MAX_LINE),
             finished: false,
+            choices: ChoiceEnds::default(),
             finish_reason: None,
             content_events: 0,
             first_content: None,
@@ -185,17 +190,24 @@ impl SseScan {
         if let Some(choices) = v.get("choices").and_then(Value::as_array) {
             let mut content = false;
             for c in choices {
-                if let Some(r) = c.get("finish_reason").and_then(Value::as_str) {
+                let word = c.get("finish_reason").and_then(Value::as_str);
+                self.choices
+                    .saw_finish(c.get("index").and_then(Value::as_u64), word);
+                if let Some(r) = word {
                     if let Some(class) = FinishReason::failure_of(r) {
                         seen.error = Some(
                             LlmError::new(class, "the upstream's finish reason says it failed")
                                 .with_error_type(r),
                         );
                     }
-                    self.finish(r, true);
+                    // The stream ends once every choice finished (`ChoiceEnds`).
+                    self.finish(r, false);
                 }
                 let delta = c.get("delta").unwrap_or(c);
                 content |= delta_has_content(delta);
+            }
+            if self.choices.all_ended() {
+                self.finished = true;
             }
             if content {
                 self.content(seen);
@@ -419,6 +431,26 @@ mod tests {
             true,
         );
         assert_eq!(seen.error.unwrap().class(), FailureClass::ServerError);
+    }
+
+    #[test]
+    fn a_stream_ends_once_every_choice_gave_its_finish_reason() {
+        let chunk = |index: u64, finish: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":{index},\"delta\":{{\"content\":\"x\"}},\"finish_reason\":{finish}}}]}}\n\n"
+            )
+        };
+        let mut s = SseScan::default();
+        s.feed(chunk(0, "null").as_bytes(), false);
+        s.feed(chunk(1, "null").as_bytes(), false);
+        s.feed(chunk(0, "\"stop\"").as_bytes(), true);
+        assert!(!s.is_finished(), "choice 1 has not finished");
+        s.feed(chunk(1, "\"stop\"").as_bytes(), true);
+        assert!(s.is_finished());
+        // An empty finish reason is no finish.
+        let mut s = SseScan::default();
+        s.feed(chunk(0, "\"\"").as_bytes(), false);
+        assert!(!s.is_finished());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use seawall_core::json_scan::JsonTape;
 use seawall_core::{
-    BodyReport, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
+    BodyReport, ChoiceEnds, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
 };
 
 use super::memo::{MEMO_SCRATCH_KEEP, Memo, Template};
@@ -50,39 +50,6 @@ impl EventName {
             b"" | b"message" => EventName::Message,
             _ => EventName::Other,
         }
-    }
-}
-
-/// Which of an OpenAI stream's choices were seen (a bit per index below 64) and which gave a
-/// finish reason. A stream whose every choice, from the first index to the last seen, finished
-/// has its whole answer even if the stream ends before `data: [DONE]`: the server left it out
-/// (Text Generation Inference before 2.1.1, some llama.cpp forks), or the connection closed
-/// just before it. A choice index of 64 or more turns this off: `[DONE]` is then needed.
-#[derive(Debug, Default, Clone, Copy)]
-struct ChoiceEnds {
-    seen: u64,
-    ended: u64,
-    wide: bool,
-}
-
-impl ChoiceEnds {
-    fn saw(&mut self, index: Option<u64>, ended: bool) {
-        match index.unwrap_or(0) {
-            i @ 0..64 => {
-                self.seen |= 1 << i;
-                if ended {
-                    self.ended |= 1 << i;
-                }
-            }
-            _ => self.wide = true,
-        }
-    }
-
-    /// Every choice from index 0 to the last seen gave its finish reason.
-    fn all_ended(&self) -> bool {
-        let top = 64 - self.seen.leading_zeros();
-        let every = u64::MAX.checked_shr(64 - top).unwrap_or(0);
-        !self.wide && every != 0 && self.ended & every == every
     }
 }
 
@@ -391,10 +358,7 @@ impl SseParser {
                         let [delta, text, finish, index] =
                             c.pick(["delta", "text", "finish_reason", "index"]);
                         let word = finish.and_then(V::as_str);
-                        ends.saw(
-                            index.and_then(V::as_u64),
-                            word.as_deref().is_some_and(|w| !w.is_empty()),
-                        );
+                        ends.saw_finish(index.and_then(V::as_u64), word.as_deref());
                         if let Some(d) = delta {
                             content |= [
                                 "content",
