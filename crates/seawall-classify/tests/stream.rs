@@ -845,43 +845,38 @@ async fn a_finish_word_that_says_the_answer_failed_is_that_failure_not_an_answer
     };
     let role = chunk(r#"{"role":"assistant","content":""}"#, "null");
     let text = chunk(r#"{"content":"The sea"}"#, "null");
-    let starved = chunk(r#"{"content":""}"#, r#""insufficient_system_resource""#);
-    // Before any content: an overload, retried (nothing reached the caller).
-    let s = stream_of(vec![
-        format!("{role}{starved}data: [DONE]\n\n").into_bytes(),
-    ])
-    .await;
-    let (class, _, _) = s.error.expect("not a finished answer");
-    assert_eq!(class, FailureClass::Overloaded);
-    // After content: the stream was cut, as by any error event.
-    let s = stream_of(vec![
-        format!("{role}{text}{starved}data: [DONE]\n\n").into_bytes(),
-    ])
-    .await;
-    assert_eq!(s.content_events, 1);
-    let (class, _, _) = s.error.expect("not a finished answer");
-    assert_eq!(class, FailureClass::StreamInterrupted);
-    // A router's `error` finish with no error object beside it: a server error.
-    let failed = chunk(r#"{"content":""}"#, r#""error""#);
-    let s = stream_of(vec![format!("{role}{failed}data: [DONE]\n\n").into_bytes()]).await;
-    let (class, _, _) = s.error.expect("not a finished answer");
-    assert_eq!(class, FailureClass::ServerError);
-    // Z.ai's `network_error` after content: cut, as by an error event.
-    let failed = chunk(r#"{"content":""}"#, r#""network_error""#);
-    let s = stream_of(vec![
-        format!("{role}{text}{failed}data: [DONE]\n\n").into_bytes(),
-    ])
-    .await;
-    let (class, _, _) = s.error.expect("not a finished answer");
-    assert_eq!(class, FailureClass::StreamInterrupted);
-    // Z.ai's `sensitive` before any content: its safety review refused the answer.
-    let filtered = chunk(r#"{"content":""}"#, r#""sensitive""#);
-    let s = stream_of(vec![
-        format!("{role}{filtered}data: [DONE]\n\n").into_bytes(),
-    ])
-    .await;
-    let (class, _, _) = s.error.expect("not a finished answer");
-    assert_eq!(class, FailureClass::ContentFiltered);
+    let ending = |word: &str| chunk(r#"{"content":""}"#, &format!("\"{word}\""));
+    for (word, after_content, want) in [
+        // DeepSeek's starved answer: before any content an overload, retried (nothing reached
+        // the caller); after content cut, as by any error event.
+        (
+            "insufficient_system_resource",
+            false,
+            FailureClass::Overloaded,
+        ),
+        (
+            "insufficient_system_resource",
+            true,
+            FailureClass::StreamInterrupted,
+        ),
+        // A router's `error` finish with no error object beside it: a server error.
+        ("error", false, FailureClass::ServerError),
+        // Z.ai's `network_error`: its inference failed.
+        ("network_error", true, FailureClass::StreamInterrupted),
+        // Z.ai's `sensitive` before any content: its safety review refused the answer.
+        ("sensitive", false, FailureClass::ContentFiltered),
+    ] {
+        let before = if after_content {
+            format!("{role}{text}")
+        } else {
+            role.clone()
+        };
+        let stream = format!("{before}{}data: [DONE]\n\n", ending(word));
+        let s = stream_of(vec![stream.into_bytes()]).await;
+        assert_eq!(s.content_events, u64::from(after_content), "{word}");
+        let (class, _, _) = s.error.expect("not a finished answer");
+        assert_eq!(class, want, "{word} after content: {after_content}");
+    }
 }
 
 #[tokio::test]
