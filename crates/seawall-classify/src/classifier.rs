@@ -347,6 +347,7 @@ const QUOTA_PHRASES: &[&str] = &[
     "overdue payment",
     "欠费",
     "余额不足",
+    "insufficient account balance",
     // xAI's 429 "used all available credits or reached its monthly spending limit"; Fireworks'
     // 412 "suspended, possibly due to reaching the monthly spending limit".
     "spending limit",
@@ -700,6 +701,9 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
                 s.generic.unwrap_or(InvalidRequest)
             }
         }
+        // A spent balance sent as a server error (MiniMax's 500 "insufficient balance (1008)"):
+        // no retry pays it.
+        500..=599 if s.quota => QuotaExhausted,
         503 | 529 | 504 | 524 => class_of_status(status),
         500..=599 => {
             if s.overloaded {

@@ -435,6 +435,9 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (400, openai("Access denied, please make sure your account is in good standing. For details, see: https://help.aliyun.com/zh/model-studio/error-code#overdue-payment", "Arrearage", "Arrearage"), QuotaExhausted, "Arrearage"),
         (400, openai("Input data may contain inappropriate content.", "data_inspection_failed", "data_inspection_failed"), ContentFiltered, "data_inspection_failed"),
         (400, openai("<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, 129024]", "invalid_request_error", "invalid_parameter_error"), ContextLengthExceeded, "invalid_parameter_error"),
+        // MiniMax's spent balance as a 500 (its Anthropic-format endpoint), a relay's as a 403.
+        (500, anthropic("api_error", "insufficient balance (1008)"), QuotaExhausted, "api_error"),
+        (403, r#"{"code":"INSUFFICIENT_BALANCE","message":"Insufficient account balance"}"#.to_owned(), QuotaExhausted, "INSUFFICIENT_BALANCE"),
         // A gateway's spent account as a 403.
         (403, r#"{"error":{"message":"Access denied due to overdue account"}}"#.to_owned(), QuotaExhausted, ""),
         // OpenAI's older overload, sent as a 429 with a server error's type.
