@@ -348,6 +348,8 @@ const QUOTA_PHRASES: &[&str] = &[
     "欠费",
     "余额不足",
     "insufficient account balance",
+    // SiliconFlow's 403 (code 30011): "Your paid balance is insufficient".
+    "balance is insufficient",
     // xAI's 429 "used all available credits or reached its monthly spending limit"; Fireworks'
     // 412 "suspended, possibly due to reaching the monthly spending limit".
     "spending limit",
