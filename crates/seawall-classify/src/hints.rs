@@ -140,7 +140,8 @@ fn find_ascii_ci(haystack: &str, needle: &str) -> Option<usize> {
 }
 
 /// Finds a delay in an error message: "Please try again in 120ms / 1.4s / 6m0s" (OpenAI),
-/// "Please retry after 6 seconds" (Azure OpenAI), or "Please retry in 33.7s".
+/// "Please retry after 6 seconds" (Azure OpenAI), "please try again after 1 seconds"
+/// (Moonshot), or "Please retry in 33.7s".
 ///
 /// ```
 /// use std::time::Duration;
@@ -162,8 +163,10 @@ pub fn retry_after_from_message(message: &str) -> Option<Duration> {
         }
         return number_and_word(rest);
     }
-    let i = find_ascii_ci(message, "retry after ")?;
-    number_and_word(&message[i + "retry after ".len()..])
+    ["retry after ", "try again after "].iter().find_map(|p| {
+        let i = find_ascii_ci(message, p)?;
+        number_and_word(&message[i + p.len()..])
+    })
 }
 
 /// "6 seconds", "500 ms", "2 minutes".
@@ -463,6 +466,11 @@ mod tests {
             ("please TRY AGAIN IN 6m0s", Some(ms(360_000))),
             ("Please try again in 20 seconds.", Some(ms(20_000))),
             ("Please retry after 6 seconds.", Some(ms(6000))),
+            (
+                "max request per minute reached: 3, please try again after 1 seconds",
+                Some(ms(1000)),
+            ),
+            ("Please try again after some time.", None),
             ("Quota exceeded. Please retry in 33.5s.", Some(ms(33_500))),
             ("Try again later.", None),
             ("try again in", None),
