@@ -250,15 +250,16 @@ fn classify_with(response: &ErrorResponse<'_>, dialect: Dialect) -> LlmError {
     };
     let err = error_from(class, Some(status), &parsed, dialect != Dialect::Status);
     let err = response.decorate_with(err, dialect);
-    // A limit of the day named in words, with no hint of when to come back (in the body's
-    // details, its words or the headers: the error's own delay, read once above; OpenRouter's
-    // `free-models-per-day`), is not over within any call's retries. A hint (Groq's "try
+    // A limit of a long window (a day, a week, a month, a plan's hours of use) named in words,
+    // with no hint of when to come back (in the body's details, its words or the headers: the
+    // error's own delay, read once above; OpenRouter's `free-models-per-day`, Z.ai's "Usage
+    // limit reached for 5 hour"), is not over within any call's retries. A hint (Groq's "try
     // again in 6s" for its rolling day) keeps it a rate limit.
     if class == FailureClass::RateLimited
         && status == StatusCode::TOO_MANY_REQUESTS
         && dialect != Dialect::Status
         && err.retry_after().is_none()
-        && names_a_day(parsed.message())
+        && names_a_long_window(parsed.message())
     {
         return err.with_class(FailureClass::QuotaExhausted);
     }
@@ -360,11 +361,24 @@ const QUOTA_PHRASES: &[&str] = &[
     "over budget",
     "exceeded budget",
 ];
-/// A limit of the day ("free-models-per-day", "requests per day").
-const DAY_PHRASES: &[&str] = &["per-day", "per day", "daily limit", "daily quota"];
+/// A limit of a long window: of the day ("free-models-per-day", "requests per day"), or of a
+/// plan's hours, week or month of use (Z.ai's 429 codes 1308 and 1310: "Usage limit reached for
+/// 5 hour", "Weekly/Monthly Limit Exhausted", and in Chinese "已达到 5 小时的使用上限"; Ollama's
+/// cloud: "reached your session usage limit"). Their reset times are written in the provider's
+/// own zone, or not at all, so they are not read as a delay.
+const LONG_WINDOW_PHRASES: &[&str] = &[
+    "per-day",
+    "per day",
+    "daily limit",
+    "daily quota",
+    "usage limit reached",
+    "session usage limit",
+    "limit exhausted",
+    "使用上限",
+];
 
-fn names_a_day(message: Option<&str>) -> bool {
-    message.is_some_and(|m| contains_any(&m.to_ascii_lowercase(), DAY_PHRASES))
+fn names_a_long_window(message: Option<&str>) -> bool {
+    message.is_some_and(|m| contains_any(&m.to_ascii_lowercase(), LONG_WINDOW_PHRASES))
 }
 /// A 400 that refuses the caller, not the request: Gemini's free tier or the API itself not
 /// served where the caller is (`FAILED_PRECONDITION`), OpenAI's models that an organization
@@ -374,10 +388,16 @@ const CALLER_PHRASES: &[&str] = &[
     "not available in your country",
     "organization must be verified",
 ];
-/// An account locked by the provider, which Z.ai sends as a 429 (its codes 1112 and 1121:
-/// "Your account has been locked"; "已被锁定" in Chinese): no wait unlocks it, another key or
-/// provider may serve.
-const LOCKED_PHRASES: &[&str] = &["has been locked", "account is locked", "已被锁定"];
+/// An account locked or restricted by the provider, which Z.ai sends as a 429 (its codes 1112
+/// and 1121: "Your account has been locked"; "已被锁定" in Chinese; 1313): no wait unlocks it,
+/// another key or provider may serve.
+const LOCKED_PHRASES: &[&str] = &[
+    "has been locked",
+    "account is locked",
+    "已被锁定",
+    // Z.ai's 429 code 1313: access limited under its fair usage policy until the user asks.
+    "does not comply with the fair usage policy",
+];
 /// A 400 (or an odd 4xx) that refuses the key: xAI's "Incorrect API key provided" with a code
 /// that names only the argument, Cohere's 498 "invalid api token".
 const KEY_PHRASES: &[&str] = &[

@@ -419,6 +419,15 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         // ... nor is a locked account (1112, 1121): another key or provider may serve.
         (429, zhipu("1112", "Your account has been locked, please contact customer service to unlock"), PermissionDenied, "1112"),
         (429, zhipu("1121", "Account has irregular activities and has been locked"), PermissionDenied, "1121"),
+        // Its plan's windows of use (1308: 5 hours; 1310: a week or a month) are not over within
+        // any call's retries; their reset times are in its own zone, not read as delays.
+        (429, zhipu("1308", "Usage limit reached for 5 hour. Your limit will reset at 2026-09-09 05:38:28"), QuotaExhausted, "1308"),
+        (429, zhipu("1308", "已达到 5 小时的使用上限。您的限额将在 2026-01-22 17:57:30 重置。"), QuotaExhausted, "1308"),
+        (429, zhipu("1310", "Weekly/Monthly Limit Exhausted. Your limit will reset at 2026-08-14T00:00:00Z"), QuotaExhausted, "1310"),
+        // Its fair-usage restriction (1313) lasts until the user asks.
+        (429, zhipu("1313", "Your account's current usage pattern does not comply with the Fair Usage Policy, and your request frequency has been limited. For details, please refer to the Subscription Service Agreement. To restore access, please submit a request."), PermissionDenied, "1313"),
+        // Ollama's cloud: a session's usage.
+        (429, r#"{"error":"you (someone) have reached your session usage limit, please wait or upgrade to continue"}"#.to_owned(), QuotaExhausted, ""),
         // Its concurrency limit (1302) is one.
         (429, zhipu("1302", "High concurrency usage of this API, please reduce concurrency or contact customer service to increase limits"), RateLimited, "1302"),
         // Its content safety (1301), in both languages, and its prompt too long (1261).
