@@ -373,7 +373,8 @@ const LONG_WINDOW_PHRASES: &[&str] = &[
     "daily quota",
     "usage limit reached",
     "session usage limit",
-    "limit exhausted",
+    "weekly limit",
+    "monthly limit",
     "使用上限",
 ];
 

@@ -426,6 +426,8 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (429, zhipu("1310", "Weekly/Monthly Limit Exhausted. Your limit will reset at 2026-08-14T00:00:00Z"), QuotaExhausted, "1310"),
         // Its fair-usage restriction (1313) lasts until the user asks.
         (429, zhipu("1313", "Your account's current usage pattern does not comply with the Fair Usage Policy, and your request frequency has been limited. For details, please refer to the Subscription Service Agreement. To restore access, please submit a request."), PermissionDenied, "1313"),
+        // A limit of the minute, whatever its words, stays a rate limit.
+        (429, openai("Request limit exhausted for this minute.", "", ""), RateLimited, ""),
         // Ollama's cloud: a session's usage.
         (429, r#"{"error":"you (someone) have reached your session usage limit, please wait or upgrade to continue"}"#.to_owned(), QuotaExhausted, ""),
         // Its concurrency limit (1302) is one.
