@@ -426,16 +426,16 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (429, zhipu("1310", "Weekly/Monthly Limit Exhausted. Your limit will reset at 2026-08-14T00:00:00Z"), QuotaExhausted, "1310"),
         // Its fair-usage restriction (1313) lasts until the user asks.
         (429, zhipu("1313", "Your account's current usage pattern does not comply with the Fair Usage Policy, and your request frequency has been limited. For details, please refer to the Subscription Service Agreement. To restore access, please submit a request."), PermissionDenied, "1313"),
-        // A limit of the minute, whatever its words, stays a rate limit.
-        (429, openai("Request limit exhausted for this minute.", "", ""), RateLimited, ""),
-        // Ollama's cloud: a session's usage.
-        (429, r#"{"error":"you (someone) have reached your session usage limit, please wait or upgrade to continue"}"#.to_owned(), QuotaExhausted, ""),
         // Its concurrency limit (1302) is one.
         (429, zhipu("1302", "High concurrency usage of this API, please reduce concurrency or contact customer service to increase limits"), RateLimited, "1302"),
         // Its content safety (1301), in both languages, and its prompt too long (1261).
         (400, zhipu("1301", "System detected potentially unsafe or sensitive content in input or generation. Please avoid using prompts that may generate sensitive content. Thank you for your cooperation."), ContentFiltered, "1301"),
         (400, zhipu("1301", "系统检测到输入或生成内容可能包含不安全或敏感内容，请您避免输入易产生敏感内容的提示语，感谢您的配合。"), ContentFiltered, "1301"),
         (400, zhipu("1261", "Prompt too long"), ContextLengthExceeded, "1261"),
+        // A limit of the minute, whatever its words, stays a rate limit.
+        (429, openai("Request limit exhausted for this minute.", "", ""), RateLimited, ""),
+        // Ollama's cloud: a session's usage.
+        (429, r#"{"error":"you (someone) have reached your session usage limit, please wait or upgrade to continue"}"#.to_owned(), QuotaExhausted, ""),
         // Moonshot: a spent quota as a 403, its overload as a 429, its rate limit as a 429.
         (403, typed("exceeded_current_quota_error", "Your account org-x <ak-y> is not active, organization <org-x> exceeded current quota, please check your plan and billing details"), QuotaExhausted, "exceeded_current_quota_error"),
         (429, typed("exceeded_current_quota_error", "Your account org-x <ak-y> is suspended due to insufficient balance, please recharge your account or check your plan and billing details"), QuotaExhausted, "exceeded_current_quota_error"),
