@@ -360,6 +360,8 @@ const QUOTA_PHRASES: &[&str] = &[
     "budget has been exceeded",
     "over budget",
     "exceeded budget",
+    // OpenRouter's 403 for a key past its own spend cap: "Key limit exceeded (monthly limit)".
+    "key limit exceeded",
 ];
 /// A limit of a long window: of the day ("free-models-per-day", "requests per day"), or of a
 /// plan's hours, week or month of use (Z.ai's 429 codes 1308 and 1310: "Usage limit reached for

@@ -451,6 +451,8 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (403, r#"{"code":"INSUFFICIENT_BALANCE","message":"Insufficient account balance"}"#.to_owned(), QuotaExhausted, "INSUFFICIENT_BALANCE"),
         // SiliconFlow's model that needs a paid balance, as a 403 with a numeric code.
         (403, r#"{"code":30011,"message":"The selected model requires paid balance. Your paid balance is insufficient. Please top up and try again.","data":null}"#.to_owned(), QuotaExhausted, ""),
+        // OpenRouter's key past its own spend cap, as a 403.
+        (403, r#"{"error":{"message":"Key limit exceeded (monthly limit). Manage it using https://openrouter.ai/settings/keys","code":403}}"#.to_owned(), QuotaExhausted, "403"),
         // A gateway's spent account as a 403.
         (403, r#"{"error":{"message":"Access denied due to overdue account"}}"#.to_owned(), QuotaExhausted, ""),
         // OpenAI's older overload, sent as a 429 with a server error's type.
