@@ -42,15 +42,9 @@ pub(crate) fn embedded_error(e: &ProviderError, what: &str) -> LlmError {
 }
 
 /// The error of an answer whose finish word says it failed
-/// ([`FinishReason::failure_of`](seawall_core::FinishReason::failure_of): one of a few known
-/// words, DeepSeek's lack of resources and a router's `error`).
-pub(crate) fn cut_answer(class: FailureClass, word: &str) -> LlmError {
-    LlmError::new(
-        class,
-        format!("the upstream stopped the answer with finish_reason `{word}`, not a finish"),
-    )
-    .with_status(StatusCode::OK)
-    .with_error_type(word)
+/// ([`FinishReason::failure`](seawall_core::FinishReason::failure)), inside a `200`.
+pub(crate) fn cut_answer(word: &str) -> Option<LlmError> {
+    seawall_core::FinishReason::failure(word).map(|e| e.with_status(StatusCode::OK))
 }
 
 /// The error of an answer that finished without any content: `EmptyResponse`, worth another

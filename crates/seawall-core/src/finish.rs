@@ -24,6 +24,7 @@
 //! retried before the commit point, resumed (by a continue layer) after it.
 
 use crate::class::FailureClass;
+use crate::error::LlmError;
 use crate::response::FinishReason;
 
 impl FinishReason {
@@ -52,6 +53,30 @@ impl FinishReason {
             "error" | "network_error" => Some(FailureClass::ServerError),
             _ => None,
         }
+    }
+
+    /// The error of a finish word that says the answer failed: [`FinishReason::failure_of`]'s
+    /// class, the word as its type; `None` for every other word. Every reader of answers and
+    /// streams reports such a word with it.
+    ///
+    /// ```
+    /// use seawall_core::{FailureClass, FinishReason};
+    /// let e = FinishReason::failure("network_error").unwrap();
+    /// assert_eq!(e.class(), FailureClass::ServerError);
+    /// assert_eq!(e.error_type(), Some("network_error"));
+    /// assert!(FinishReason::failure("length").is_none());
+    /// ```
+    pub fn failure(word: &str) -> Option<LlmError> {
+        let class = Self::failure_of(word)?;
+        Some(
+            LlmError::new(
+                class,
+                format!(
+                    "the upstream stopped the answer with finish_reason `{word}`, not a finish"
+                ),
+            )
+            .with_error_type(word),
+        )
     }
 
     /// Reads a provider's finish (or stop, or incomplete) reason.
@@ -98,11 +123,11 @@ impl FinishReason {
 /// ```
 /// use seawall_core::ChoiceEnds;
 /// let mut ends = ChoiceEnds::default();
-/// ends.saw(Some(0), false);
-/// ends.saw(Some(1), false);
-/// ends.saw(Some(0), true);
+/// ends.saw(Some(0), None);
+/// ends.saw(Some(1), None);
+/// ends.saw(Some(0), Some("stop"));
 /// assert!(!ends.all_ended());
-/// ends.saw(Some(1), true);
+/// ends.saw(Some(1), Some("length"));
 /// assert!(ends.all_ended());
 /// ```
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -113,22 +138,17 @@ pub struct ChoiceEnds {
 }
 
 impl ChoiceEnds {
-    /// Notes a choice (`index` absent: 0) and whether it gave its finish reason.
-    pub fn saw(&mut self, index: Option<u64>, ended: bool) {
+    /// Notes a choice (`index` absent: 0) and its finish reason (`None`: not finished yet).
+    pub fn saw(&mut self, index: Option<u64>, finish: Option<&str>) {
         match index.unwrap_or(0) {
             i @ 0..64 => {
                 self.seen |= 1 << i;
-                if ended {
+                if finish.is_some_and(|w| !w.is_empty()) {
                     self.ended |= 1 << i;
                 }
             }
             _ => self.wide = true,
         }
-    }
-
-    /// Notes a choice whose finish reason is `word` (`None`: not finished yet).
-    pub fn saw_finish(&mut self, index: Option<u64>, word: Option<&str>) {
-        self.saw(index, word.is_some_and(|w| !w.is_empty()));
     }
 
     /// Whether every choice from index 0 to the last seen gave its finish reason.

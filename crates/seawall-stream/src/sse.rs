@@ -192,13 +192,10 @@ impl SseScan {
             for c in choices {
                 let word = c.get("finish_reason").and_then(Value::as_str);
                 self.choices
-                    .saw_finish(c.get("index").and_then(Value::as_u64), word);
+                    .saw(c.get("index").and_then(Value::as_u64), word);
                 if let Some(r) = word {
-                    if let Some(class) = FinishReason::failure_of(r) {
-                        seen.error = Some(
-                            LlmError::new(class, "the upstream's finish reason says it failed")
-                                .with_error_type(r),
-                        );
+                    if let Some(err) = FinishReason::failure(r) {
+                        seen.error = Some(err);
                     }
                     // The stream ends once every choice finished (`ChoiceEnds`).
                     self.finish(r, false);

@@ -304,9 +304,8 @@ impl Facts<'_> {
         if self.object.as_deref() == Some("error") {
             return Some(Verdict::Error(Box::new(ProviderError::parse(body))));
         }
-        let word = self.finish_word()?;
-        let class = FinishReason::failure_of(word)?;
-        Some(Verdict::Cut(Box::new(super::cut_answer(class, word))))
+        let err = super::cut_answer(self.finish_word()?)?;
+        Some(Verdict::Cut(Box::new(err)))
     }
 
     /// The verdict on an answer without an error object.

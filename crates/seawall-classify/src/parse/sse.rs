@@ -91,12 +91,6 @@ fn is_error_object<'a, V: View<'a>>(v: V) -> bool {
     error
 }
 
-/// The provider error an error event describes, read from the whole event by serde (the
-/// rare path; the whole event, since a resumed reading does not see its prefix).
-fn whole_error(data: &[u8]) -> ProviderError {
-    ProviderError::from_value(&serde_json::from_slice::<Value>(data).unwrap_or(Value::Null))
-}
-
 impl SseParser {
     /// `known_api`: the request went to OpenAI or Anthropic, so the finish marker is expected
     /// even before an event of theirs was recognised.
@@ -269,13 +263,15 @@ impl SseParser {
         let error_field = error.is_some_and(|e| !e.is_null());
         if event == EventName::Error || ty == "error" || error_field {
             self.known = true;
-            return Some(self.stream_error(&whole_error(data), report));
+            // An error is read from the whole event (the rare path; the whole event, since a
+            // resumed reading does not see its prefix), by the parser of error bodies.
+            return Some(self.stream_error(&ProviderError::parse(data), report));
         }
         if ty == "response.failed" {
             self.known = true;
             let e = match v.get("response") {
                 Some(r) => r.provider_error(),
-                None => whole_error(data),
+                None => ProviderError::parse(data),
             };
             return Some(self.stream_error(&e, report));
         }
@@ -358,7 +354,7 @@ impl SseParser {
                         let [delta, text, finish, index] =
                             c.pick(["delta", "text", "finish_reason", "index"]);
                         let word = finish.and_then(V::as_str);
-                        ends.saw_finish(index.and_then(V::as_u64), word.as_deref());
+                        ends.saw(index.and_then(V::as_u64), word.as_deref());
                         if let Some(d) = delta {
                             content |= [
                                 "content",
@@ -374,8 +370,8 @@ impl SseParser {
                         }
                         content |= has_output(text);
                         if let Some(r) = word {
-                            if let Some(class) = FinishReason::failure_of(&r) {
-                                cut = Some(super::cut_answer(class, &r));
+                            if let Some(err) = super::cut_answer(&r) {
+                                cut = Some(err);
                             }
                             report.set_finish_reason(FinishReason::from_provider(&r));
                         }
@@ -393,7 +389,7 @@ impl SseParser {
                     }
                 } else if is_error_object(v) {
                     self.known = true;
-                    return Some(self.stream_error(&whole_error(data), report));
+                    return Some(self.stream_error(&ProviderError::parse(data), report));
                 }
                 self.merge_usage(usage);
             }
