@@ -447,8 +447,7 @@ impl Writer {
     }
 
     fn n(&mut self, n: u64) -> &mut Self {
-        let mut buf = itoa_buf(n);
-        self.0.put_slice(buf.as_bytes_mut());
+        self.0.put_slice(itoa::Buffer::new().format(n).as_bytes());
         self
     }
 
@@ -473,32 +472,6 @@ impl Writer {
     fn done(self) -> Bytes {
         self.0.freeze()
     }
-}
-
-/// A number's decimal digits without an allocation.
-struct Digits {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl Digits {
-    fn as_bytes_mut(&mut self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-}
-
-fn itoa_buf(mut n: u64) -> Digits {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    Digits { buf, start: i }
 }
 
 /// Why an answer is not stored.
@@ -1315,13 +1288,5 @@ mod tests {
         let mut too_big = too_big;
         too_big.feed(text.as_bytes());
         assert_eq!(too_big.finish().err(), Some(NotCacheable::TooLarge));
-    }
-
-    #[test]
-    fn numbers_are_written_in_full() {
-        for n in [0, 7, 10, 99, 12345, u64::MAX] {
-            let mut d = itoa_buf(n);
-            assert_eq!(d.as_bytes_mut(), n.to_string().as_bytes());
-        }
     }
 }
