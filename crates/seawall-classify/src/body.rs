@@ -173,12 +173,6 @@ where
         if self.inner_ended {
             return SizeHint::with_exact(held);
         }
-        let inner = self.inner.size_hint();
-        let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower().saturating_add(held));
-        if let Some(upper) = inner.upper() {
-            hint.set_upper(upper.saturating_add(held));
-        }
-        hint
+        seawall_core::size_hint_plus(self.inner.size_hint(), held)
     }
 }

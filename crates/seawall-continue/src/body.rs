@@ -163,13 +163,7 @@ where
             }
             BodyKind::Replay { head, inner } => {
                 let h = head.as_ref().map_or(0, |d| d.len() as u64);
-                let i = inner.size_hint();
-                let mut hint = SizeHint::new();
-                hint.set_lower(i.lower().saturating_add(h));
-                if let Some(u) = i.upper() {
-                    hint.set_upper(u.saturating_add(h));
-                }
-                hint
+                seawall_core::size_hint_plus(inner.size_hint(), h)
             }
             BodyKind::Stream { .. } => SizeHint::default(),
         }

@@ -74,7 +74,7 @@ pub use request::{
 };
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, StreamEnd,
-    StreamTiming, Usage, as_llm_error, content_coding, header, reserve_extensions,
+    StreamTiming, Usage, as_llm_error, content_coding, header, reserve_extensions, size_hint_plus,
 };
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use thread::{ThreadBound, thread_tag};

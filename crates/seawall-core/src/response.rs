@@ -150,6 +150,31 @@ pub fn reserve_extensions(ext: &mut Extensions) {
     }
 }
 
+/// The size hint of a body that holds `held` bytes read ahead of its inner body (replayed
+/// before the rest): the inner body's hint raised by them, saturating.
+///
+/// Every seawall body that reads ahead reports its hint through this one function. Raising
+/// the bounds in place is a trap: `SizeHint` panics when its lower bound is set above its
+/// upper one, which an exact inner hint does the moment the lower bound goes up first, and
+/// a hostile `content-length` near `u64::MAX` would overflow a plain sum.
+///
+/// ```
+/// use http_body::SizeHint;
+///
+/// let hint = seawall_core::size_hint_plus(SizeHint::with_exact(10), 5);
+/// assert_eq!(hint.exact(), Some(15));
+/// let hint = seawall_core::size_hint_plus(SizeHint::with_exact(u64::MAX - 1), 5);
+/// assert_eq!(hint.exact(), Some(u64::MAX));
+/// ```
+pub fn size_hint_plus(inner: SizeHint, held: u64) -> SizeHint {
+    let mut hint = SizeHint::new();
+    if let Some(upper) = inner.upper() {
+        hint.set_upper(upper.saturating_add(held));
+    }
+    hint.set_lower(inner.lower().saturating_add(held));
+    hint
+}
+
 /// Token usage reported by the upstream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Usage {
@@ -945,6 +970,31 @@ mod tests {
         Data,
         Trailers,
         Error,
+    }
+
+    proptest::proptest! {
+        /// Whatever the inner hint (exact, open, or near `u64::MAX`, as a hostile
+        /// `content-length` makes it) and however much is held, the hint is the inner one
+        /// raised by what is held, saturating: never a panic, never a lower bound above the
+        /// upper one.
+        #[test]
+        fn a_hint_raised_by_held_bytes_keeps_its_bounds_in_order(
+            lower in proptest::prop_oneof![0u64..1_000, (u64::MAX - 1_000)..=u64::MAX],
+            extra in proptest::option::of(proptest::prop_oneof![0u64..1_000, (u64::MAX - 1_000)..=u64::MAX]),
+            held in proptest::prop_oneof![0u64..1_000, (u64::MAX - 1_000)..=u64::MAX],
+        ) {
+            let mut inner = SizeHint::new();
+            if let Some(extra) = extra {
+                inner.set_upper(lower.saturating_add(extra));
+            }
+            inner.set_lower(lower);
+            let hint = size_hint_plus(inner, held);
+            proptest::prop_assert_eq!(hint.lower(), lower.saturating_add(held));
+            proptest::prop_assert_eq!(
+                hint.upper(),
+                extra.map(|e| lower.saturating_add(e).saturating_add(held))
+            );
+        }
     }
 
     proptest::proptest! {

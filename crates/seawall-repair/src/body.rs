@@ -110,15 +110,7 @@ where
         }
         let read = self.read.as_ref().map_or(0, |b| b.len() as u64);
         match &self.rest {
-            Some(rest) => {
-                let hint = rest.size_hint();
-                let mut out = SizeHint::new();
-                out.set_lower(hint.lower().saturating_add(read));
-                if let Some(upper) = hint.upper() {
-                    out.set_upper(upper.saturating_add(read));
-                }
-                out
-            }
+            Some(rest) => seawall_core::size_hint_plus(rest.size_hint(), read),
             None => SizeHint::with_exact(read),
         }
     }

@@ -253,15 +253,11 @@ where
 
     fn size_hint(&self) -> SizeHint {
         let held: u64 = self.replay.data().map(|d| d.remaining() as u64).sum();
-        let mut hint = match &self.inner {
+        let inner = match &self.inner {
             Some(b) => b.size_hint(),
             None => SizeHint::with_exact(0),
         };
-        hint.set_lower(hint.lower().saturating_add(held));
-        if let Some(upper) = hint.upper() {
-            hint.set_upper(upper.saturating_add(held));
-        }
-        hint
+        seawall_core::size_hint_plus(inner, held)
     }
 }
 

@@ -65,3 +65,57 @@ proptest! {
         }
     }
 }
+
+/// A body that knows how many bytes it has left, as a body with a `content-length` does.
+struct Counted(std::collections::VecDeque<Bytes>);
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = LlmError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, LlmError>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(http_body::Frame::data(b))))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.iter().map(|b| b.len() as u64).sum())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_knows_its_length_counts_the_frames_held_before_the_commit_point() {
+    // A keep-alive and a role-only chunk come before the first token: the layer holds them
+    // until it commits, then replays them ahead of what the upstream still has.
+    let frames = [
+        &b": keep-alive\n\n"[..],
+        b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        b"data: [DONE]\n\n",
+    ];
+    let total: u64 = frames.iter().map(|f| f.len() as u64).sum();
+    let svc = StreamTimeoutLayer::new().layer(tower::service_fn(move |_: Request<Bytes>| {
+        let body = Counted(frames.iter().map(|f| Bytes::from_static(f)).collect());
+        async move {
+            Ok::<_, LlmError>(
+                Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(body)
+                    .unwrap(),
+            )
+        }
+    }));
+    let resp = svc.oneshot(Request::new(Bytes::new())).await.unwrap();
+    let mut body = resp.into_body();
+    let mut left = total;
+    loop {
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(left));
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        left -= frame.unwrap().into_data().unwrap().len() as u64;
+    }
+    assert_eq!(left, 0, "every byte was read");
+}

@@ -266,15 +266,7 @@ where
     fn size_hint(&self) -> SizeHint {
         let len = self.data.as_ref().map_or(0, |d| d.len() as u64);
         match &self.rest {
-            Some(rest) => {
-                let h = rest.size_hint();
-                let mut out = SizeHint::new();
-                out.set_lower(h.lower() + len);
-                if let Some(u) = h.upper() {
-                    out.set_upper(u + len);
-                }
-                out
-            }
+            Some(rest) => seawall_core::size_hint_plus(rest.size_hint(), len),
             None => SizeHint::with_exact(len),
         }
     }
