@@ -166,6 +166,23 @@ const CORPUS: &[Leak] = &[
         r#"{"user": "ops", "password": "correct-horse-battery-staple"}"#,
         &["correct-horse-battery-staple"],
     ),
+    // Keys glued to the text before them, with no word boundary at their start (a message
+    // cut and joined, a provider that writes no space).
+    leak(
+        r#"{"error":{"messsk-proj-FAKEglued0123456789abcdefghij","type":"invalid_request_error"}}"#,
+        &["FAKEglued0123456789abcdefghij"],
+    ),
+    leak(
+        "upstream said: invalid keysk-ant-api03-FAKEglued0123456789abcdef_ghij-klmn",
+        &["FAKEglued0123456789abcdef_ghij-klmn"],
+    ),
+    leak(
+        "token=xyzgsk_FAKEgluedgsk0123456789abcdefghijkl and pplx: abcpplx-FAKEgluedpplx0123456789abcd",
+        &[
+            "FAKEgluedgsk0123456789abcdefghijkl",
+            "FAKEgluedpplx0123456789abcd",
+        ],
+    ),
     leak(
         "aws credentials AKIAIOSFODNN7EXAMPLE not accepted",
         &["AKIAIOSFODNN7EXAMPLE"],

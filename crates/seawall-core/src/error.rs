@@ -560,10 +560,19 @@ fn secret_shapes() -> String {
         // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Perplexity
         // (`pplx-`), Fireworks (`fw_`), Cerebras (`csk-`), NVIDIA (`nvapi-`), Replicate
         // (`r8_`), the `sk_` keys of other APIs, Google (`AIza`), AWS access key ids, and JWTs
-        // (`eyJ...`, as bearer tokens often are).
+        // (`eyJ...`, as bearer tokens often are). A short prefix counts only at the start of
+        // a word (`task-list`, `ask-me`, `laughs_` are words). Glued to the text before it,
+        // as a truncated or concatenated message leaves a key (`...messsk-proj-...`), `sk-`
+        // counts when a random-looking run follows (16 characters without a hyphen, after at
+        // most three short segments such as `proj-` or `ant-api03-`; hyphenated words such
+        // as `desk-size-...` have no such run), and a prefix no word contains (`gsk_`,
+        // `pplx-`) counts as it is.
         &*format!(r"(?-u:\b)(?i:sk-)({VALUE_CHAR}{{6,}})"),
-        r"(?-u:\b)((?:gsk_|xai-|hf_|gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,})",
-        r"(?-u:\b)((?:pplx-|fw_|csk-|nvapi-|r8_|sk_)[A-Za-z0-9_-]{16,})",
+        r"(?i:sk-)((?:[A-Za-z0-9]+-){0,3}[A-Za-z0-9_]{16,}[A-Za-z0-9_-]*)",
+        r"((?:gsk_|xai-|github_pat_)[A-Za-z0-9_]{16,})",
+        r"(?-u:\b)((?:hf_|gh[pousr]_)[A-Za-z0-9_]{16,})",
+        r"((?:pplx-|nvapi-)[A-Za-z0-9_-]{16,})",
+        r"(?-u:\b)((?:fw_|csk-|r8_|sk_)[A-Za-z0-9_-]{16,})",
         r"(AIza[0-9A-Za-z_-]{20,})",
         r"(?-u:\b)(AKIA[0-9A-Z]{16})",
         r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
@@ -759,6 +768,7 @@ mod tests {
             "Rate limit reached. Please try again in 1.2s",
             "monkey=banana; task-list",
             "ask-me anything",
+            "the task_queue_worker_pool setting, a desk-size-dependent-layout-engine flag",
             r#"{"max_tokens": 4096, "model": "gpt-4o"}"#,
             "authentication (HTTP 401, invalid_api_key)",
             "This model's maximum context length is 8192 tokens",
