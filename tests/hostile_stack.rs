@@ -1,0 +1,468 @@
+//! The whole recommended stack (observe → cache → continue → repair → fallback → guard → retry
+//! → budget → breaker → gate → stream → classify) fed hostile input: requests and answers of
+//! the OpenAI and Anthropic wire formats and providers' error bodies, each mutated byte by
+//! byte (JSON's own characters, broken UTF-8, escapes, splices of other bodies), answers cut
+//! into frames at random places, bodies whose size hint lies or whose end comes early or never,
+//! callers that stop reading, read as hyper does (stopping at `is_end_stream`) or drop the call
+//! midway. For every such call:
+//!
+//! - nothing panics, and every call and body ends (on paused time: within an hour);
+//! - every body's size hint keeps its lower bound at or below its upper one, as `http-body`
+//!   asserts;
+//! - no error, error source or call record shows a credential, even a key the upstream's
+//!   message glued to the text before it.
+//!
+//! Each proptest case is one call from a seed; a failure names the seed that makes it again.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use proptest::prelude::*;
+use seawall::LlmError;
+use seawall::breaker::CircuitBreakerLayer;
+use seawall::budget::{Budget, CostBudgetLayer, MissingMaxOutput, Price, PriceTable, Usd};
+use seawall::cache::{CacheLayer, MemoryStore};
+use seawall::classify::ClassifyLayer;
+use seawall::continuation::ContinueLayer;
+use seawall::fallback::{FallbackLayer, Target, box_response};
+use seawall::gate::ConcurrencyGateLayer;
+use seawall::guard::{ContextGuardLayer, ContextWindows, ModelLimits};
+use seawall::observe::{CallRecord, ObserveLayer};
+use seawall::repair::{Answer, RepairLayer};
+use seawall::retry::BackoffRetryLayer;
+use seawall::stream::StreamTimeoutLayer;
+use tower::{ServiceBuilder, ServiceExt};
+
+/// The caller's key, sent in its `Authorization` header.
+const CALLER_KEY: &str = "sk-proj-CALLERkey0123456789abcdefghij";
+
+const REQUESTS: &[&str] = &[
+    r#"{"model":"gpt-4o","max_tokens":64,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"How long is a piece of string? \u00e9\ud83d\ude00"}]}"#,
+    r#"{"model":"gpt-4o","max_tokens":64,"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}"#,
+    r#"{"model":"claude-3-5-sonnet","max_tokens":100,"system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"Hi"}],"stream":true}"#,
+    r#"{"model":"gpt-4o","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"seed":1,"top_p":0.5}"#,
+];
+
+/// Answers of both wire formats, streamed and not, and error bodies carrying a key.
+const ANSWERS: &[(&str, &str)] = &[
+    (
+        "application/json",
+        r#"{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, world!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":27,"completion_tokens":4,"total_tokens":31,"prompt_tokens_details":{"cached_tokens":3}}}"#,
+    ),
+    (
+        "text/event-stream",
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"He\"},\"finish_reason\":null}]}\n\n: keep-alive\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"llo\"},\"finish_reason\":\"stop\"}]}\n\ndata: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\ndata: [DONE]\n\n",
+    ),
+    (
+        "text/event-stream",
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    ),
+    (
+        "application/json",
+        r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min. Please try again in 1.5s. Key sk-proj-UPSTREAMkey0123456789abcdefghij","type":"tokens","code":"rate_limit_exceeded"}}"#,
+    ),
+    (
+        "application/json",
+        r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+    ),
+    (
+        "application/json",
+        r#"[{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"33s"}]}}]"#,
+    ),
+    ("text/html", "<html><body>502 Bad Gateway</body></html>"),
+    (
+        "application/json",
+        r#"{"id":"m","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t","name":"f","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":4}}"#,
+    ),
+];
+
+/// Single bytes a mutation writes: JSON's own characters, digits, a NUL and a DEL.
+const BYTES: &[u8] = b"{}[]\":,\\ \n\r0123456789e-+.ntfu\x00\x7f";
+
+/// Pieces a mutation inserts: multi-byte and broken UTF-8, escapes, SSE framing, markers.
+const PIECES: &[&[u8]] = &[
+    b"\xc3\xa9",
+    b"\xf0\x9f\x98\x80",
+    b"\\ud83d",
+    b"\\u0000",
+    b"\xff",
+    b"\xe2\x80",
+    b"data: ",
+    b"\n\n",
+    b"[DONE]",
+    b"\"error\"",
+    b"\"finish_reason\":\"length\"",
+    b"99999999999999999999999",
+];
+
+/// SplitMix64: one seed, one reproducible case.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// `base` with one to six mutations; `other` is spliced from.
+fn mutate(r: &mut Rng, base: &[u8], other: &[u8]) -> Vec<u8> {
+    let mut v = base.to_vec();
+    for _ in 0..1 + r.below(6) {
+        let len = v.len();
+        let at = r.below(len + 1);
+        match r.below(8) {
+            0 if len > 0 => v[at.min(len - 1)] = *r.pick(BYTES),
+            1 => v.insert(at, *r.pick(BYTES)),
+            2 => {
+                let end = (at + r.below(20)).min(len);
+                v.drain(at..end);
+            }
+            3 => {
+                let end = (at + r.below(40)).min(len);
+                let copy = v[at..end].to_vec();
+                let to = r.below(len + 1);
+                v.splice(to..to, copy);
+            }
+            4 => v.truncate(at),
+            5 => {
+                let from = r.below(other.len());
+                let end = (from + r.below(60)).min(other.len());
+                v.splice(at..at, other[from..end].iter().copied());
+            }
+            6 => {
+                let piece = *r.pick(PIECES);
+                v.splice(at..at, piece.iter().copied());
+            }
+            _ => v.insert(at, r.next() as u8),
+        }
+    }
+    v
+}
+
+/// An upstream body: its frames, and how it describes itself.
+struct Hostile {
+    frames: VecDeque<Result<Frame<Bytes>, LlmError>>,
+    /// 0 no hint, 1 exact and true, 2 exact and too small, 3 exact near `u64::MAX`, 4 a
+    /// lower bound only.
+    hint: u8,
+    /// 0 says it ended when it has, 1 says so after its first frame, otherwise never.
+    end: u8,
+    /// Answers `Pending` (waking itself) before every frame.
+    pend: bool,
+    pended: bool,
+    polled: usize,
+}
+
+impl Hostile {
+    fn new(r: &mut Rng, body: &[u8]) -> Self {
+        let mut frames = VecDeque::new();
+        let mut at = 0;
+        while at < body.len() {
+            let n = 1 + r.below(80).min(body.len() - at - 1);
+            frames.push_back(Ok(Frame::data(Bytes::copy_from_slice(&body[at..at + n]))));
+            at += n;
+        }
+        if r.below(10) == 0 {
+            frames.push_back(Err(LlmError::from_static(
+                seawall::FailureClass::StreamInterrupted,
+                "connection reset",
+            )));
+        }
+        Hostile {
+            frames,
+            hint: r.below(5) as u8,
+            end: r.below(4) as u8,
+            pend: r.below(3) == 0,
+            pended: false,
+            polled: 0,
+        }
+    }
+}
+
+impl Body for Hostile {
+    type Data = Bytes;
+    type Error = LlmError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
+        if self.pend && !self.pended {
+            self.pended = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.pended = false;
+        self.polled += 1;
+        Poll::Ready(self.frames.pop_front())
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self.end {
+            0 => self.frames.is_empty(),
+            1 => self.polled >= 1,
+            _ => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let left: u64 = self
+            .frames
+            .iter()
+            .filter_map(|f| f.as_ref().ok()?.data_ref().map(|d| d.len() as u64))
+            .sum();
+        match self.hint {
+            0 => SizeHint::default(),
+            1 => SizeHint::with_exact(left),
+            2 => SizeHint::with_exact(left / 2),
+            3 => SizeHint::with_exact(u64::MAX - 2),
+            _ => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(left);
+                hint
+            }
+        }
+    }
+}
+
+/// Whether `text` shows a key: `sk-` and a random-looking run of 16 or more characters (as
+/// the redactor recognises one glued to the text before it), or the caller's key.
+fn shows_a_key(text: &str) -> bool {
+    let b = text.as_bytes();
+    let key_char = |c: &u8| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_';
+    let mut from = 0;
+    while let Some(found) = text[from..].find("sk-") {
+        let start = from + found + 3;
+        let n = b[start..].iter().take_while(|c| key_char(c)).count();
+        let run = b[start..start + n]
+            .split(|c| *c == b'-')
+            .map(<[u8]>::len)
+            .max()
+            .unwrap_or(0);
+        if n >= 20 && run >= 16 {
+            return true;
+        }
+        from = start;
+    }
+    text.contains("CALLERkey")
+}
+
+fn assert_shows_no_key(e: &LlmError) {
+    let mut shown = vec![e.to_string(), format!("{e:?}")];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        shown.push(format!("{s} {s:?}"));
+        source = s.source();
+    }
+    for text in shown {
+        assert!(!shows_a_key(&text), "a key shown: {text}");
+    }
+}
+
+/// One call through a fresh stack, every choice drawn from `seed`.
+async fn one_call(seed: u64) {
+    let mut r = Rng(seed);
+    let template = r.pick(REQUESTS).as_bytes();
+    let body = if r.below(6) == 0 {
+        let other = r.pick(REQUESTS).as_bytes();
+        mutate(&mut r, template, other)
+    } else {
+        template.to_vec()
+    };
+    let anthropic = r.below(3) == 0;
+
+    // The upstream's next answers, in order (then a clean one, if a call asks for more).
+    let mut answers = VecDeque::new();
+    for _ in 0..6 {
+        let (content_type, answer) = *r.pick(ANSWERS);
+        let answer = if r.below(3) == 0 {
+            answer.as_bytes().to_vec()
+        } else {
+            let other = r.pick(ANSWERS).1.as_bytes();
+            mutate(&mut r, answer.as_bytes(), other)
+        };
+        let status = *r.pick(&[200u16, 200, 200, 429, 400, 500, 529, 503, 413, 401]);
+        let content_type = if r.below(20) == 0 { "" } else { content_type };
+        answers.push_back((status, content_type, Hostile::new(&mut r, &answer)));
+    }
+    let answers = Arc::new(Mutex::new(answers));
+    let upstream = tower::service_fn(move |_: http::Request<Bytes>| {
+        let next = answers.lock().unwrap().pop_front();
+        async move {
+            let (status, content_type, body) = next.unwrap_or_else(|| {
+                let mut r = Rng(0);
+                (
+                    200,
+                    ANSWERS[0].0,
+                    Hostile::new(&mut r, ANSWERS[0].1.as_bytes()),
+                )
+            });
+            let mut resp = http::Response::builder()
+                .status(status)
+                .header("retry-after", "1")
+                .header("x-ratelimit-remaining-requests", "5")
+                .header("x-ratelimit-reset-tokens", "6m0.5s");
+            if !content_type.is_empty() {
+                resp = resp.header("content-type", content_type);
+            }
+            Ok::<_, LlmError>(resp.body(body).unwrap())
+        }
+    });
+
+    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
+    let sink = records.clone();
+    let budget = CostBudgetLayer::builder(
+        PriceTable::new().with_default(Price::per_million_f64(2.5, 10.0).unwrap()),
+    )
+    .budget(Budget::total("total", Usd::from_dollars(1_000)))
+    .missing_max_output(MissingMaxOutput::Default(1024))
+    .build()
+    .unwrap();
+    let windows =
+        ContextWindows::new().with("gpt-4o", ModelLimits::new(128_000).with_max_output(16_384));
+    let client = ServiceBuilder::new()
+        .layer(
+            ObserveLayer::builder()
+                .recorder(move |record: &CallRecord| sink.lock().unwrap().push(record.clone()))
+                .build()
+                .unwrap(),
+        )
+        .layer(CacheLayer::new(MemoryStore::new()))
+        .layer(ContinueLayer::new())
+        .layer(RepairLayer::new(|answer: &Answer<'_>| {
+            if answer.text().len() % 7 == 0 {
+                Err("a length of a multiple of 7".to_owned())
+            } else {
+                Ok(())
+            }
+        }))
+        .layer(FallbackLayer::new([Target::model("gpt-4o-mini")]))
+        .map_response(box_response)
+        .layer(ContextGuardLayer::new(windows))
+        .layer(BackoffRetryLayer::new())
+        .layer(budget)
+        .layer(CircuitBreakerLayer::new())
+        .layer(ConcurrencyGateLayer::new(4))
+        .layer(StreamTimeoutLayer::new())
+        .layer(ClassifyLayer::default())
+        .service(upstream);
+
+    let uri = if anthropic {
+        "https://api.anthropic.com/v1/messages"
+    } else {
+        "https://api.openai.com/v1/chat/completions"
+    };
+    let req = http::Request::post(uri)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {CALLER_KEY}"))
+        .header("anthropic-version", "2023-06-01")
+        .body(Bytes::from(body))
+        .unwrap();
+
+    let hour = Duration::from_secs(3600);
+    if r.below(10) == 0 {
+        // The caller gives up midway: the call is dropped wherever it is.
+        let patience = Duration::from_millis(r.below(3000) as u64);
+        let _ = tokio::time::timeout(patience, client.oneshot(req)).await;
+    } else {
+        match tokio::time::timeout(hour, client.oneshot(req)).await {
+            Err(_) => panic!("the call did not end within an hour"),
+            Ok(Err(e)) => assert_shows_no_key(&e),
+            Ok(Ok(resp)) => {
+                let mut body = resp.into_body();
+                let stop_after = if r.below(8) == 0 {
+                    r.below(4)
+                } else {
+                    usize::MAX
+                };
+                let as_hyper = r.below(2) == 0;
+                let mut read = 0;
+                loop {
+                    let hint = body.size_hint();
+                    assert!(
+                        hint.upper().is_none_or(|upper| upper >= hint.lower()),
+                        "a size hint out of order: {hint:?}"
+                    );
+                    if (as_hyper && body.is_end_stream()) || read >= stop_after {
+                        break;
+                    }
+                    match tokio::time::timeout(hour, body.frame()).await {
+                        Err(_) => panic!("the body did not end within an hour"),
+                        Ok(None) => break,
+                        Ok(Some(Ok(_))) => read += 1,
+                        Ok(Some(Err(e))) => {
+                            assert_shows_no_key(&e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for record in records.lock().unwrap().iter() {
+        let shown = format!("{record:?}");
+        assert!(!shows_a_key(&shown), "a key in a call record: {shown}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn hostile_requests_answers_and_bodies_never_panic_hang_or_show_a_key(seed in any::<u64>()) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(one_call(seed));
+    }
+}
+
+#[test]
+fn the_checks_see_what_they_look_for() {
+    // The key detector finds a glued key and the caller's key, and passes ordinary text.
+    assert!(shows_a_key(
+        "please try again. messsk-proj-UPSTREAMkey0123456789abcdefghij"
+    ));
+    assert!(shows_a_key(&format!("Bearer {CALLER_KEY}")));
+    assert!(!shows_a_key(
+        "sk-[REDACTED] and a desk-size-dependent-layout"
+    ));
+    // Mutations change bodies, and a body is cut into frames that hold all of it.
+    let mut r = Rng(7);
+    let base = REQUESTS[0].as_bytes();
+    assert!((0..20).any(|_| mutate(&mut r, base, base) != base));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let whole = rt.block_on(async {
+        let mut body = Hostile::new(&mut Rng(3), base);
+        body.frames.retain(Result::is_ok);
+        body.collect().await.unwrap().to_bytes()
+    });
+    assert_eq!(&whole[..], base);
+}
