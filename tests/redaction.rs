@@ -177,6 +177,10 @@ const CORPUS: &[Leak] = &[
         &["FAKEglued0123456789abcdef_ghij-klmn"],
     ),
     leak(
+        "x-request-id: req_sk-_000proj-FAKEglued3456789abcdefghij",
+        &["FAKEglued3456789abcdefghij"],
+    ),
+    leak(
         "token=xyzgsk_FAKEgluedgsk0123456789abcdefghijkl and pplx: abcpplx-FAKEgluedpplx0123456789abcd",
         &[
             "FAKEgluedgsk0123456789abcdefghijkl",

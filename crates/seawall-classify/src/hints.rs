@@ -203,9 +203,7 @@ pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
 /// The upstream request id: `x-request-id` (OpenAI), `request-id` (Anthropic) or
 /// `apim-request-id` (Azure).
 pub fn request_id(headers: &HeaderMap) -> Option<&str> {
-    ["x-request-id", "request-id", "apim-request-id"]
-        .iter()
-        .find_map(|n| header(headers, n))
+    seawall_core::request_id(headers)
 }
 
 fn parse_count(v: &str) -> Option<u64> {

@@ -138,8 +138,16 @@ fn bounded(s: &str) -> Box<str> {
     out.into()
 }
 
-fn short(s: &str) -> Box<str> {
-    // Codes, types and request ids are short identifiers; a long one is noise or an attack.
+/// An identifier from the upstream (an error's code or type, a request id) as a record or an
+/// error may show it: credentials [redacted](redact), at most 128 bytes (identifiers are
+/// short; a long one is noise or an attack), cut at a character boundary.
+///
+/// ```
+/// assert_eq!(&*seawall_core::shown_id("req_abc"), "req_abc");
+/// assert!(!seawall_core::shown_id("req_sk-proj-0123456789abcdefghijklmn").contains("0123456789"));
+/// assert_eq!(seawall_core::shown_id(&"x".repeat(500)).len(), 128);
+/// ```
+pub fn shown_id(s: &str) -> Box<str> {
     const MAX: usize = 128;
     let s = redact(s);
     let mut end = s.len().min(MAX);
@@ -193,13 +201,13 @@ impl LlmError {
 
     /// Sets the provider's error code (`insufficient_quota`, `context_length_exceeded`, ...).
     pub fn with_code(mut self, code: impl AsRef<str>) -> Self {
-        self.inner.code = Some(short(code.as_ref()));
+        self.inner.code = Some(shown_id(code.as_ref()));
         self
     }
 
     /// Sets the provider's error type (`rate_limit_error`, `overloaded_error`, ...).
     pub fn with_error_type(mut self, error_type: impl AsRef<str>) -> Self {
-        self.inner.error_type = Some(short(error_type.as_ref()));
+        self.inner.error_type = Some(shown_id(error_type.as_ref()));
         self
     }
 
@@ -223,7 +231,7 @@ impl LlmError {
 
     /// Sets the upstream request id.
     pub fn with_request_id(mut self, id: impl AsRef<str>) -> Self {
-        self.inner.request_id = Some(short(id.as_ref()));
+        self.inner.request_id = Some(shown_id(id.as_ref()));
         self
     }
 
@@ -568,7 +576,7 @@ fn secret_shapes() -> String {
         // as `desk-size-...` have no such run), and a prefix no word contains (`gsk_`,
         // `pplx-`) counts as it is.
         &*format!(r"(?-u:\b)(?i:sk-)({VALUE_CHAR}{{6,}})"),
-        r"(?i:sk-)((?:[A-Za-z0-9]+-){0,3}[A-Za-z0-9_]{16,}[A-Za-z0-9_-]*)",
+        r"(?i:sk-)((?:[A-Za-z0-9_]+-){0,3}[A-Za-z0-9_]{16,}[A-Za-z0-9_-]*)",
         r"((?:gsk_|xai-|github_pat_)[A-Za-z0-9_]{16,})",
         r"(?-u:\b)((?:hf_|gh[pousr]_)[A-Za-z0-9_]{16,})",
         r"((?:pplx-|nvapi-)[A-Za-z0-9_-]{16,})",

@@ -59,7 +59,7 @@ pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
 pub use context::{CacheStatus, CallContext, CallFacts, ContextAction, ServedBy};
 pub use deadline::{Deadline, TIMEOUT_HEADER, parse_grpc_timeout};
-pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact};
+pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact, shown_id};
 pub use finish::ChoiceEnds;
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use inline::{FrameQueue, shared_name};
@@ -73,8 +73,9 @@ pub use request::{
     RequestMeta, RequestSizes, Standby,
 };
 pub use response::{
-    BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome, StreamEnd,
-    StreamTiming, Usage, as_llm_error, content_coding, header, reserve_extensions, size_hint_plus,
+    BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome,
+    REQUEST_ID_HEADERS, StreamEnd, StreamTiming, Usage, as_llm_error, content_coding, header,
+    request_id, reserve_extensions, size_hint_plus,
 };
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use thread::{ThreadBound, thread_tag};

@@ -104,6 +104,32 @@ pub fn header<'a>(
     }
 }
 
+/// The headers that carry the upstream's id of a response, in the order they are read:
+/// OpenAI's `x-request-id`, Anthropic's `request-id`, Azure's `apim-request-id`.
+pub const REQUEST_ID_HEADERS: [http::HeaderName; 3] = [
+    http::HeaderName::from_static("x-request-id"),
+    http::HeaderName::from_static("request-id"),
+    http::HeaderName::from_static("apim-request-id"),
+];
+
+/// The upstream's id of a response (the first of [`REQUEST_ID_HEADERS`] it has), trimmed, as
+/// sent. It is the upstream's input: a record or an error shows it through
+/// [`shown_id`](crate::shown_id), as [`LlmError::with_request_id`] does.
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("request-id", HeaderValue::from_static(" req_011 "));
+/// assert_eq!(seawall_core::request_id(&headers), Some("req_011"));
+/// ```
+pub fn request_id(headers: &http::HeaderMap) -> Option<&str> {
+    REQUEST_ID_HEADERS.iter().find_map(|name| {
+        let id = header(headers, name)?.to_str().ok()?.trim();
+        (!id.is_empty()).then_some(id)
+    })
+}
+
 /// Gives an empty `Extensions` room for a handful of values in one table, so that the layers
 /// of a stack which each insert one (the classifier's report, the stream layer's own report, the
 /// gate's queue time, the fallback's served-by) fill it without the table growing on the way.

@@ -211,17 +211,10 @@ impl OnComplete for Finish {
     }
 }
 
+/// The upstream's request id, as a record shows it (bounded, credentials redacted: the
+/// header is the upstream's input).
 fn request_id(headers: Option<&http::HeaderMap>) -> Option<String> {
-    // Ready-made names: a lookup by `&str` parses the name on every call.
-    const NAMES: [http::HeaderName; 2] = [
-        http::HeaderName::from_static("x-request-id"),
-        http::HeaderName::from_static("request-id"),
-    ];
-    let h = headers?;
-    NAMES
-        .iter()
-        .find_map(|n| seawall_core::header(h, n)?.to_str().ok())
-        .map(|s| s.chars().take(128).collect())
+    seawall_core::request_id(headers?).map(|id| seawall_core::shown_id(id).into_string())
 }
 
 pin_project_lite::pin_project! {

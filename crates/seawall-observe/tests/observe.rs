@@ -240,6 +240,39 @@ async fn abandoned_body_and_dropped_future_each_give_one_cancelled_record() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_id_header_is_recorded_bounded_and_without_a_credential() {
+    // The header is the upstream's input: an Azure id is read too, a key in it is redacted,
+    // and an id of kilobytes is cut.
+    for (name, value, shown) in [
+        (
+            "apim-request-id",
+            "azure-123".to_owned(),
+            Some("azure-123".to_owned()),
+        ),
+        (
+            "request-id",
+            "req_sk-proj-LEAKEDkey0123456789abcdefghij".to_owned(),
+            None,
+        ),
+        ("x-request-id", "r".repeat(5_000), Some("r".repeat(128))),
+    ] {
+        let records = Records::default();
+        let inner = service_fn(move |_: http::Request<Bytes>| {
+            let mut resp = http::Response::new(Full::new(Bytes::from_static(b"{}")));
+            resp.headers_mut().insert(name, value.parse().unwrap());
+            async move { Ok::<_, Infallible>(resp) }
+        });
+        let mut svc = layer(&records).layer(inner);
+        let _ = send(&mut svc, false).await.into_body().collect().await;
+        let id = records.lock().unwrap().pop().unwrap().request_id.unwrap();
+        match shown {
+            Some(shown) => assert_eq!(id, shown, "{name}"),
+            None => assert!(!id.contains("LEAKEDkey") && id.contains("REDACTED"), "{id}"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn errors_carry_class_code_status_request_id_and_attempts() {
     let records = Records::default();
     let inner = service_fn(|_req: http::Request<Bytes>| async {

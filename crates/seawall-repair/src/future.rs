@@ -347,11 +347,9 @@ fn verdict(shared: &Shared, wire: Wire, bytes: &[u8]) -> Option<(String, String)
     }
 }
 
+/// The upstream's request id, as a record shows it (bounded, credentials redacted).
 fn request_id(headers: &HeaderMap) -> Option<String> {
-    ["x-request-id", "request-id"]
-        .into_iter()
-        .find_map(|n| headers.get(n)?.to_str().ok())
-        .map(str::to_owned)
+    seawall_core::request_id(headers).map(|id| seawall_core::shown_id(id).into_string())
 }
 
 /// An error of the body while it was read: an `LlmError` (from the classifier) as it is,
