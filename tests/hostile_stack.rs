@@ -1,7 +1,8 @@
 //! The whole recommended stack (observe → cache → continue → repair → fallback → guard → retry
 //! → budget → breaker → gate → stream → classify) fed hostile input: requests and answers of
 //! the OpenAI and Anthropic wire formats and providers' error bodies, each mutated byte by
-//! byte (JSON's own characters, broken UTF-8, escapes, splices of other bodies), answers cut
+//! byte (JSON's own characters, broken UTF-8, escapes, splices of other bodies), odd values
+//! in the response headers the layers read (rate limits, retry hints, ids), answers cut
 //! into frames at random places, bodies whose size hint lies or whose end comes early or never,
 //! callers that stop reading, read as hyper does (stopping at `is_end_stream`) or drop the call
 //! midway. For every such call:
@@ -10,7 +11,7 @@
 //! - every body's size hint keeps its lower bound at or below its upper one, as `http-body`
 //!   asserts;
 //! - no error, error source or call record shows a credential, even a key the upstream's
-//!   message glued to the text before it.
+//!   message glued to the text before it, or one in a header or a model name.
 //!
 //! Each proptest case is one call from a seed; a failure names the seed that makes it again.
 
@@ -80,6 +81,44 @@ const ANSWERS: &[(&str, &str)] = &[
         "application/json",
         r#"{"id":"m","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t","name":"f","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":4}}"#,
     ),
+];
+
+/// Response headers the layers read, and values for them: odd numbers, durations and dates,
+/// empty ones, and a key where an id belongs.
+const HEADER_NAMES: &[&str] = &[
+    "retry-after",
+    "retry-after-ms",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "x-request-id",
+    "request-id",
+    "apim-request-id",
+    "content-encoding",
+    "x-should-retry",
+];
+const HEADER_VALUES: &[&str] = &[
+    "1",
+    "0",
+    "-1",
+    "1.5",
+    "NaN",
+    "inf",
+    "1e308",
+    "18446744073709551616",
+    "6m0.5s",
+    "1h2m3.5s",
+    "-5s",
+    "Wed, 21 Oct 2015 07:28:00 GMT",
+    "Fri, 31 Dec 9999 23:59:59 GMT",
+    "2026-12-04T14:00:00Z",
+    "",
+    "true",
+    "gzip",
+    "req_sk-proj-HEADERkey0123456789abcdefghij",
 ];
 
 /// Single bytes a mutation writes: JSON's own characters, digits, a NUL and a DEL.
@@ -306,25 +345,36 @@ async fn one_call(seed: u64) {
         };
         let status = *r.pick(&[200u16, 200, 200, 429, 400, 500, 529, 503, 413, 401]);
         let content_type = if r.below(20) == 0 { "" } else { content_type };
-        answers.push_back((status, content_type, Hostile::new(&mut r, &answer)));
+        let mut headers = Vec::new();
+        for _ in 0..r.below(5) {
+            let value = r.pick(HEADER_VALUES).as_bytes();
+            let value = if r.below(3) == 0 {
+                let other = r.pick(HEADER_VALUES).as_bytes();
+                mutate(&mut r, value, other)
+            } else {
+                value.to_vec()
+            };
+            headers.push((*r.pick(HEADER_NAMES), value));
+        }
+        let body = Hostile::new(&mut r, &answer);
+        answers.push_back((status, content_type, headers, body));
     }
     let answers = Arc::new(Mutex::new(answers));
     let upstream = tower::service_fn(move |_: http::Request<Bytes>| {
         let next = answers.lock().unwrap().pop_front();
         async move {
-            let (status, content_type, body) = next.unwrap_or_else(|| {
+            let (status, content_type, headers, body) = next.unwrap_or_else(|| {
                 let mut r = Rng(0);
-                (
-                    200,
-                    ANSWERS[0].0,
-                    Hostile::new(&mut r, ANSWERS[0].1.as_bytes()),
-                )
+                let body = Hostile::new(&mut r, ANSWERS[0].1.as_bytes());
+                (200, ANSWERS[0].0, Vec::new(), body)
             });
-            let mut resp = http::Response::builder()
-                .status(status)
-                .header("retry-after", "1")
-                .header("x-ratelimit-remaining-requests", "5")
-                .header("x-ratelimit-reset-tokens", "6m0.5s");
+            let mut resp = http::Response::builder().status(status);
+            for (name, value) in headers {
+                // A value no header may hold (a control byte) is not sent.
+                if let Ok(value) = http::HeaderValue::from_bytes(&value) {
+                    resp = resp.header(name, value);
+                }
+            }
             if !content_type.is_empty() {
                 resp = resp.header("content-type", content_type);
             }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use seawall_core::{FailureClass, redact};
+use seawall_core::{FailureClass, redact_shared};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::time::Timestamp;
@@ -384,16 +384,11 @@ impl<W: Write> BatchWriter<'_, W> {
 /// Redacts the text of a record that came from a request (off the call path: the writer
 /// thread does it).
 fn redact_record(r: &mut SpendRecord) {
-    fn redact_arc(s: &mut Arc<str>) {
-        if let std::borrow::Cow::Owned(clean) = redact(s) {
-            *s = clean.into();
-        }
-    }
     for (_, key) in &mut r.keys {
-        redact_arc(key);
+        *key = redact_shared(key);
     }
     if let Some(model) = &mut r.model {
-        redact_arc(model);
+        *model = redact_shared(model);
     }
 }
 

@@ -576,7 +576,7 @@ fn secret_shapes() -> String {
         // as `desk-size-...` have no such run), and a prefix no word contains (`gsk_`,
         // `pplx-`) counts as it is.
         &*format!(r"(?-u:\b)(?i:sk-)({VALUE_CHAR}{{6,}})"),
-        r"(?i:sk-)((?:[A-Za-z0-9_]+-){0,3}[A-Za-z0-9_]{16,}[A-Za-z0-9_-]*)",
+        r"(?i:sk-)((?:[A-Za-z0-9_]*-){0,3}[A-Za-z0-9_]{16,}[A-Za-z0-9_-]*)",
         r"((?:gsk_|xai-|github_pat_)[A-Za-z0-9_]{16,})",
         r"(?-u:\b)((?:hf_|gh[pousr]_)[A-Za-z0-9_]{16,})",
         r"((?:pplx-|nvapi-)[A-Za-z0-9_-]{16,})",
@@ -638,6 +638,39 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     }
     out.push_str(&text[last..]);
     Cow::Owned(out)
+}
+
+/// A shared name (a model the upstream named, a budget key) with its credentials
+/// [redacted](redact): the same `Arc` when it holds none.
+///
+/// A record is made on every call, and the names in it are the same few, each one `Arc` per
+/// thread (see [`shared_name`](crate::shared_name)), so the last name found clean is
+/// remembered by pointer and the check is a comparison on the call path.
+///
+/// ```
+/// use std::sync::Arc;
+/// let name: Arc<str> = Arc::from("gpt-4o-2024-08-06");
+/// assert!(Arc::ptr_eq(&seawall_core::redact_shared(&name), &name));
+/// let odd: Arc<str> = Arc::from("gpt-4o?key=AIzaSyNameSecret0123456789abcdefgh");
+/// assert!(!seawall_core::redact_shared(&odd).contains("NameSecret"));
+/// ```
+pub fn redact_shared(name: &Arc<str>) -> Arc<str> {
+    thread_local! {
+        static LAST_CLEAN: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+    }
+    let known = LAST_CLEAN
+        .try_with(|last| last.borrow().as_ref().is_some_and(|l| Arc::ptr_eq(l, name)))
+        .unwrap_or(false);
+    if known {
+        return name.clone();
+    }
+    match redact(name) {
+        Cow::Owned(clean) => clean.into(),
+        Cow::Borrowed(_) => {
+            let _ = LAST_CLEAN.try_with(|last| *last.borrow_mut() = Some(name.clone()));
+            name.clone()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -59,7 +59,9 @@ pub use class::{Disposition, Dispositions, FailureClass, Fallback, RetryPolicy};
 pub use config::ConfigError;
 pub use context::{CacheStatus, CallContext, CallFacts, ContextAction, ServedBy};
 pub use deadline::{Deadline, TIMEOUT_HEADER, parse_grpc_timeout};
-pub use error::{Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact, shown_id};
+pub use error::{
+    Attempt, BoxError, GiveUp, LlmError, MAX_MESSAGE_LEN, redact, redact_shared, shown_id,
+};
 pub use finish::ChoiceEnds;
 pub use future::{POLLED_AFTER_COMPLETION, polled_after_completion};
 pub use inline::{FrameQueue, shared_name};

@@ -68,9 +68,15 @@ impl Pending {
         let served_model = served_by
             .as_ref()
             .and_then(|s| s.model.clone())
-            .or_else(|| report.and_then(|r| r.model()).map(Arc::from))
+            .or_else(|| {
+                report
+                    .and_then(|r| r.model())
+                    .map(seawall_core::shared_name)
+            })
             .or(head.served_model)
-            .or_else(|| self.model.clone());
+            .or_else(|| self.model.clone())
+            // The upstream named it: shown without a credential it may hold.
+            .map(|m| seawall_core::redact_shared(&m));
         let usage = completion.and_then(|c| c.usage).or(facts.usage);
         let cache = facts.cache.or(head.cache);
         let hit = cache.is_some_and(CacheStatus::is_hit);

@@ -273,6 +273,31 @@ async fn a_request_id_header_is_recorded_bounded_and_without_a_credential() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_served_model_is_recorded_without_a_credential_it_holds() {
+    // The model the answer names is the upstream's input too.
+    for (served, shown) in [
+        ("gpt-4o-2024-08-06", Some("gpt-4o-2024-08-06")),
+        ("gpt-4o?key=AIzaSyServedSecret0123456789abcdef", None),
+    ] {
+        let records = Records::default();
+        let inner = service_fn(move |_: http::Request<Bytes>| {
+            let mut resp = http::Response::new(Full::new(Bytes::from_static(b"{}")));
+            let report = Arc::new(seawall_core::BodyReport::new());
+            report.set_model(served);
+            resp.extensions_mut().insert(report);
+            async move { Ok::<_, Infallible>(resp) }
+        });
+        let mut svc = layer(&records).layer(inner);
+        let _ = send(&mut svc, false).await.into_body().collect().await;
+        let model = records.lock().unwrap().pop().unwrap().served_model.unwrap();
+        match shown {
+            Some(shown) => assert_eq!(&*model, shown),
+            None => assert!(!model.contains("ServedSecret"), "{model}"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn errors_carry_class_code_status_request_id_and_attempts() {
     let records = Records::default();
     let inner = service_fn(|_req: http::Request<Bytes>| async {
