@@ -26,6 +26,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use seawall_core::{FinishReason, SseDecoder, SseItem, Usage};
 use serde::Deserialize;
 
+use crate::key::{leb128, put_field};
+
 mod scan;
 
 /// The wire formats whose answers are cached: core's [`ChatWire`](seawall_core::ChatWire).
@@ -1043,7 +1045,7 @@ impl Answer {
     /// The answer in a compact binary form, for a store that keeps bytes (Redis).
     ///
     /// A small hand format: a version byte, the wire byte, then each field as a LEB128
-    /// length or number followed by its bytes. It needs no dependency, it is about as small as
+    /// length or number followed by its bytes (written as the cache key's are). It needs no dependency, it is about as small as
     /// a serde binary format would make it, and [`decode`](Self::decode) checks every length,
     /// so bytes from a shared store can never make it panic or over-allocate.
     pub fn encode(&self) -> Vec<u8> {
@@ -1052,7 +1054,7 @@ impl Answer {
         out.push(wire_byte(self.wire));
         let p = self.parts();
         for s in [&p.id, &p.model, &p.text, &p.finish] {
-            put_bytes(&mut out, s.as_bytes());
+            put_field(&mut out, s.as_bytes());
         }
         for n in [
             p.created,
@@ -1060,12 +1062,12 @@ impl Answer {
             self.usage().output_tokens,
             self.usage().cached_input_tokens,
         ] {
-            put_varint(&mut out, n);
+            leb128(n, |b| out.push(b));
         }
         match &self.raw {
             Some(raw) => {
                 out.push(1);
-                put_bytes(&mut out, raw);
+                put_field(&mut out, raw);
             }
             None => out.push(0),
         }
@@ -1108,23 +1110,6 @@ impl Answer {
 
 /// Shared answers, as stores hand them out.
 pub type SharedAnswer = Arc<Answer>;
-
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    put_varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
 
 struct Reader<'a>(&'a [u8]);
 

@@ -366,7 +366,7 @@ fn general(body: &[u8], canon: &mut Canon) -> Result<(), Unkeyable> {
 }
 
 /// Appends `bytes` after their length.
-fn put_field(buf: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_field(buf: &mut Vec<u8>, bytes: &[u8]) {
     leb128(bytes.len() as u64, |b| buf.push(b));
     buf.extend_from_slice(bytes);
 }
