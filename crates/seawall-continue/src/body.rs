@@ -31,7 +31,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use seawall_core::{
@@ -334,8 +334,21 @@ impl<S, F, B: Body> Splice<S, F, B> {
         });
         self.decoder = decoder;
         if !any && !self.hold_rest {
-            // A comment, a keep-alive, a lone line ending: passed on as it came.
-            self.out.push_back(raw);
+            // A comment, a keep-alive, a lone line ending: passed on as it came, behind any
+            // event held before it. A lone LF is the end of the CRLF that closed the event
+            // before it (the framer splits a CRLF across two chunks that way): sent ahead of
+            // a held event, it would leave that event unterminated for a parser that splits
+            // on LFs and put a stray blank line before it.
+            if self.after_error {
+                self.held_errors.push(raw);
+            } else if let Some(stop) = &mut self.pending_stop {
+                let mut joined = BytesMut::with_capacity(stop.len() + raw.len());
+                joined.extend_from_slice(stop);
+                joined.extend_from_slice(&raw);
+                *stop = joined.freeze();
+            } else {
+                self.out.push_back(raw);
+            }
         }
     }
 
