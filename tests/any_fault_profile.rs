@@ -32,39 +32,14 @@ use seawall::mock::{
 use seawall::observe::{CallRecord, ObserveLayer};
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::StreamTimeoutLayer;
+use seawall_test_support::Draws;
 use tower::{ServiceBuilder, ServiceExt};
 
 /// Calls per profile, started 50 ms apart.
 const CALLS: u64 = 40;
 
-/// SplitMix64: one seed, one reproducible profile and workload.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// A probability in `[0, max)`.
-    fn rate(&mut self, max: f64) -> f64 {
-        self.below(10_000) as f64 / 10_000.0 * max
-    }
-
-    fn ms(&mut self, max: u64) -> Duration {
-        Duration::from_millis(self.below(max))
-    }
-}
-
 /// A profile with a random rate of every fault.
-fn profile(r: &mut Rng) -> Profile {
+fn profile(r: &mut Draws) -> Profile {
     let kinds = [
         MalformedKind::Html502,
         MalformedKind::TruncatedJson,
@@ -72,7 +47,7 @@ fn profile(r: &mut Rng) -> Profile {
         MalformedKind::Empty,
     ];
     let mut profile = Profile::default()
-        .seed(r.next())
+        .seed(r.next_u64())
         .head_latency(Delay::fixed(r.ms(500)))
         .first_token_latency(Delay::fixed(r.ms(3_000)))
         .per_token_latency(Delay::fixed(r.ms(100)))
@@ -88,10 +63,10 @@ fn profile(r: &mut Rng) -> Profile {
             r.below(2) == 0,
         )
         .mid_stream_errors(r.rate(0.3), Count::range(0, 1 + r.below(50) as u32))
-        .malformed(r.rate(0.3), &kinds[..1 + r.below(4) as usize]);
+        .malformed(r.rate(0.3), &kinds[..1 + r.below(4)]);
     for _ in 0..r.below(3) {
         let statuses = [429, 500, 502, 503, 504, 529, 400, 401, 403, 408];
-        let status = statuses[r.below(statuses.len() as u64) as usize];
+        let status = *r.pick(&statuses);
         profile = profile.error(ErrorRule::random(status, r.rate(0.4)));
     }
     profile
@@ -128,7 +103,7 @@ fn whole(body: &[u8], stream: bool, anthropic: bool) -> Result<(), String> {
 }
 
 /// One call: its request drawn from `r`, sent after `delay`. `Err` names a broken promise.
-async fn call<S, B>(client: S, delay: Duration, r: &mut Rng) -> Result<(), String>
+async fn call<S, B>(client: S, delay: Duration, r: &mut Draws) -> Result<(), String>
 where
     S: tower::Service<http::Request<Bytes>, Response = http::Response<B>>,
     B: http_body::Body,
@@ -174,7 +149,7 @@ where
 }
 
 async fn one_profile(seed: u64) -> Result<(), String> {
-    let mut r = Rng(seed);
+    let mut r = Draws::new(seed);
     let upstream = MockUpstream::new(profile(&mut r));
     let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
     let sink = records.clone();
@@ -210,7 +185,7 @@ async fn one_profile(seed: u64) -> Result<(), String> {
     let calls: Vec<_> = (0..CALLS)
         .map(|i| {
             let client = client.clone();
-            let mut r = Rng(r.next());
+            let mut r = Draws::new(r.next_u64());
             tokio::spawn(async move { call(client, Duration::from_millis(50 * i), &mut r).await })
         })
         .collect();

@@ -38,6 +38,7 @@ use seawall::observe::{CallRecord, ObserveLayer};
 use seawall::repair::{Answer, RepairLayer};
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::StreamTimeoutLayer;
+use seawall_test_support::Draws;
 use tower::{ServiceBuilder, ServiceExt};
 
 /// The caller's key, sent in its `Authorization` header.
@@ -140,34 +141,8 @@ const PIECES: &[&[u8]] = &[
     b"99999999999999999999999",
 ];
 
-/// SplitMix64: one seed, one reproducible case.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (0 when `n` is 0).
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
-
 /// `base` with one to six mutations; `other` is spliced from.
-fn mutate(r: &mut Rng, base: &[u8], other: &[u8]) -> Vec<u8> {
+fn mutate(r: &mut Draws, base: &[u8], other: &[u8]) -> Vec<u8> {
     let mut v = base.to_vec();
     for _ in 0..1 + r.below(6) {
         let len = v.len();
@@ -195,7 +170,7 @@ fn mutate(r: &mut Rng, base: &[u8], other: &[u8]) -> Vec<u8> {
                 let piece = *r.pick(PIECES);
                 v.splice(at..at, piece.iter().copied());
             }
-            _ => v.insert(at, r.next() as u8),
+            _ => v.insert(at, r.next_u64() as u8),
         }
     }
     v
@@ -216,7 +191,7 @@ struct Hostile {
 }
 
 impl Hostile {
-    fn new(r: &mut Rng, body: &[u8]) -> Self {
+    fn new(r: &mut Draws, body: &[u8]) -> Self {
         let mut frames = VecDeque::new();
         let mut at = 0;
         while at < body.len() {
@@ -323,7 +298,7 @@ fn assert_shows_no_key(e: &LlmError) {
 
 /// One call through a fresh stack, every choice drawn from `seed`.
 async fn one_call(seed: u64) {
-    let mut r = Rng(seed);
+    let mut r = Draws::new(seed);
     let template = r.pick(REQUESTS).as_bytes();
     let body = if r.below(6) == 0 {
         let other = r.pick(REQUESTS).as_bytes();
@@ -364,7 +339,7 @@ async fn one_call(seed: u64) {
         let next = answers.lock().unwrap().pop_front();
         async move {
             let (status, content_type, headers, body) = next.unwrap_or_else(|| {
-                let mut r = Rng(0);
+                let mut r = Draws::new(0);
                 let body = Hostile::new(&mut r, ANSWERS[0].1.as_bytes());
                 (200, ANSWERS[0].0, Vec::new(), body)
             });
@@ -503,14 +478,14 @@ fn the_checks_see_what_they_look_for() {
         "sk-[REDACTED] and a desk-size-dependent-layout"
     ));
     // Mutations change bodies, and a body is cut into frames that hold all of it.
-    let mut r = Rng(7);
+    let mut r = Draws::new(7);
     let base = REQUESTS[0].as_bytes();
     assert!((0..20).any(|_| mutate(&mut r, base, base) != base));
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     let whole = rt.block_on(async {
-        let mut body = Hostile::new(&mut Rng(3), base);
+        let mut body = Hostile::new(&mut Draws::new(3), base);
         body.frames.retain(Result::is_ok);
         body.collect().await.unwrap().to_bytes()
     });

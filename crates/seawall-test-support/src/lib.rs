@@ -46,5 +46,5 @@ pub use redis::RedisServer;
 #[cfg(not(loom))]
 pub use refused::RefusedPort;
 pub use request::{Ask, NAME_LEN, Name, Tenant, long_names, tenant_key};
-pub use strategy::{extreme_duration, extreme_duration_or_none, reframed_sse};
+pub use strategy::{Draws, extreme_duration, extreme_duration_or_none, reframed_sse};
 pub use time::{eventually, paused_runtime, settle};

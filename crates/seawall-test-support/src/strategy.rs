@@ -66,3 +66,48 @@ pub fn reframed_sse(stream: &'static [u8]) -> impl Strategy<Value = Vec<Vec<u8>>
             chunks
         })
 }
+
+/// The draws of one fuzz case: proptest's own generator, seeded from one `u64` that proptest
+/// generates, so a failing case names its seed and runs again from it. For tests that build
+/// a whole scene (a fault profile, a workload, hostile bodies) from one seed rather than from
+/// a tree of strategies.
+#[derive(Debug)]
+pub struct Draws(proptest::test_runner::TestRng);
+
+impl Draws {
+    /// The draws of the case `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        bytes[8..].copy_from_slice(&(!seed).to_le_bytes());
+        Draws(proptest::test_runner::TestRng::from_seed(
+            proptest::test_runner::RngAlgorithm::XorShift,
+            &bytes,
+        ))
+    }
+
+    /// Any `u64`.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 { 0 } else { self.0.random_range(0..n) }
+    }
+
+    /// One of `items` (which must not be empty).
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+
+    /// A probability in `[0, max)`.
+    pub fn rate(&mut self, max: f64) -> f64 {
+        self.0.random_range(0.0..1.0) * max
+    }
+
+    /// A duration below `max_ms` milliseconds.
+    pub fn ms(&mut self, max_ms: u64) -> Duration {
+        Duration::from_millis(self.0.random_range(0..max_ms.max(1)))
+    }
+}
