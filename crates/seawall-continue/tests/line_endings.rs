@@ -5,17 +5,14 @@
 //! stay behind the event.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use seawall_continue::ContinueLayer;
 use seawall_core::LlmError;
-use seawall_test_support::paused_runtime;
+use seawall_test_support::{Chunks, paused_runtime};
 use tower::{Layer, ServiceExt};
 
 const ANTHROPIC: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n\
@@ -31,21 +28,6 @@ const OPENAI: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\
 : keep-alive\n\n\
 data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"llo\"},\"finish_reason\":\"stop\"}]}\n\n\
 data: [DONE]\n\n";
-
-/// A body of given chunks.
-struct Chunks(VecDeque<Bytes>);
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = LlmError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
-        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
-    }
-}
 
 /// `stream` with its line endings made `eol`, cut into chunks at `cuts` (offsets, any order).
 fn chunked(stream: &str, eol: &str, cuts: &[usize]) -> (Bytes, VecDeque<Bytes>) {

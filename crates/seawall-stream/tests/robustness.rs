@@ -9,7 +9,9 @@ use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use seawall_core::{FailureClass, LlmError};
 use seawall_stream::{StreamTimeoutLayer, StreamTimeouts};
-use seawall_test_support::{extreme_duration_or_none as extreme, paused_runtime, poll_twice};
+use seawall_test_support::{
+    Chunks, extreme_duration_or_none as extreme, paused_runtime, poll_twice,
+};
 use tower::{Layer, Service, ServiceExt};
 
 /// An upstream whose head (an SSE stream of two events) arrives after `delay`.
@@ -66,25 +68,6 @@ proptest! {
     }
 }
 
-/// A body that knows how many bytes it has left, as a body with a `content-length` does.
-struct Counted(std::collections::VecDeque<Bytes>);
-
-impl http_body::Body for Counted {
-    type Data = Bytes;
-    type Error = LlmError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, LlmError>>> {
-        std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(http_body::Frame::data(b))))
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.0.iter().map(|b| b.len() as u64).sum())
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_body_that_knows_its_length_counts_the_frames_held_before_the_commit_point() {
     // A keep-alive and a role-only chunk come before the first token: the layer holds them
@@ -97,7 +80,7 @@ async fn a_body_that_knows_its_length_counts_the_frames_held_before_the_commit_p
     ];
     let total: u64 = frames.iter().map(|f| f.len() as u64).sum();
     let svc = StreamTimeoutLayer::new().layer(tower::service_fn(move |_: Request<Bytes>| {
-        let body = Counted(frames.iter().map(|f| Bytes::from_static(f)).collect());
+        let body = Chunks(frames.iter().map(|f| Bytes::from_static(f)).collect());
         async move {
             Ok::<_, LlmError>(
                 Response::builder()

@@ -119,3 +119,28 @@ where
     }
     (String::from_utf8_lossy(&text).into_owned(), error)
 }
+
+/// A body of given chunks, each one frame, that knows how many bytes it has left (as a body
+/// with a `content-length` does: its size hint is exact).
+#[derive(Debug, Clone, Default)]
+pub struct Chunks(pub std::collections::VecDeque<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = LlmError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LlmError>>> {
+        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.iter().map(|b| b.len() as u64).sum())
+    }
+}

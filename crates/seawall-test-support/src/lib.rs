@@ -36,7 +36,7 @@ pub use tokio;
 #[cfg(feature = "budget")]
 pub use audit::AuditStore;
 pub use bench::{Bare, Done, complete_now};
-pub use body::{ChanBody, Feed, drain};
+pub use body::{ChanBody, Chunks, Feed, drain};
 pub use captured::{Captured, global_log};
 #[cfg(feature = "mock")]
 pub use loopback::start_mock;
