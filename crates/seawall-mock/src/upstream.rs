@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, DATE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use seawall_core::SeededRandom;
+use seawall_core::{ChatWire, SeededRandom};
 use tokio::time::Instant;
 
 use crate::body::MockBody;
@@ -410,12 +410,13 @@ impl Inner {
         let request_id = format!("req_{:016x}{:08x}", rng.next_u64(), rng.next_u64() as u32);
         let head = rng.delay(&self.profile.latency.head);
 
-        let path = req.uri().path();
-        let wire = if path.ends_with("/messages") || req.headers().contains_key("anthropic-version")
-        {
-            Wire::Anthropic
-        } else {
-            Wire::OpenAi
+        // The path decides, as it does at a real provider; the `anthropic-version` header only
+        // for a path of neither API's shape.
+        let wire = match ChatWire::of(req) {
+            Some(ChatWire::AnthropicMessages) => Wire::Anthropic,
+            Some(ChatWire::OpenAiChat) => Wire::OpenAi,
+            None if req.headers().contains_key("anthropic-version") => Wire::Anthropic,
+            None => Wire::OpenAi,
         };
         let headers = self.base_headers(wire, &request_id, t);
         Call {

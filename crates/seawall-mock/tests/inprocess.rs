@@ -1100,3 +1100,14 @@ async fn drawn_by_request_a_prompts_first_stream_is_cut_alike_at_two_providers()
     // Every prompt whose stream was cut at the lower rate was cut at the higher one too.
     assert!(cut_a.iter().zip(&cut_b).all(|(a, b)| !a || *b));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_openai_path_is_answered_as_openai_even_with_an_anthropic_version_header() {
+    let up = upstream(Profile::default());
+    // An OpenAI path is answered as OpenAI answers, whatever headers ride along.
+    let mut req = openai_req(&openai_body(false), "sk-a");
+    req.headers_mut()
+        .insert("anthropic-version", "2023-06-01".parse().unwrap());
+    let answer = json_body(call(&up, req).await).await;
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+}
