@@ -385,10 +385,10 @@ impl<W: Write> BatchWriter<'_, W> {
 /// thread does it).
 fn redact_record(r: &mut SpendRecord) {
     for (_, key) in &mut r.keys {
-        *key = redact_shared(key);
+        *key = redact_shared(std::mem::take(key));
     }
     if let Some(model) = &mut r.model {
-        *model = redact_shared(model);
+        *model = redact_shared(std::mem::take(model));
     }
 }
 

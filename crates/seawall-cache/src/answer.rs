@@ -1045,9 +1045,10 @@ impl Answer {
     /// The answer in a compact binary form, for a store that keeps bytes (Redis).
     ///
     /// A small hand format: a version byte, the wire byte, then each field as a LEB128
-    /// length or number followed by its bytes (written as the cache key's are). It needs no dependency, it is about as small as
-    /// a serde binary format would make it, and [`decode`](Self::decode) checks every length,
-    /// so bytes from a shared store can never make it panic or over-allocate.
+    /// length or number followed by its bytes (written as the cache key's are). It needs no
+    /// dependency, it is about as small as a serde binary format would make it, and
+    /// [`decode`](Self::decode) checks every length, so bytes from a shared store can never
+    /// make it panic or over-allocate.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size());
         out.push(ENCODING);

@@ -200,8 +200,7 @@ pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
     }
 }
 
-/// The upstream request id: `x-request-id` (OpenAI), `request-id` (Anthropic) or
-/// `apim-request-id` (Azure).
+/// The upstream request id, as [`seawall_core::request_id`] reads it.
 pub fn request_id(headers: &HeaderMap) -> Option<&str> {
     seawall_core::request_id(headers)
 }

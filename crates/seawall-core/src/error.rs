@@ -650,25 +650,29 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 /// ```
 /// use std::sync::Arc;
 /// let name: Arc<str> = Arc::from("gpt-4o-2024-08-06");
-/// assert!(Arc::ptr_eq(&seawall_core::redact_shared(&name), &name));
+/// assert!(Arc::ptr_eq(&seawall_core::redact_shared(name.clone()), &name));
 /// let odd: Arc<str> = Arc::from("gpt-4o?key=AIzaSyNameSecret0123456789abcdefgh");
-/// assert!(!seawall_core::redact_shared(&odd).contains("NameSecret"));
+/// assert!(!seawall_core::redact_shared(odd).contains("NameSecret"));
 /// ```
-pub fn redact_shared(name: &Arc<str>) -> Arc<str> {
+pub fn redact_shared(name: Arc<str>) -> Arc<str> {
     thread_local! {
         static LAST_CLEAN: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
     }
     let known = LAST_CLEAN
-        .try_with(|last| last.borrow().as_ref().is_some_and(|l| Arc::ptr_eq(l, name)))
+        .try_with(|last| {
+            last.borrow()
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(l, &name))
+        })
         .unwrap_or(false);
     if known {
-        return name.clone();
+        return name;
     }
-    match redact(name) {
+    match redact(&name) {
         Cow::Owned(clean) => clean.into(),
         Cow::Borrowed(_) => {
             let _ = LAST_CLEAN.try_with(|last| *last.borrow_mut() = Some(name.clone()));
-            name.clone()
+            name
         }
     }
 }

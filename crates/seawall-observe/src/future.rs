@@ -76,7 +76,7 @@ impl Pending {
             .or(head.served_model)
             .or_else(|| self.model.clone())
             // The upstream named it: shown without a credential it may hold.
-            .map(|m| seawall_core::redact_shared(&m));
+            .map(seawall_core::redact_shared);
         let usage = completion.and_then(|c| c.usage).or(facts.usage);
         let cache = facts.cache.or(head.cache);
         let hit = cache.is_some_and(CacheStatus::is_hit);

@@ -302,11 +302,15 @@ impl<S, B> Turn<S, B> {
             ));
         };
         self.errors.push(&complaint);
-        let request_id = self.head.take().and_then(|h| request_id(&h.headers));
+        // The error's request id is redacted and bounded where it is set.
+        let head = self.head.take();
+        let request_id = head
+            .as_ref()
+            .and_then(|h| seawall_core::request_id(&h.headers));
         if self.repairs >= self.shared.max_repairs
             || self.original.deadline().is_some_and(|d| d.has_passed())
         {
-            return Err(Some(self.give_up(request_id.as_deref())));
+            return Err(Some(self.give_up(request_id)));
         }
         // The complaint goes to the model verbatim (it is the model's own answer that is
         // discussed), but bounded like the one kept for the error.
@@ -322,7 +326,7 @@ impl<S, B> Turn<S, B> {
             }
             Err(why) => {
                 tracing::debug!(why, "cannot build a repair turn; giving up");
-                Err(Some(self.give_up(request_id.as_deref())))
+                Err(Some(self.give_up(request_id)))
             }
         }
     }
@@ -345,11 +349,6 @@ fn verdict(shared: &Shared, wire: Wire, bytes: &[u8]) -> Option<(String, String)
         Ok(()) => None,
         Err(complaint) => Some((answer.text().to_owned(), complaint)),
     }
-}
-
-/// The upstream's request id, as a record shows it (bounded, credentials redacted).
-fn request_id(headers: &HeaderMap) -> Option<String> {
-    seawall_core::request_id(headers).map(|id| seawall_core::shown_id(id).into_string())
 }
 
 /// An error of the body while it was read: an `LlmError` (from the classifier) as it is,
