@@ -39,19 +39,12 @@ impl<B> CacheBody<B> {
         }
     }
 
-    pub(crate) fn pass(inner: B) -> Self {
+    /// The upstream's body, passed through, and stored as it passes when `fill` is given.
+    pub(crate) fn upstream(inner: B, fill: Option<Box<Filler>>) -> Self {
         CacheBody {
             inner: Some(inner),
             cached: None,
-            fill: None,
-        }
-    }
-
-    pub(crate) fn fill(inner: B, filler: Filler) -> Self {
-        CacheBody {
-            inner: Some(inner),
-            cached: None,
-            fill: Some(Box::new(filler)),
+            fill,
         }
     }
 

@@ -208,14 +208,14 @@ fn served(cx: &CallContext, status: CacheStatus) {
 
 /// A hit's response: the replayed body, its content type, the stored usage, the cache status.
 fn hit_response<B>(served: Served, status: CacheStatus) -> Response<CacheBody<B>> {
-    let mut resp = Response::new(CacheBody::cached(served.body));
-    resp.headers_mut().insert(
+    let (mut parts, ()) = Response::new(()).into_parts();
+    parts.headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(served.format.content_type()),
     );
-    resp.extensions_mut().insert(served.usage);
-    mark(&mut resp, status);
-    resp
+    parts.extensions.insert(served.usage);
+    mark(&mut parts, status);
+    Response::from_parts(parts, CacheBody::cached(served.body))
 }
 
 impl<S, B> Future for ResponseFuture<S, S::Future>
@@ -303,17 +303,33 @@ where
                     let Some(fut) = this.upstream.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    let result = ready!(fut.as_mut().poll(cx));
+                    // The response is taken apart where it lands and built once, around its
+                    // body, as it is handed up: every move of it is a copy of a kilobyte
+                    // under a stack.
+                    let (mut parts, body) = match ready!(fut.as_mut().poll(cx)) {
+                        Ok(resp) => resp.into_parts(),
+                        Err(e) => {
+                            if let Some(lead) = this.call.as_mut().and_then(|p| p.lead.take()) {
+                                lead.failed();
+                            }
+                            *this.upstream = None;
+                            *this.state = State::Done;
+                            return Poll::Ready(Err(e));
+                        }
+                    };
+                    let fill = match this.call.take() {
+                        None => {
+                            mark(&mut parts, CacheStatus::Bypass);
+                            None
+                        }
+                        Some(mut p) => p.answered(&mut parts),
+                    };
                     *this.upstream = None;
                     *this.state = State::Done;
-                    return Poll::Ready(match this.call.take() {
-                        None => result.map(|resp| {
-                            let mut resp = resp.map(CacheBody::pass);
-                            mark(&mut resp, CacheStatus::Bypass);
-                            resp
-                        }),
-                        Some(mut p) => p.answered(result),
-                    });
+                    return Poll::Ready(Ok(Response::from_parts(
+                        parts,
+                        CacheBody::upstream(body, fill),
+                    )));
                 }
                 State::Done => seawall_core::polled_after_completion(),
             }
@@ -423,11 +439,15 @@ where
 
     /// Sends the request upstream.
     fn send(&mut self) -> Pin<Box<S::Future>> {
-        match (self.svc.take(), self.req.take()) {
-            (Some(mut svc), Some(req)) => Box::pin(svc.call(req)),
+        // The service is called where it is kept (a move of it or of the request is a copy),
+        // and dropped once called.
+        let fut = match (self.svc.as_mut(), self.req.take()) {
+            (Some(svc), Some(req)) => Box::pin(svc.call(req)),
             // Each call is sent once: `miss` runs at most once per future that gets this far.
             _ => seawall_core::polled_after_completion(),
-        }
+        };
+        self.svc = None;
+        fut
     }
 
     /// Serves `answer` as a hit (`status`: exact or semantic).
@@ -444,54 +464,43 @@ where
         hit_response(served, status)
     }
 
-    /// The upstream answered: pass its response on, storing the answer if it is complete.
-    fn answered<E>(&mut self, result: Result<Response<B>, E>) -> Result<Response<CacheBody<B>>, E> {
-        let resp = match result {
-            Ok(resp) => resp,
-            Err(e) => {
-                if let Some(lead) = self.lead.take() {
-                    lead.failed();
-                }
-                return Err(e);
-            }
-        };
+    /// The upstream answered: marks its response and, if the answer may be stored, gives
+    /// what stores it as its body passes by.
+    fn answered(&mut self, parts: &mut http::response::Parts) -> Option<Box<Filler>> {
         // The content type, looked up once: whether the body is of a known type, and which.
-        let content_type = resp
-            .headers()
+        let content_type = parts
+            .headers
             .get(http::header::CONTENT_TYPE)
             .map(HeaderValue::as_bytes);
-        let storable = resp.status() == http::StatusCode::OK
+        let storable = parts.status == http::StatusCode::OK
             && content_type.is_none_or(known_type)
-            && !self.served_by_fallback(&resp);
+            && !self.served_by_fallback(&parts.extensions);
         let streamed = content_type.map_or(matches!(self.format, Format::Sse { .. }), |v| {
             v.starts_with(b"text/event-stream")
         });
-        let status = self.status;
-        let mut resp = if storable {
-            let report = resp.extensions().get::<Arc<BodyReport>>().cloned();
-            let filler = Filler {
+        let fill = if storable {
+            Some(Box::new(Filler {
                 assembler: Assembler::new(self.wire, streamed, self.shared.max_entry_bytes),
                 lead: self.lead.take(),
                 shared: self.shared.clone(),
                 key: self.key,
-                report,
+                report: parts.extensions.get::<Arc<BodyReport>>().cloned(),
                 ticket: self.ticket.take(),
-            };
-            resp.map(|b| CacheBody::fill(b, filler))
+            }))
         } else {
             if let Some(lead) = self.lead.take() {
                 lead.failed();
             }
-            resp.map(CacheBody::pass)
+            None
         };
-        mark(&mut resp, status);
-        Ok(resp)
+        mark(parts, self.status);
+        fill
     }
 
     /// Whether a fallback target (or a degraded last resort) gave the answer, and that is not
     /// allowed in the cache.
-    fn served_by_fallback(&self, resp: &Response<B>) -> bool {
-        let served = resp.extensions().get::<ServedBy>().cloned().or_else(|| {
+    fn served_by_fallback(&self, extensions: &http::Extensions) -> bool {
+        let served = extensions.get::<ServedBy>().cloned().or_else(|| {
             self.context
                 .as_ref()
                 .and_then(|cx| cx.update(|f| f.served_by.clone()))
@@ -506,13 +515,13 @@ fn known_type(v: &[u8]) -> bool {
     v.starts_with(b"application/json") || v.starts_with(b"text/event-stream")
 }
 
-fn mark<B>(resp: &mut Response<B>, status: CacheStatus) {
+fn mark(parts: &mut http::response::Parts, status: CacheStatus) {
     // A semantic hit says its score, as the call record does (`semantic(0.973)`).
     let value = match status {
         CacheStatus::Semantic(_) => HeaderValue::from_str(&status.to_string())
             .unwrap_or_else(|_| HeaderValue::from_static(status.as_str())),
         _ => HeaderValue::from_static(status.as_str()),
     };
-    resp.headers_mut().insert(CACHE_HEADER, value);
-    resp.extensions_mut().insert(status);
+    parts.headers.insert(CACHE_HEADER, value);
+    parts.extensions.insert(status);
 }

@@ -58,7 +58,7 @@ const MAX_DEPTH: u32 = 128;
 const KEEP_SCRATCH: usize = 256 * 1024;
 
 /// Headers whose values change the answer, hashed into the key.
-const KEY_HEADERS: [http::HeaderName; 2] = [
+pub(crate) const KEY_HEADERS: [http::HeaderName; 2] = [
     http::HeaderName::from_static("anthropic-version"),
     http::HeaderName::from_static("anthropic-beta"),
 ];
@@ -253,6 +253,17 @@ impl KeyDeriver {
         req: &Request<Bytes>,
         partition: Option<&[u8]>,
     ) -> Result<(CacheKey, BodyFacts), Unkeyable> {
+        self.key_of(req, partition, true)
+    }
+
+    /// As [`key`](Self::key); the headers the key covers are read only when `keyed` (one is
+    /// present).
+    pub(crate) fn key_of(
+        &self,
+        req: &Request<Bytes>,
+        partition: Option<&[u8]>,
+        keyed: bool,
+    ) -> Result<(CacheKey, BodyFacts), Unkeyable> {
         let body = req.body();
         if body.len() > self.max_body {
             return Err(Unkeyable::TooLarge);
@@ -280,7 +291,8 @@ impl KeyDeriver {
             }
             let mut facts = canon.facts;
             facts.choices = facts.choices.max(1);
-            Ok((digest(b"seawall-cache/2\0", req, partition, canon), facts))
+            let key = digest(b"seawall-cache/2\0", req, partition, keyed, canon);
+            Ok((key, facts))
         })
     }
 
@@ -311,7 +323,13 @@ impl KeyDeriver {
             if !canon.object {
                 return Err(Unkeyable::NotJson);
             }
-            Ok(digest(b"seawall-cache/context/2\0", req, partition, canon))
+            Ok(digest(
+                b"seawall-cache/context/2\0",
+                req,
+                partition,
+                true,
+                canon,
+            ))
         })
     }
 }
@@ -321,6 +339,7 @@ fn digest(
     domain: &[u8],
     req: &Request<Bytes>,
     partition: Option<&[u8]>,
+    keyed: bool,
     canon: &mut Canon,
 ) -> CacheKey {
     // The head is written out and hashed in one piece: each small `update` of the hasher
@@ -342,10 +361,12 @@ fn digest(
         }
         None => head.push(0),
     }
-    for name in &KEY_HEADERS {
-        for value in req.headers().get_all(name) {
-            put_field(head, name.as_str().as_bytes());
-            put_field(head, value.as_bytes());
+    if keyed {
+        for name in &KEY_HEADERS {
+            for value in req.headers().get_all(name) {
+                put_field(head, name.as_str().as_bytes());
+                put_field(head, value.as_bytes());
+            }
         }
     }
     head.push(0xff);

@@ -10,7 +10,7 @@ use seawall_core::{ConfigError, KeyFn};
 use tower_layer::Layer;
 
 use crate::key::{KeyDeriver, Normalize};
-use crate::service::{Cache, Shared};
+use crate::service::{Cache, Heads, Shared};
 use crate::store::{CacheStore, MemoryStore};
 
 /// A key function reading a request's partition (its tenant).
@@ -33,20 +33,21 @@ pub(crate) enum Partition {
 }
 
 /// The credential headers that partition the cache by default.
-const CREDENTIAL_HEADERS: [http::HeaderName; 3] = [
+pub(crate) const CREDENTIAL_HEADERS: [http::HeaderName; 3] = [
     http::header::AUTHORIZATION,
     http::HeaderName::from_static("x-api-key"),
     http::HeaderName::from_static("api-key"),
 ];
 
 impl Partition {
-    pub(crate) fn of<'a>(&'a self, req: &'a Request<Bytes>) -> Option<Cow<'a, [u8]>> {
+    pub(crate) fn of<'a>(
+        &'a self,
+        req: &'a Request<Bytes>,
+        heads: &Heads<'a>,
+    ) -> Option<Cow<'a, [u8]>> {
         match self {
             Partition::Shared => None,
-            Partition::Credentials => CREDENTIAL_HEADERS
-                .iter()
-                .find_map(|h| req.headers().get(h))
-                .map(|v| Cow::Borrowed(v.as_bytes())),
+            Partition::Credentials => heads.credential.map(|v| Cow::Borrowed(v.as_bytes())),
             Partition::Key(f) => f.key(req).map(|k| match k {
                 Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
                 Cow::Owned(s) => Cow::Owned(s.into_bytes()),

@@ -6,15 +6,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
 use crate::answer::{Format, Wire};
 use crate::flight::Flights;
 use crate::future::ResponseFuture;
-use crate::key::{CacheKey, KeyDeriver};
-use crate::layer::{BypassFn, Partition};
+use crate::key::{CacheKey, KEY_HEADERS, KeyDeriver};
+use crate::layer::{BypassFn, CREDENTIAL_HEADERS, Partition};
 use crate::store::{CacheStore, MemoryStore};
 
 /// The state every clone of one layer's services shares.
@@ -48,8 +48,16 @@ pub enum CacheControl {
 impl CacheControl {
     /// The request's cache control: its extension, else its `Cache-Control` header.
     pub fn of<B>(req: &Request<B>) -> Option<CacheControl> {
+        CacheControl::read(req, true)
+    }
+
+    /// As [`of`](Self::of), the header read only when `header` (it is present).
+    fn read<B>(req: &Request<B>, header: bool) -> Option<CacheControl> {
         if let Some(c) = req.extensions().get::<CacheControl>() {
             return Some(*c);
+        }
+        if !header {
+            return None;
         }
         let mut found = None;
         for value in req.headers().get_all(http::header::CACHE_CONTROL) {
@@ -64,6 +72,56 @@ impl CacheControl {
             }
         }
         found
+    }
+}
+
+/// The request headers the cache reads, found in one pass over the request's headers.
+///
+/// A lookup by name hashes the name, and most names the cache looks for are absent from a
+/// given request (no `Cache-Control`, no Anthropic version headers, at most one of the three
+/// credential headers): one pass over the few headers a request carries, comparing names,
+/// costs less than those six lookups. A request with many headers is read by lookups.
+pub(crate) struct Heads<'a> {
+    /// Whether a `Cache-Control` header may be present (false: it is not).
+    cache_control: bool,
+    /// Whether a header the key covers may be present (false: none is).
+    keyed: bool,
+    /// The first credential header's value, in [`CREDENTIAL_HEADERS`]' order.
+    pub(crate) credential: Option<&'a HeaderValue>,
+}
+
+/// Past this many header names, the headers are read by lookups.
+const SCAN_AT_MOST: usize = 16;
+
+impl<'a> Heads<'a> {
+    pub(crate) fn of(headers: &'a HeaderMap) -> Self {
+        if headers.keys_len() > SCAN_AT_MOST {
+            return Heads {
+                cache_control: true,
+                keyed: true,
+                credential: CREDENTIAL_HEADERS.iter().find_map(|h| headers.get(h)),
+            };
+        }
+        let mut heads = Heads {
+            cache_control: false,
+            keyed: false,
+            credential: None,
+        };
+        let mut rank = CREDENTIAL_HEADERS.len();
+        // A name's values come in order, the first first (what `get` gives).
+        for (name, value) in headers {
+            if name == http::header::CACHE_CONTROL {
+                heads.cache_control = true;
+            } else if KEY_HEADERS.contains(name) {
+                heads.keyed = true;
+            } else if let Some(r) = CREDENTIAL_HEADERS.iter().position(|c| c == name) {
+                if r < rank {
+                    rank = r;
+                    heads.credential = Some(value);
+                }
+            }
+        }
+        heads
     }
 }
 
@@ -82,7 +140,8 @@ pub(crate) enum Plan {
 
 impl Shared {
     pub(crate) fn plan(&self, req: &Request<Bytes>) -> Plan {
-        let control = CacheControl::of(req);
+        let heads = Heads::of(req.headers());
+        let control = CacheControl::read(req, heads.cache_control);
         if control == Some(CacheControl::NoStore) || req.method() != http::Method::POST {
             return Plan::Bypass;
         }
@@ -92,8 +151,8 @@ impl Shared {
         if self.bypass.as_ref().is_some_and(|p| p(req)) {
             return Plan::Bypass;
         }
-        let partition = self.partition.of(req);
-        let Ok((key, facts)) = self.keys.key(req, partition.as_deref()) else {
+        let partition = self.partition.of(req, &heads);
+        let Ok((key, facts)) = self.keys.key_of(req, partition.as_deref(), heads.keyed) else {
             return Plan::Bypass;
         };
         if facts.choices > 1 {
@@ -224,6 +283,53 @@ where
                     landed,
                 };
                 ResponseFuture::cached(ready, req, call, found)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, HeaderName, HeaderValue};
+    use proptest::prelude::*;
+
+    use super::{CREDENTIAL_HEADERS, Heads, KEY_HEADERS};
+
+    /// What the cache would read with a lookup per name.
+    fn looked_up(headers: &HeaderMap) -> (bool, bool, Option<&HeaderValue>) {
+        (
+            headers.contains_key(http::header::CACHE_CONTROL),
+            KEY_HEADERS.iter().any(|h| headers.contains_key(h)),
+            CREDENTIAL_HEADERS.iter().find_map(|h| headers.get(h)),
+        )
+    }
+
+    proptest! {
+        /// Whatever the headers' names, order, repeated values and number (on either side of
+        /// the scan's limit), one pass finds what the lookups find.
+        #[test]
+        fn one_pass_over_the_headers_finds_what_lookups_find(
+            entries in proptest::collection::vec((0usize..30, 0u8..4), 0..40),
+        ) {
+            const NAMES: [&str; 8] = [
+                "cache-control", "anthropic-version", "anthropic-beta", "authorization",
+                "x-api-key", "api-key", "content-type", "accept",
+            ];
+            let mut headers = HeaderMap::new();
+            for (name, value) in entries {
+                let name = match NAMES.get(name) {
+                    Some(n) => HeaderName::from_static(n),
+                    None => HeaderName::from_bytes(format!("x-pad-{name}").as_bytes()).unwrap(),
+                };
+                headers.append(name, HeaderValue::from(u16::from(value)));
+            }
+            let heads = Heads::of(&headers);
+            let (cache_control, keyed, credential) = looked_up(&headers);
+            prop_assert_eq!(heads.credential, credential);
+            // Never absent when present; exactly present when the headers were scanned.
+            prop_assert!(heads.cache_control >= cache_control && heads.keyed >= keyed);
+            if headers.keys_len() <= super::SCAN_AT_MOST {
+                prop_assert_eq!((heads.cache_control, heads.keyed), (cache_control, keyed));
             }
         }
     }

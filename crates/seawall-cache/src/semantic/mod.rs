@@ -261,7 +261,8 @@ const MAX_STALE: usize = 3;
 /// off or the request has no text to embed.
 pub(crate) fn search(shared: &Arc<Shared>, req: &Request<Bytes>) -> Option<SearchFuture> {
     let max_text = shared.semantic.as_ref()?.max_text;
-    let partition = shared.partition.of(req);
+    let heads = crate::service::Heads::of(req.headers());
+    let partition = shared.partition.of(req, &heads);
     let mut text = String::new();
     let context = shared
         .keys
