@@ -367,6 +367,7 @@ impl CacheStore for MemoryStore {
 mod tests {
     use super::*;
     use crate::answer::Wire;
+    use proptest::strategy::Strategy;
     use seawall_core::Usage;
 
     fn answer(text: &str) -> Arc<Answer> {
@@ -473,5 +474,135 @@ mod tests {
         assert_eq!(store.usage(), (2, answer("a").size() * 2));
         assert!(store.lookup(&key(1)).is_some());
         assert!(store.inner.lock().order.len() < 200);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn places_compacted_behind_a_long_lived_oldest_still_find_and_evict_in_order() {
+        let store = MemoryStore::with_bounds(2, usize::MAX);
+        store.insert(&key(1), answer("a"), Duration::from_secs(100));
+        // Each replacement leaves a stale place behind the live oldest: the order compacts.
+        for i in 0..300 {
+            store.insert(&key(2), answer(&format!("b{i}")), Duration::from_secs(100));
+        }
+        assert!(store.inner.lock().order.len() < 100);
+        assert_eq!(store.lookup(&key(1)).unwrap().text(), "a");
+        assert_eq!(store.lookup(&key(2)).unwrap().text(), "b299");
+        store.insert(&key(3), answer("c"), Duration::from_secs(100));
+        assert!(store.lookup(&key(1)).is_none());
+        assert_eq!(store.lookup(&key(2)).unwrap().text(), "b299");
+        assert_eq!(store.lookup(&key(3)).unwrap().text(), "c");
+        let bytes = answer("b299").size() + answer("c").size();
+        assert_eq!(store.usage(), (2, bytes));
+    }
+
+    /// One step of the model test.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert { key: usize, long: bool },
+        Lookup { key: usize },
+        Advance { secs: u64 },
+    }
+
+    /// One of six keys asked often, or of 300 asked now and then.
+    fn any_key() -> impl Strategy<Value = usize> {
+        proptest::prop_oneof![0usize..6, 0usize..300]
+    }
+
+    /// Keys in pairs sharing their first 8 bytes (the bytes the map hashes).
+    fn pooled(i: usize) -> CacheKey {
+        let mut k = [0; 32];
+        k[..2].copy_from_slice(&((i / 2) as u16).to_le_bytes());
+        k[30..].copy_from_slice(&(i as u16).to_le_bytes());
+        CacheKey::from_bytes(k)
+    }
+
+    /// The same rules on a plain list, scanned whole each time.
+    #[derive(Default)]
+    struct Model {
+        /// In the order stored: key, text, expiry, bytes, still in.
+        entries: Vec<(usize, String, Instant, usize, bool)>,
+    }
+
+    impl Model {
+        fn usage(&self) -> (usize, usize) {
+            let live = self.entries.iter().filter(|e| e.4);
+            (live.clone().count(), live.map(|e| e.3).sum())
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the inserts, lookups and passing time, the store answers and counts as a
+        /// plain list would: bounds drop the oldest, expired entries leave when looked up or
+        /// when they are the oldest, a key stored again replaces its entry. One time to live
+        /// for the whole run, as the layer gives every answer.
+        #[test]
+        fn the_store_keeps_what_a_plain_list_would(
+            ttl in 1u64..6,
+            ops in proptest::collection::vec(
+                proptest::prop_oneof![
+                    (any_key(), proptest::bool::ANY)
+                        .prop_map(|(key, long)| Op::Insert { key, long }),
+                    any_key().prop_map(|key| Op::Lookup { key }),
+                    (0u64..4).prop_map(|secs| Op::Advance { secs }),
+                ],
+                0..200,
+            ),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let long = answer(&"x".repeat(300)).size();
+                let (max_entries, max_bytes) = (3, 2 * long + 200);
+                let store = MemoryStore::with_bounds(max_entries, max_bytes);
+                let mut model = Model::default();
+                for (step, op) in ops.into_iter().enumerate() {
+                    match op {
+                        Op::Insert { key, long } => {
+                            let text = format!("{step}{}", if long { "x".repeat(300) } else { String::new() });
+                            let a = answer(&text);
+                            let bytes = a.size();
+                            let now = Instant::now();
+                            store.insert(&pooled(key), a, Duration::from_secs(ttl));
+                            for e in model.entries.iter_mut() {
+                                if e.0 == key {
+                                    e.4 = false;
+                                }
+                            }
+                            let expires = seawall_core::instant_after(now, Duration::from_secs(ttl));
+                            model.entries.push((key, text, expires, bytes, true));
+                            loop {
+                                while model.entries.first().is_some_and(|e| !e.4) {
+                                    model.entries.remove(0);
+                                }
+                                let (n, b) = model.usage();
+                                match model.entries.first_mut() {
+                                    Some(e) if n > max_entries || b > max_bytes || e.2 <= now => e.4 = false,
+                                    _ => break,
+                                }
+                            }
+                        }
+                        Op::Lookup { key } => {
+                            let now = Instant::now();
+                            let want = match model.entries.iter_mut().find(|e| e.4 && e.0 == key) {
+                                Some(e) if e.2 > now => Some(e.1.clone()),
+                                Some(e) => {
+                                    e.4 = false;
+                                    None
+                                }
+                                None => None,
+                            };
+                            let got = store.lookup(&pooled(key)).map(|a| a.text().to_owned());
+                            proptest::prop_assert_eq!(got, want);
+                        }
+                        Op::Advance { secs } => tokio::time::advance(Duration::from_secs(secs)).await,
+                    }
+                    proptest::prop_assert_eq!(store.usage(), model.usage());
+                }
+                Ok(())
+            })?;
+        }
     }
 }
