@@ -548,12 +548,7 @@ mod tests {
                 0..200,
             ),
         ) {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap();
-            rt.block_on(async {
+            seawall_test_support::paused_runtime().block_on(async {
                 let long = answer(&"x".repeat(300)).size();
                 let (max_entries, max_bytes) = (3, 2 * long + 200);
                 let store = MemoryStore::with_bounds(max_entries, max_bytes);
