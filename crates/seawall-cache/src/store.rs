@@ -114,7 +114,11 @@ impl<T: CacheStore + ?Sized> CacheStore for Arc<T> {
 ///
 /// When a bound is reached the oldest entries go first. An answer larger than the byte bound
 /// is not stored. Expired entries are dropped when looked up and, oldest first, when new ones
-/// come in. Defaults: 10,000 entries, 64 MiB.
+/// come in. With different times to live in one store (a store shared by layers with
+/// different TTLs), an expired entry stored after one still alive, or after the place a key
+/// stored again left behind, waits for that one to go first: until then it counts in
+/// [`usage`](Self::usage) and against the bounds, though it is never served. Defaults:
+/// 10,000 entries, 64 MiB.
 ///
 /// Cloning shares the store.
 #[derive(Clone)]
