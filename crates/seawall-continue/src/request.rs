@@ -216,6 +216,24 @@ mod tests {
     }
 
     #[test]
+    fn the_default_follow_up_adds_about_forty_tokens_beside_the_text_so_far() {
+        // Every resumed stream pays for what a follow-up adds to the prompt, as input: the
+        // text so far, and around it the two turns with their roles and the instruction.
+        let t = template(
+            "http://x/v1/chat/completions",
+            json!({"model": "m", "max_tokens": 9, "messages": [
+                {"role": "user", "content": "Tell me about the harbor."}]}),
+        );
+        let partial = "the storm passes over a quiet harbor and every wave ";
+        let (req, _) = t
+            .follow_up(partial, crate::layer::DEFAULT_INSTRUCTION)
+            .unwrap();
+        let added = u64::from(req.estimated_input_tokens()) - t.estimated_input;
+        let text = partial.len().div_ceil(4) as u64;
+        assert!((text + 36..=text + 40).contains(&added), "{added}");
+    }
+
+    #[test]
     fn a_body_without_messages_cannot_be_continued() {
         let t = template(
             "http://x/v1/chat/completions",
