@@ -140,49 +140,60 @@ impl<S, F> ResponseFuture<S, F> {
     /// A cacheable call; `found` is the store's answer when it gave one at once (`None`: look
     /// it up through its future).
     pub(crate) fn cached(svc: S, req: Request<Bytes>, call: Call, found: Option<Found>) -> Self {
-        let Call {
-            shared,
-            key,
-            wire,
-            format,
-            refresh,
-            landed,
-        } = call;
-        let context = context_of(&req);
-        let (state, status) = if refresh {
+        let (state, status) = if call.refresh {
             // `no-cache`: straight upstream, then the fresh answer is stored.
             (State::Send, CacheStatus::Bypass)
         } else if let Some(found) = found {
             (State::Looked { found: Some(found) }, CacheStatus::Miss)
         } else {
-            (
-                State::Lookup {
-                    fut: shared.store.get(&key),
-                },
-                CacheStatus::Miss,
-            )
+            let fut = call.shared.store.get(&call.key);
+            (State::Lookup { fut }, CacheStatus::Miss)
         };
-        if let Some(cx) = &context {
-            cx.update(|f| f.cache = Some(status));
-        }
+        let mut pending = Pending::new(req, call, status);
+        pending.svc = Some(svc);
         ResponseFuture {
             upstream: None,
             state,
-            call: Some(Box::new(Pending {
-                svc: Some(svc),
-                req: Some(req),
-                shared,
-                key,
-                wire,
-                format,
-                status,
-                lead: None,
-                landed,
-                may_wait: !refresh,
-                searched: false,
-                ticket: None,
-                context,
-            })),
+            call: Some(pending),
+        }
+    }
+}
+
+impl<S, B> ResponseFuture<S, S::Future>
+where
+    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
+    B: http_body::Body<Data = Bytes>,
+{
+    /// A cacheable call the store found nothing for at once (the in-memory store's miss).
+    ///
+    /// When nothing stands between it and the upstream (it leads its key's flight, or
+    /// single flight is off, and no semantic search comes first), `svc`, the ready service,
+    /// is called here, as `call` does on a bypass. Only a call that may have to call later
+    /// (after waiting for a flight, a second look or a search) takes the ready service with
+    /// it and leaves a clone in its place: cloning a stack and dropping the clone is a
+    /// reference count written and released per layer, on every miss.
+    pub(crate) fn missed(svc: &mut S, req: Request<Bytes>, call: Call) -> Self {
+        let mut pending = Pending::new(req, call, CacheStatus::Miss);
+        match pending.miss() {
+            State::Send => {
+                let Some(req) = pending.req.take() else {
+                    seawall_core::polled_after_completion();
+                };
+                ResponseFuture {
+                    upstream: Some(Box::pin(svc.call(req))),
+                    state: State::Call,
+                    call: Some(pending),
+                }
+            }
+            state => {
+                let clone = svc.clone();
+                pending.svc = Some(std::mem::replace(svc, clone));
+                ResponseFuture {
+                    upstream: None,
+                    state,
+                    call: Some(pending),
+                }
+            }
         }
     }
 }
@@ -360,6 +371,39 @@ where
             *state = next;
             None
         }
+    }
+}
+
+impl<S> Pending<S> {
+    /// A cacheable call, without its service yet.
+    fn new(req: Request<Bytes>, call: Call, status: CacheStatus) -> Box<Self> {
+        let Call {
+            shared,
+            key,
+            wire,
+            format,
+            refresh,
+            landed,
+        } = call;
+        let context = context_of(&req);
+        if let Some(cx) = &context {
+            cx.update(|f| f.cache = Some(status));
+        }
+        Box::new(Pending {
+            svc: None,
+            req: Some(req),
+            shared,
+            key,
+            wire,
+            format,
+            status,
+            lead: None,
+            landed,
+            may_wait: !refresh,
+            searched: false,
+            ticket: None,
+            context,
+        })
     }
 }
 

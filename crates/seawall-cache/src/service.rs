@@ -266,14 +266,14 @@ where
                 } else {
                     self.shared.store.get_now(&key)
                 };
-                if let Some(Ok(Some(answer))) = &found {
-                    let context = crate::future::context_of(&req);
-                    return ResponseFuture::hit(answer, format, context);
-                }
-                // The ready service goes with the future, which may call it later (after a
-                // store lookup or a wait); a clone takes its place, as tower's retry does.
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
+                let miss = match &found {
+                    Some(Ok(Some(answer))) => {
+                        let context = crate::future::context_of(&req);
+                        return ResponseFuture::hit(answer, format, context);
+                    }
+                    Some(Ok(None)) => true,
+                    _ => false,
+                };
                 let call = crate::future::Call {
                     shared: self.shared.clone(),
                     key,
@@ -282,6 +282,14 @@ where
                     refresh,
                     landed,
                 };
+                if miss {
+                    // A miss known at once may go upstream from here (see `missed`).
+                    return ResponseFuture::missed(&mut self.inner, req, call);
+                }
+                // The ready service goes with the future, which may call it later (after a
+                // store lookup or a wait); a clone takes its place, as tower's retry does.
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
                 ResponseFuture::cached(ready, req, call, found)
             }
         }

@@ -543,7 +543,7 @@ impl tower::Service<http::Request<Bytes>> for Cloned {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hit_from_the_memory_store_is_ready_at_once_and_never_clones_the_upstream() {
+async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_on_a_hit() {
     use tower::{Layer, Service, ServiceExt};
     let up = Up::plain();
     let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -551,17 +551,14 @@ async fn a_hit_from_the_memory_store_is_ready_at_once_and_never_clones_the_upstr
         up: up.clone(),
         clones: clones.clone(),
     });
-    let resp = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(openai(&openai_body(false)))
-        .await;
-    http_body_util::BodyExt::collect(resp.unwrap().into_body())
+    // A miss that leads its flight goes upstream from `call`, on the service that was made
+    // ready: nothing is cloned, and the upstream has the request before the future is polled.
+    let fut = svc.ready().await.unwrap().call(openai(&openai_body(false)));
+    assert_eq!(up.calls(), 1, "a miss known at once is sent from `call`");
+    http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
         .await
         .unwrap();
-    let after_miss = clones.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(after_miss, 1, "a miss takes the ready upstream along");
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 0);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     for _ in 0..3 {
         svc.ready().await.unwrap();
@@ -571,7 +568,27 @@ async fn a_hit_from_the_memory_store_is_ready_at_once_and_never_clones_the_upstr
         };
         assert_eq!(resp.unwrap().headers()[seawall_cache::CACHE_HEADER], "hit");
     }
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), after_miss);
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(up.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_may_go_upstream_later_takes_the_ready_upstream_along() {
+    use tower::{Layer, Service, ServiceExt};
+    let up = Up::plain();
+    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut svc = CacheLayer::new(Remote(MemoryStore::new())).layer(Cloned {
+        up: up.clone(),
+        clones: clones.clone(),
+    });
+    // The store answers through a future: the call is made only after it, so the ready
+    // service goes with the future and a clone takes its place.
+    let fut = svc.ready().await.unwrap().call(openai(&openai_body(false)));
+    assert_eq!(up.calls(), 0, "nothing is sent before the lookup");
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 1);
+    http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
+        .await
+        .unwrap();
     assert_eq!(up.calls(), 1);
 }
 
