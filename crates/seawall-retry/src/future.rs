@@ -17,6 +17,7 @@ use tower_service::Service;
 
 use crate::local::ThreadShared;
 use crate::policy::{CLASSES, Decision, Failure};
+use crate::service::Spare;
 use crate::service::attempt_value;
 
 pin_project! {
@@ -50,7 +51,9 @@ pin_project! {
 
 /// The bookkeeping of one logical call (nothing here is pinned).
 struct Call<S, Req> {
-    service: S,
+    /// The retries' service: cloned from `spare` at the first retry, polled ready before each.
+    service: Option<S>,
+    spare: Option<Spare<S>>,
     /// The request as the first attempt was sent, each retry's copy made from it.
     request: KeptRequest<Req>,
     shared: Arc<ThreadShared>,
@@ -104,7 +107,7 @@ where
 {
     pub(crate) fn new(
         future: S::Future,
-        service: S,
+        spare: Spare<S>,
         request: KeptRequest<Req>,
         shared: Arc<ThreadShared>,
         deadline: Option<Deadline>,
@@ -113,7 +116,8 @@ where
             state: State::Calling { future },
             timer: None,
             call: Call {
-                service,
+                service: None,
+                spare: Some(spare),
                 request,
                 shared,
                 start: None,
@@ -125,17 +129,13 @@ where
     }
 
     /// A call that arrived past the caller's deadline: it fails with `err`, no attempt made.
-    pub(crate) fn expired(
-        service: S,
-        request: Req,
-        shared: Arc<ThreadShared>,
-        err: LlmError,
-    ) -> Self {
+    pub(crate) fn expired(request: Req, shared: Arc<ThreadShared>, err: LlmError) -> Self {
         ResponseFuture {
             state: State::Expired { err: Some(err) },
             timer: None,
             call: Call {
-                service,
+                service: None,
+                spare: None,
                 request: KeptRequest::whole(request),
                 shared,
                 start: None,
@@ -149,7 +149,7 @@ where
 
 impl<S, Req> Future for ResponseFuture<S, Req>
 where
-    S: Service<Req>,
+    S: Service<Req> + Clone,
     S::Error: Into<LlmError>,
     Req: LlmRequest + Clone,
 {
@@ -201,7 +201,7 @@ where
                 }
                 // Every retry is a new `call`, so the service is made ready again first: the
                 // readiness the caller saw was spent on the first attempt.
-                StateProj::Readying => match this.call.service.poll_ready(cx) {
+                StateProj::Readying => match this.call.service().poll_ready(cx) {
                     Poll::Ready(Ok(())) => {
                         // Never start an attempt past the caller's deadline (the wait ended
                         // before it, but the inner service may have taken its time to be ready).
@@ -210,7 +210,7 @@ where
                             return Poll::Ready(Err(this.call.cut_error(Cut::Deadline)));
                         }
                         let request = this.call.next_request();
-                        let future = this.call.service.call(request);
+                        let future = this.call.service().call(request);
                         this.state.set(State::Calling { future });
                     }
                     Poll::Ready(Err(err)) => {
@@ -387,6 +387,20 @@ where
             r.attempt_start = Instant::now();
         }
         request
+    }
+}
+
+impl<S: Clone, Req> Call<S, Req> {
+    /// The retries' service: a clone of the spare, made at the first retry.
+    fn service(&mut self) -> &mut S {
+        let spare = &self.spare;
+        self.service.get_or_insert_with(|| {
+            let Some(spare) = spare else {
+                // Only a call past its deadline has no spare, and it never retries.
+                seawall_core::polled_after_completion();
+            };
+            spare.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        })
     }
 }
 

@@ -940,3 +940,89 @@ async fn the_service_that_made_a_call_makes_the_next_one() {
         assert_eq!(served, 0);
     }
 }
+
+/// An upstream that counts how often it is cloned.
+struct Counted {
+    mock: Mock,
+    clones: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        self.clones
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Counted {
+            mock: self.mock.clone(),
+            clones: self.clones.clone(),
+        }
+    }
+}
+
+impl Service<Ask> for Counted {
+    type Response = &'static str;
+    type Error = LlmError;
+    type Future = <Mock as Service<Ask>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), LlmError>> {
+        Service::<Ask>::poll_ready(&mut self.mock, cx)
+    }
+
+    fn call(&mut self, req: Ask) -> Self::Future {
+        Service::<Ask>::call(&mut self.mock, req)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_that_are_not_retried_clone_nothing_and_retries_clone_one_spare() {
+    // Cloning a stack for every call, in case it is retried, writes and releases a reference
+    // count per layer below: the service keeps one spare clone instead, made at its first call.
+    let mock = Mock::new(|n| match n {
+        5 | 6 => Err(server_error()),
+        _ => Ok("ok"),
+    });
+    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut svc = builder()
+        .base_delay(secs(0.01))
+        .build()
+        .unwrap()
+        .layer(Counted {
+            mock: mock.clone(),
+            clones: clones.clone(),
+        });
+    type Svc = seawall_retry::BackoffRetry<Counted>;
+    let call = async |svc: &mut Svc| {
+        ServiceExt::<Ask>::ready(svc)
+            .await
+            .unwrap()
+            .call(Ask::new("gpt-4o", 10, 10))
+            .await
+    };
+    for _ in 0..5 {
+        assert_eq!(call(&mut svc).await.unwrap(), "ok");
+    }
+    assert_eq!(
+        clones.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one spare, made once"
+    );
+    // The sixth call fails twice: its retries go through one clone of the spare.
+    assert_eq!(call(&mut svc).await.unwrap(), "ok");
+    assert_eq!(mock.calls(), 8);
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // A service changed through `get_mut` gets a new spare, made from it at the next call.
+    let _ = svc.get_mut();
+    assert_eq!(call(&mut svc).await.unwrap(), "ok");
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 3);
+    // A layer above that keeps a clone of the ready service (as fallback and continuation
+    // do) shares the spare: the clone copies the inner service, and makes no spare of its own.
+    ServiceExt::<Ask>::ready(&mut svc).await.unwrap();
+    let mut kept = svc.clone();
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 4);
+    for _ in 0..3 {
+        assert_eq!(call(&mut kept).await.unwrap(), "ok");
+    }
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 4);
+}
