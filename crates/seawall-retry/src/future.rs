@@ -53,7 +53,7 @@ pin_project! {
 struct Call<S, Req> {
     /// The retries' service: cloned from `spare` at the first retry, polled ready before each.
     service: Option<S>,
-    spare: Option<Spare<S>>,
+    spare: Spare<S>,
     /// The request as the first attempt was sent, each retry's copy made from it.
     request: KeptRequest<Req>,
     shared: Arc<ThreadShared>,
@@ -117,7 +117,7 @@ where
             timer: None,
             call: Call {
                 service: None,
-                spare: Some(spare),
+                spare,
                 request,
                 shared,
                 start: None,
@@ -129,13 +129,18 @@ where
     }
 
     /// A call that arrived past the caller's deadline: it fails with `err`, no attempt made.
-    pub(crate) fn expired(request: Req, shared: Arc<ThreadShared>, err: LlmError) -> Self {
+    pub(crate) fn expired(
+        spare: Spare<S>,
+        request: Req,
+        shared: Arc<ThreadShared>,
+        err: LlmError,
+    ) -> Self {
         ResponseFuture {
             state: State::Expired { err: Some(err) },
             timer: None,
             call: Call {
                 service: None,
-                spare: None,
+                spare,
                 request: KeptRequest::whole(request),
                 shared,
                 start: None,
@@ -394,13 +399,8 @@ impl<S: Clone, Req> Call<S, Req> {
     /// The retries' service: a clone of the spare, made at the first retry.
     fn service(&mut self) -> &mut S {
         let spare = &self.spare;
-        self.service.get_or_insert_with(|| {
-            let Some(spare) = spare else {
-                // Only a call past its deadline has no spare, and it never retries.
-                seawall_core::polled_after_completion();
-            };
-            spare.lock().unwrap_or_else(|p| p.into_inner()).clone()
-        })
+        self.service
+            .get_or_insert_with(|| spare.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 }
 

@@ -69,7 +69,7 @@ impl<S> BackoffRetry<S> {
     }
 
     /// The inner service, mutably. The retries' spare clone is made again from it at the next
-    /// call.
+    /// `poll_ready`.
     pub fn get_mut(&mut self) -> &mut S {
         self.spare = None;
         &mut self.inner
@@ -112,7 +112,8 @@ where
         if let Some(d) = deadline.filter(|d| d.has_passed()) {
             // Past the caller's deadline: no attempt, no deposit into the retry budget. The
             // service stays ready for the next call.
-            return ResponseFuture::expired(req, self.shared.clone(), d.exceeded());
+            let spare = self.spare().clone();
+            return ResponseFuture::expired(spare, req, self.shared.clone(), d.exceeded());
         }
         if let Some(budget) = &self.shared.budget {
             budget.deposit();
