@@ -224,7 +224,7 @@ impl<Res, E> tower::retry::Policy<Request<Bytes>, Res, E> for NeverRetry {
 /// A fallback to a smaller model that a successful call never uses.
 fn fallback<S>(svc: S) -> seawall::fallback::Fallback<S, Request<Bytes>, S::Response>
 where
-    S: Service<Request<Bytes>>,
+    S: Service<Request<Bytes>> + Clone,
 {
     fallback_layer().layer(svc)
 }

@@ -508,49 +508,12 @@ async fn a_hit_is_recorded_as_cached_with_no_attempt_and_zero_cost_but_its_usage
 
 // ---- stores that answer at once, and stores that do not -------------------------------------
 
-/// The upstream, counting how often the cache clones it.
-struct Cloned {
-    up: Up,
-    clones: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Clone for Cloned {
-    fn clone(&self) -> Self {
-        self.clones
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Cloned {
-            up: self.up.clone(),
-            clones: self.clones.clone(),
-        }
-    }
-}
-
-impl tower::Service<http::Request<Bytes>> for Cloned {
-    type Response = <Up as tower::Service<http::Request<Bytes>>>::Response;
-    type Error = <Up as tower::Service<http::Request<Bytes>>>::Error;
-    type Future = <Up as tower::Service<http::Request<Bytes>>>::Future;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.up.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<Bytes>) -> Self::Future {
-        self.up.call(req)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_on_a_hit() {
     use tower::{Layer, Service, ServiceExt};
     let up = Up::plain();
-    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut svc = layer().layer(Cloned {
-        up: up.clone(),
-        clones: clones.clone(),
-    });
+    let (counted, clones) = seawall_test_support::count_clones(up.clone());
+    let mut svc = layer().layer(counted);
     // A miss that leads its flight goes upstream from `call`, on the service that was made
     // ready: nothing is cloned, and the upstream has the request before the future is polled.
     let fut = svc.ready().await.unwrap().call(openai(&openai_body(false)));
@@ -558,7 +521,7 @@ async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_
     http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
         .await
         .unwrap();
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(clones.count(), 0);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     for _ in 0..3 {
         svc.ready().await.unwrap();
@@ -568,7 +531,7 @@ async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_
         };
         assert_eq!(resp.unwrap().headers()[seawall_cache::CACHE_HEADER], "hit");
     }
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(clones.count(), 0);
     assert_eq!(up.calls(), 1);
 }
 
@@ -576,16 +539,13 @@ async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_
 async fn a_call_that_may_go_upstream_later_takes_the_ready_upstream_along() {
     use tower::{Layer, Service, ServiceExt};
     let up = Up::plain();
-    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut svc = CacheLayer::new(Remote(MemoryStore::new())).layer(Cloned {
-        up: up.clone(),
-        clones: clones.clone(),
-    });
+    let (counted, clones) = seawall_test_support::count_clones(up.clone());
+    let mut svc = CacheLayer::new(Remote(MemoryStore::new())).layer(counted);
     // The store answers through a future: the call is made only after it, so the ready
     // service goes with the future and a clone takes its place.
     let fut = svc.ready().await.unwrap().call(openai(&openai_body(false)));
     assert_eq!(up.calls(), 0, "nothing is sent before the lookup");
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(clones.count(), 1);
     http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
         .await
         .unwrap();

@@ -35,7 +35,8 @@ use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use seawall_core::{
-    BodyReport, CallContext, FailureClass, FinishReason, SseDecoder, SseItem, as_llm_error,
+    BodyReport, CallContext, FailureClass, FinishReason, SpareClone, SseDecoder, SseItem,
+    as_llm_error,
 };
 use serde_json::Value;
 use tower_service::Service;
@@ -120,7 +121,7 @@ impl<S, F, B: Body> std::fmt::Debug for ContinueBody<S, F, B> {
 
 impl<S, F, B> Body for ContinueBody<S, F, B>
 where
-    S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
+    S: Service<Request<Bytes>, Response = Response<B>, Future = F> + Clone,
     F: Future<Output = Result<Response<B>, S::Error>>,
     B: Body<Data = Bytes>,
     B::Error: 'static,
@@ -186,7 +187,8 @@ enum Why {
 
 /// A streamed answer, spliced across its attempts.
 pub(crate) struct Splice<S, F, B: Body> {
-    svc: S,
+    /// The follow-ups' service, cloned from the layer's spare at the first.
+    svc: SpareClone<S>,
     template: Template,
     config: LocalConfig,
     context: Option<Arc<CallContext>>,
@@ -243,7 +245,7 @@ pub(crate) struct Splice<S, F, B: Body> {
 impl<S, F, B: Body> Splice<S, F, B> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        svc: S,
+        svc: SpareClone<S>,
         template: Template,
         config: LocalConfig,
         context: Option<Arc<CallContext>>,
@@ -751,7 +753,7 @@ fn plain_event(raw: &[u8], max: usize) -> Option<(&[u8], &[u8])> {
 
 impl<S, F, B> Splice<S, F, B>
 where
-    S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
+    S: Service<Request<Bytes>, Response = Response<B>, Future = F> + Clone,
     F: Future<Output = Result<Response<B>, S::Error>>,
     B: Body<Data = Bytes>,
     B::Error: 'static,
@@ -778,12 +780,12 @@ where
                     Some(Err(e)) => self.failed(e),
                     None => self.ended(),
                 },
-                State::Ready(req) => match ready!(self.svc.poll_ready(cx)) {
+                State::Ready(req) => match ready!(self.svc.get().poll_ready(cx)) {
                     Ok(()) => {
                         let Some(req) = req.take() else {
                             seawall_core::polled_after_completion();
                         };
-                        self.state = State::Calling(Box::pin(self.svc.call(*req)));
+                        self.state = State::Calling(Box::pin(self.svc.get().call(*req)));
                     }
                     Err(_) => self.give_up(),
                 },

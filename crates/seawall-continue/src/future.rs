@@ -10,7 +10,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use seawall_core::{BodyReport, CallContext, FinishReason, LlmResponse};
+use seawall_core::{BodyReport, CallContext, FinishReason, LlmResponse, SpareClone};
 use serde_json::Value;
 use tower_service::Service;
 
@@ -24,7 +24,8 @@ use crate::usage;
 
 /// What a continued call carries to its follow-ups.
 pub(crate) struct Job<S> {
-    pub(crate) svc: S,
+    /// The follow-ups' service, cloned from the layer's spare at the first.
+    pub(crate) svc: SpareClone<S>,
     pub(crate) template: Template,
     pub(crate) config: LocalConfig,
     pub(crate) context: Option<Arc<CallContext>>,
@@ -57,14 +58,14 @@ impl<S, F, B: Body> ResponseFuture<S, F, B> {
         }
     }
 
-    /// The first attempt, made by `call` on the job's service. The job is boxed first and the
+    /// The first attempt, made by `call` on the ready service. The job is boxed first and the
     /// call made last, in the struct the future is kept in: the inner future (the stack's,
     /// kilobytes) is then written in place, not built apart and copied in.
-    pub(crate) fn first(job: Job<S>, call: impl FnOnce(&mut S) -> F) -> Self {
-        let mut job = Box::new(job);
+    pub(crate) fn first(job: Job<S>, call: impl FnOnce() -> F) -> Self {
+        let job = Box::new(job);
         ResponseFuture {
             state: FutState::First {
-                fut: call(&mut job.svc),
+                fut: call(),
                 job: Some(job),
             },
         }
@@ -89,7 +90,7 @@ type Output<S, F, B, E> = Result<Response<ContinueBody<S, F, B>>, E>;
 
 impl<S, F, B> Future for ResponseFuture<S, F, B>
 where
-    S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
+    S: Service<Request<Bytes>, Response = Response<B>, Future = F> + Clone,
     F: Future<Output = Result<Response<B>, S::Error>>,
     B: Body<Data = Bytes>,
     B::Error: 'static,
@@ -260,7 +261,7 @@ struct Merge<S, F, B> {
 
 impl<S, F, B> Merge<S, F, B>
 where
-    S: Service<Request<Bytes>, Response = Response<B>, Future = F>,
+    S: Service<Request<Bytes>, Response = Response<B>, Future = F> + Clone,
     F: Future<Output = Result<Response<B>, S::Error>>,
     B: Body<Data = Bytes>,
 {
@@ -308,12 +309,12 @@ where
                         }
                     }
                 },
-                Step::Ready(req) => match ready!(self.job.svc.poll_ready(cx)) {
+                Step::Ready(req) => match ready!(self.job.svc.get().poll_ready(cx)) {
                     Ok(()) => {
                         let Some(req) = req.take() else {
                             seawall_core::polled_after_completion();
                         };
-                        self.step = Step::Call(Box::pin(self.job.svc.call(*req)));
+                        self.step = Step::Call(Box::pin(self.job.svc.get().call(*req)));
                     }
                     Err(_) => return Poll::Ready(self.joined()),
                 },

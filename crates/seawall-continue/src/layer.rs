@@ -63,6 +63,13 @@ pub(crate) struct Config {
     pub(crate) max_body_bytes: usize,
 }
 
+impl Config {
+    /// Whether any call may be followed up: if not, the services keep no spare.
+    pub(crate) fn continues(&self) -> bool {
+        self.max_continuations > 0 && (self.on_length || self.resume)
+    }
+}
+
 /// Applies [`Continue`]: an answer cut by `max_tokens` is continued, and a stream cut after
 /// its first token is resumed, by follow-up requests that carry the partial answer as the
 /// assistant's last turn, so the caller gets one answer.
@@ -108,7 +115,8 @@ impl Default for ContinueLayer {
     }
 }
 
-impl<S> Layer<S> for ContinueLayer {
+/// Wrapping a service clones it once, for the follow-ups' [spare](seawall_core::Spare).
+impl<S: Clone> Layer<S> for ContinueLayer {
     type Service = Continue<S>;
 
     fn layer(&self, inner: S) -> Continue<S> {

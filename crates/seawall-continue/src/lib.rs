@@ -61,7 +61,7 @@
 //! use seawall_continue::ContinueLayer;
 //! use tower::ServiceBuilder;
 //!
-//! # fn stack<S>(upstream: S) -> impl Sized {
+//! # fn stack<S: Clone>(upstream: S) -> impl Sized {
 //! ServiceBuilder::new()
 //!     // .layer(ObserveLayer::new()).layer(CacheLayer::new(..))
 //!     .layer(ContinueLayer::new())
@@ -73,7 +73,8 @@
 //! # Cost
 //!
 //! A request the layer may continue is kept (core's `KeptRequest`: its parts, without
-//! allocating) and rebuilt only when a follow-up is made; the service is cloned. A
+//! allocating) and rebuilt only when a follow-up is made, and so is the follow-up's service
+//! (cloned from one spare the service keeps, not for every call). A
 //! non-streamed answer whose finish reason the classifier already read passes through
 //! untouched; without a classifier, the answer's finish reason is scanned from its bytes
 //! (nothing built, a body of one frame not copied), and the answer is parsed only when it

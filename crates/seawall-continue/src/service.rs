@@ -1,5 +1,9 @@
 //! The [`Continue`] service: decides per request whether the layer may continue it, and keeps
-//! what a follow-up needs (a copy of the request and a ready service) with its future.
+//! what a follow-up needs (a copy of the request and a claim on a service) with its future.
+//!
+//! The ready service makes the first attempt and stays for the caller's next call. A
+//! follow-up's service is cloned only when one is made, from the one spare the service keeps
+//! (`seawall_core::Spare`, whose docs say what that changes), not for every call.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -7,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use seawall_core::{LlmRequest, ThreadBound};
+use seawall_core::{LlmRequest, Spare, ThreadBound};
 use tower_service::Service;
 
 use crate::body::ContinueBody;
@@ -27,28 +31,41 @@ pub struct Continue<S> {
     inner: S,
     /// The settings as this thread's services share them.
     config: LocalConfig,
+    /// A clone of `inner` for the follow-ups, when the settings allow any (see the module
+    /// docs).
+    spare: Spare<S>,
 }
 
-impl<S> Continue<S> {
+impl<S: Clone> Continue<S> {
     /// Wraps `inner` with the defaults of [`ContinueLayer::new`].
     pub fn new(inner: S) -> Self {
         Continue::from_config(inner, ContinueLayer::new().config().clone())
     }
 
     pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+        let spare = if config.continues() {
+            Spare::of(&inner)
+        } else {
+            Spare::none()
+        };
         Continue {
             inner,
             config: Arc::new(ThreadBound::new(config)),
+            spare,
         }
     }
+}
 
+impl<S> Continue<S> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The inner service, mutably.
+    /// The inner service, mutably. The spare the follow-ups are cloned from is made again from
+    /// it at the next `poll_ready`.
     pub fn get_mut(&mut self) -> &mut S {
+        self.spare.forget();
         &mut self.inner
     }
 
@@ -69,6 +86,9 @@ where
     type Future = ResponseFuture<S, S::Future, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        if self.config.continues() {
+            self.spare.ready(&self.inner);
+        }
         self.inner.poll_ready(cx)
     }
 
@@ -83,18 +103,17 @@ where
         };
         let template = Template::of(&req, wire, config);
         let context = req.call_context().cloned();
-        // The ready service makes this call and goes with the future for the follow-ups
-        // (polled ready again before each); a clone takes its place, as tower's retry does.
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
+        // The ready service makes this call and stays; the follow-ups clone the spare (and
+        // poll their clone ready before each).
         let job = Job {
-            svc,
+            svc: self.spare.claim(&self.inner),
             template,
             config: config.clone(),
             context,
             stream,
             started: tokio::time::Instant::now(),
         };
-        ResponseFuture::first(job, |svc| svc.call(req))
+        let inner = &mut self.inner;
+        ResponseFuture::first(job, || inner.call(req))
     }
 }

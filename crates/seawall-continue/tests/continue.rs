@@ -425,3 +425,60 @@ fn a_service_moved_to_another_thread_keeps_the_layers_settings() {
     assert_eq!(records.len(), 2);
     assert!(records.iter().all(|r| r.continuations == 3));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_service_is_cloned_only_for_calls_that_are_followed_up() {
+    // A call that may be continued keeps a service for its follow-ups: cloned from one spare
+    // when a follow-up is made, not for every call.
+    use seawall_classify::ClassifyLayer;
+    use tower::{Layer, Service};
+    let up = Up::new(cutting(5), profile()).first_calls(4);
+    let (counted, clones) = seawall_test_support::count_clones(up.clone());
+    let mut svc = ContinueLayer::new().layer(ClassifyLayer::new().layer(counted));
+    assert_eq!(
+        clones.count(),
+        1,
+        "the spare, made as the layer wraps the service"
+    );
+    // Three non-streamed answers that need nothing, and a stream cut after 5 tokens, resumed.
+    for _ in 0..3 {
+        let resp = svc.ready().await.unwrap().call(openai(false, 100)).await;
+        assert_eq!(
+            json_of(resp.unwrap()).await["choices"][0]["finish_reason"],
+            "stop"
+        );
+    }
+    assert_eq!(
+        clones.count(),
+        1,
+        "no clone for calls that are not followed up"
+    );
+    let resp = svc.ready().await.unwrap().call(openai(true, 100)).await;
+    let (sse, err) = drain(resp.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(count(&sse, "[DONE]"), 1, "{sse}");
+    assert_eq!(up.calls(), 5);
+    assert_eq!(clones.count(), 2, "one for the stream that was resumed");
+    // An answer cut by `max_tokens`, continued twice through one clone.
+    let resp = svc.ready().await.unwrap().call(openai(false, 6)).await;
+    assert_eq!(
+        json_of(resp.unwrap()).await["choices"][0]["finish_reason"],
+        "stop"
+    );
+    assert_eq!(up.calls(), 8);
+    assert_eq!(clones.count(), 3);
+
+    // A layer that continues nothing keeps no spare.
+    let (counted, clones) = seawall_test_support::count_clones(up.clone());
+    let off = ContinueLayer::builder()
+        .max_continuations(0)
+        .build()
+        .unwrap();
+    let mut svc = off.layer(ClassifyLayer::new().layer(counted));
+    let resp = svc.ready().await.unwrap().call(openai(false, 100)).await;
+    assert_eq!(
+        json_of(resp.unwrap()).await["choices"][0]["finish_reason"],
+        "stop"
+    );
+    assert_eq!(clones.count(), 0);
+}

@@ -21,6 +21,9 @@
 //! - [`CallContext`], through which layers report to an observer, and [`CacheStatus`], what
 //!   a cache did with a call, and [`ContextAction`], what a context guard did with it;
 //! - [`Deadline`], the caller's deadline that every inner bound is cut to;
+//! - [`Spare`], the one clone of an inner service that a layer's later attempts (retries,
+//!   fallbacks to the same path, continuations) are cloned from, and [`ThreadBound`], a
+//!   state handle of one thread's;
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by
@@ -47,6 +50,7 @@ mod ratelimit;
 mod ratelimit_headers;
 mod request;
 mod response;
+mod spare;
 mod sse;
 mod thread;
 mod time;
@@ -79,6 +83,7 @@ pub use response::{
     REQUEST_ID_HEADERS, StreamEnd, StreamTiming, Usage, as_llm_error, content_coding, header,
     request_id, reserve_extensions, size_hint_plus,
 };
+pub use spare::{Spare, SpareClone};
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use thread::{ThreadBound, thread_tag};
 pub use time::instant_after;

@@ -10,7 +10,7 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 use seawall_core::{
     CallContext, FailureClass, Fallback, KeptRequest, LlmError, LlmRequest, LlmResponse, ServedBy,
-    Standby,
+    SpareClone, Standby,
 };
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::util::BoxCloneSyncService;
@@ -69,8 +69,8 @@ struct Chain<S, Req, Resp> {
     shared: Arc<Local<Req, Resp>>,
     /// The caller's request, kept to build each target's copy.
     original: Option<KeptRequest<Req>>,
-    /// A clone of the wrapped service, for targets routed to it.
-    primary: Option<S>,
+    /// The claim on a clone of the wrapped service, for targets routed to it.
+    primary: Option<SpareClone<S>>,
     /// The next target's request and service, while it is driven ready. Boxed: only a call
     /// that falls back has one, and inline it would add a request's size to every call's
     /// future.
@@ -96,7 +96,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
     pub(crate) fn new(
         shared: Arc<Local<Req, Resp>>,
         original: Option<KeptRequest<Req>>,
-        primary: Option<S>,
+        primary: Option<SpareClone<S>>,
         model: Option<Arc<str>>,
         cache_key: Option<u64>,
         context: Option<Arc<CallContext>>,
@@ -169,7 +169,7 @@ fn internal() -> LlmError {
 
 impl<S, Req, Resp> Chain<S, Req, Resp>
 where
-    S: Service<Req, Response = Resp>,
+    S: Service<Req, Response = Resp> + Clone,
     S::Error: Into<LlmError>,
     Req: LlmRequest + Clone,
     Resp: LlmResponse,
@@ -357,7 +357,7 @@ where
     fn poll_target_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
         match self.pending.as_deref_mut() {
             Some((_, Next::Primary)) => match &mut self.primary {
-                Some(s) => s.poll_ready(cx).map_err(Into::into),
+                Some(s) => s.get().poll_ready(cx).map_err(Into::into),
                 None => Poll::Ready(Err(internal())),
             },
             Some((_, Next::Other(s))) => s.poll_ready(cx),
@@ -367,7 +367,9 @@ where
 
     fn call_target(&mut self) -> Result<State<S::Future, Resp>, LlmError> {
         match (self.pending.take().map(|p| *p), &mut self.primary) {
-            (Some((req, Next::Primary)), Some(s)) => Ok(State::Calling { fut: s.call(req) }),
+            (Some((req, Next::Primary)), Some(s)) => Ok(State::Calling {
+                fut: s.get().call(req),
+            }),
             (Some((req, Next::Other(mut s))), _) => Ok(State::Other { fut: s.call(req) }),
             _ => Err(internal()),
         }
@@ -376,7 +378,7 @@ where
 
 impl<S, Req, Resp> Future for ResponseFuture<S::Future, S, Req, Resp>
 where
-    S: Service<Req, Response = Resp>,
+    S: Service<Req, Response = Resp> + Clone,
     S::Error: Into<LlmError>,
     Req: LlmRequest + Clone,
     Resp: LlmResponse,

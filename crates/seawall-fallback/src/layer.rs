@@ -87,7 +87,9 @@ impl<Req, Resp> fmt::Debug for FallbackLayer<Req, Resp> {
     }
 }
 
-impl<S, Req, Resp> Layer<S> for FallbackLayer<Req, Resp> {
+/// Wrapping a service clones it once when some target is routed to it, for those targets'
+/// [spare](seawall_core::Spare).
+impl<S: Clone, Req, Resp> Layer<S> for FallbackLayer<Req, Resp> {
     type Service = Fallback<S, Req, Resp>;
 
     fn layer(&self, inner: S) -> Self::Service {

@@ -1,11 +1,17 @@
 //! The fallback service: sends a call down the primary path and starts the chain that takes
 //! over when that path has failed for good.
+//!
+//! A target routed to the primary (the same path with another model) needs a service of its
+//! own: the ready one made the first attempt and stays for the caller's next call. As few
+//! calls fall back, the chain clones it only when one does, from the one spare the service
+//! keeps when some target uses the primary (`seawall_core::Spare`, whose docs say what that
+//! changes).
 
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{Deadline, LlmError, LlmRequest, LlmResponse, Standby};
+use seawall_core::{Deadline, LlmError, LlmRequest, LlmResponse, Spare, Standby};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -18,9 +24,11 @@ pub struct Fallback<S, Req, Resp> {
     inner: S,
     /// The layer's state as this thread's services share it.
     shared: Arc<Local<Req, Resp>>,
+    /// A clone of `inner` for the targets routed to it, when some are (see the module docs).
+    spare: Spare<S>,
 }
 
-impl<S, Req, Resp> Fallback<S, Req, Resp> {
+impl<S: Clone, Req, Resp> Fallback<S, Req, Resp> {
     /// Wraps `inner` (the primary path) with a regular chain of `targets` and the defaults
     /// otherwise, as [`FallbackLayer::new`](crate::FallbackLayer::new) does.
     pub fn new(inner: S, targets: impl IntoIterator<Item = Target<Req, Resp>>) -> Self {
@@ -28,19 +36,29 @@ impl<S, Req, Resp> Fallback<S, Req, Resp> {
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared<Req, Resp>>) -> Self {
+        let spare = if shared.uses_primary {
+            Spare::of(&inner)
+        } else {
+            Spare::none()
+        };
         Fallback {
             inner,
             shared: Local::new(shared),
+            spare,
         }
     }
+}
 
+impl<S, Req, Resp> Fallback<S, Req, Resp> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped service, mutably.
+    /// The wrapped service, mutably. The spare the targets routed to it are cloned from is
+    /// made again from it at the next `poll_ready`.
     pub fn get_mut(&mut self) -> &mut S {
+        self.spare.forget();
         &mut self.inner
     }
 
@@ -62,6 +80,9 @@ where
     type Future = ResponseFuture<S::Future, S, Req, Resp>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        if self.shared.uses_primary {
+            self.spare.ready(&self.inner);
+        }
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -92,9 +113,9 @@ where
         let model = req.model_shared();
         // Kept in parts, not cloned: a call the primary answers allocates nothing for it.
         let original = shared.keeps_request.then(|| req.keep());
-        // `self.inner` is the service that was driven ready: it takes this call. A clone (made
-        // ready again inside the future) takes any later call routed to the primary.
-        let primary = shared.uses_primary.then(|| self.inner.clone());
+        // `self.inner` is the service that was driven ready: it takes this call. A clone of the
+        // spare (made ready again inside the future) takes any later call routed to it.
+        let primary = shared.uses_primary.then(|| self.spare.claim(&self.inner));
         let inner = &mut self.inner;
         ResponseFuture::new(
             shared,
@@ -115,6 +136,7 @@ impl<S: Clone, Req, Resp> Clone for Fallback<S, Req, Resp> {
         Fallback {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
+            spare: self.spare.clone(),
         }
     }
 }

@@ -1121,3 +1121,57 @@ async fn a_target_gets_the_callers_request_whole_with_only_the_model_switched() 
         assert_eq!(first.3, (extra > 0).then_some(Mine(extra)));
     }
 }
+
+#[tokio::test]
+async fn the_primary_is_cloned_only_for_calls_that_fall_back_to_it() {
+    // A call keeps a service for targets routed to the primary: cloned from one spare when
+    // one is used, not for every call (a reference count per layer below, written and
+    // released).
+    let log = log();
+    let upstream = Mock::new("up", &log, |n, req| match (n, req.model()) {
+        (5, _) => fail(FailureClass::ServerError),
+        (_, Some("small")) => ok("small"),
+        _ => ok("big"),
+    });
+    let (counted, clones) = seawall_test_support::count_clones(upstream);
+    let mut svc = FallbackLayer::new([Target::model("small")]).layer(counted);
+    assert_eq!(
+        clones.count(),
+        1,
+        "the spare, made as the layer wraps the service"
+    );
+    for _ in 0..5 {
+        let resp = svc.ready().await.unwrap().call(request("big")).await;
+        assert_eq!(body_of(resp.unwrap()).await, "big");
+    }
+    assert_eq!(clones.count(), 1, "no clone for calls the primary answers");
+    let resp = svc.ready().await.unwrap().call(request("big")).await;
+    assert_eq!(body_of(resp.unwrap()).await, "small");
+    assert_eq!(
+        clones.count(),
+        2,
+        "one for the call that fell back to the primary"
+    );
+    assert_eq!(
+        taken(&log),
+        ["up:big:sk-main"; 6]
+            .into_iter()
+            .chain(["up:small:sk-main"])
+            .collect::<Vec<_>>()
+    );
+    // A service changed through `get_mut` gets a new spare at its next `poll_ready`.
+    let _ = svc.get_mut();
+    svc.ready().await.unwrap();
+    assert_eq!(clones.count(), 3);
+
+    // Without a target routed to the primary, no spare is made.
+    let (counted, clones) =
+        seawall_test_support::count_clones(Mock::new("up", &log, |_, _| ok("big")));
+    let backup = Mock::new("backup", &log, |_, _| ok("backup"));
+    let mut svc = FallbackLayer::new([Target::service("backup", backup)]).layer(counted);
+    for _ in 0..3 {
+        let resp = svc.ready().await.unwrap().call(request("big")).await;
+        assert_eq!(body_of(resp.unwrap()).await, "big");
+    }
+    assert_eq!(clones.count(), 0);
+}

@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use seawall_core::{
-    Attempt, Deadline, FailureClass, GiveUp, KeptRequest, LlmError, LlmRequest, Refusal,
+    Attempt, Deadline, FailureClass, GiveUp, KeptRequest, LlmError, LlmRequest, Refusal, SpareClone,
 };
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::local::ThreadShared;
 use crate::policy::{CLASSES, Decision, Failure};
-use crate::service::Spare;
 use crate::service::attempt_value;
 
 pin_project! {
@@ -51,9 +50,9 @@ pin_project! {
 
 /// The bookkeeping of one logical call (nothing here is pinned).
 struct Call<S, Req> {
-    /// The retries' service: cloned from `spare` at the first retry, polled ready before each.
-    service: Option<S>,
-    spare: Spare<S>,
+    /// The retries' service: cloned from the layer's spare at the first retry, polled ready
+    /// before each.
+    service: SpareClone<S>,
     /// The request as the first attempt was sent, each retry's copy made from it.
     request: KeptRequest<Req>,
     shared: Arc<ThreadShared>,
@@ -107,7 +106,7 @@ where
 {
     pub(crate) fn new(
         future: S::Future,
-        spare: Spare<S>,
+        service: SpareClone<S>,
         request: KeptRequest<Req>,
         shared: Arc<ThreadShared>,
         deadline: Option<Deadline>,
@@ -116,8 +115,7 @@ where
             state: State::Calling { future },
             timer: None,
             call: Call {
-                service: None,
-                spare,
+                service,
                 request,
                 shared,
                 start: None,
@@ -130,7 +128,7 @@ where
 
     /// A call that arrived past the caller's deadline: it fails with `err`, no attempt made.
     pub(crate) fn expired(
-        spare: Spare<S>,
+        service: SpareClone<S>,
         request: Req,
         shared: Arc<ThreadShared>,
         err: LlmError,
@@ -139,8 +137,7 @@ where
             state: State::Expired { err: Some(err) },
             timer: None,
             call: Call {
-                service: None,
-                spare,
+                service,
                 request: KeptRequest::whole(request),
                 shared,
                 start: None,
@@ -206,7 +203,7 @@ where
                 }
                 // Every retry is a new `call`, so the service is made ready again first: the
                 // readiness the caller saw was spent on the first attempt.
-                StateProj::Readying => match this.call.service().poll_ready(cx) {
+                StateProj::Readying => match this.call.service.get().poll_ready(cx) {
                     Poll::Ready(Ok(())) => {
                         // Never start an attempt past the caller's deadline (the wait ended
                         // before it, but the inner service may have taken its time to be ready).
@@ -215,7 +212,7 @@ where
                             return Poll::Ready(Err(this.call.cut_error(Cut::Deadline)));
                         }
                         let request = this.call.next_request();
-                        let future = this.call.service().call(request);
+                        let future = this.call.service.get().call(request);
                         this.state.set(State::Calling { future });
                     }
                     Poll::Ready(Err(err)) => {
@@ -392,15 +389,6 @@ where
             r.attempt_start = Instant::now();
         }
         request
-    }
-}
-
-impl<S: Clone, Req> Call<S, Req> {
-    /// The retries' service: a clone of the spare, made at the first retry.
-    fn service(&mut self) -> &mut S {
-        let spare = &self.spare;
-        self.service
-            .get_or_insert_with(|| spare.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 }
 

@@ -109,7 +109,8 @@ impl Default for BackoffRetryLayer {
     }
 }
 
-impl<S> Layer<S> for BackoffRetryLayer {
+/// Wrapping a service clones it once, for the retries' [spare](seawall_core::Spare).
+impl<S: Clone> Layer<S> for BackoffRetryLayer {
     type Service = BackoffRetry<S>;
 
     fn layer(&self, inner: S) -> Self::Service {

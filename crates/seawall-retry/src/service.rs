@@ -1,25 +1,19 @@
 //! The retry service: pays the call's deposit into the retry budget, writes the idempotency
 //! key and attempt headers when asked to, then hands the call to the retry loop together with
-//! what makes a service for the retries (the service that made the first attempt stays behind
-//! for the next call, with whatever it remembers).
+//! its claim on the layer's spare service for the retries (the service that made the first
+//! attempt stays behind for the next call, with whatever it remembers).
 //!
 //! The retries' service is a clone of the inner one, as in tower's own retry; but a call is
-//! rarely retried, and cloning a stack for every call writes a reference count per layer below
-//! and releases it when the call ends, about a tenth of a microsecond in the benches' 8-layer
-//! stack. So the service keeps one spare clone, made when it is first polled ready and shared
-//! with its own clones (a layer above that keeps a clone of the ready service, as fallback and
-//! continuation do, shares it too); each call's future takes this thread's handle on it (one
-//! count written, on a line only this thread writes) and clones it only when it retries. A
-//! retry's service is then a clone of the inner service as it was when the spare was made,
-//! not as it is at the call: the same for services whose clones share their state (seawall's
-//! layers, a tower `Buffer`); `get_mut` makes the spare again.
+//! rarely retried, so it is cloned only when the call is, from the one spare the service keeps
+//! (`seawall_core::Spare`, whose docs say what that changes). The spare is made when the
+//! layer wraps the service, and again at the next `poll_ready` after `get_mut`.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::HeaderValue;
-use seawall_core::{LlmError, LlmRequest, ThreadBound};
+use seawall_core::{LlmError, LlmRequest, Spare};
 use tower_service::Service;
 
 use crate::config::Settings;
@@ -36,15 +30,11 @@ pub struct BackoffRetry<S> {
     inner: S,
     /// The layer's state as this thread's services share it (see `local`).
     shared: Arc<ThreadShared>,
-    /// A clone of `inner` for the retries, made at the first `poll_ready` (again after
-    /// `get_mut`), through this thread's handle (see the module docs).
-    spare: Option<Spare<S>>,
+    /// A clone of `inner` for the retries (see the module docs).
+    spare: Spare<S>,
 }
 
-/// The spare clone the retries are cloned from, as one thread's services hold it.
-pub(crate) type Spare<S> = Arc<ThreadBound<Mutex<S>>>;
-
-impl<S> BackoffRetry<S> {
+impl<S: Clone> BackoffRetry<S> {
     /// Wraps `inner` with the defaults, as
     /// [`BackoffRetryLayer::new`](crate::BackoffRetryLayer::new) does; use
     /// [`BackoffRetryLayer::builder`](crate::BackoffRetryLayer::builder) to change them.
@@ -57,12 +47,14 @@ impl<S> BackoffRetry<S> {
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
         BackoffRetry {
-            inner,
+            spare: Spare::of(&inner),
             shared: Arc::new(ThreadShared::new(shared)),
-            spare: None,
+            inner,
         }
     }
+}
 
+impl<S> BackoffRetry<S> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -71,7 +63,7 @@ impl<S> BackoffRetry<S> {
     /// The inner service, mutably. The retries' spare clone is made again from it at the next
     /// `poll_ready`.
     pub fn get_mut(&mut self) -> &mut S {
-        self.spare = None;
+        self.spare.forget();
         &mut self.inner
     }
 
@@ -99,9 +91,9 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Made ready on another thread than before: a handle of this thread's, once.
         ThreadShared::rebind(&mut self.shared);
-        // The spare is made here, before a layer above clones this service to keep: the
-        // clone then shares it (made at `call`, each such clone would make its own).
-        self.spare();
+        // Made again here after `get_mut`, before a layer above clones this service to keep:
+        // the clone then shares it (made at `call`, each such clone would make its own).
+        self.spare.ready(&self.inner);
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -112,7 +104,7 @@ where
         if let Some(d) = deadline.filter(|d| d.has_passed()) {
             // Past the caller's deadline: no attempt, no deposit into the retry budget. The
             // service stays ready for the next call.
-            let spare = self.spare().clone();
+            let spare = self.spare.claim(&self.inner);
             return ResponseFuture::expired(spare, req, self.shared.clone(), d.exceeded());
         }
         if let Some(budget) = &self.shared.budget {
@@ -130,21 +122,9 @@ where
         // makes this attempt and stays here (the caller's next `poll_ready` asks it again), so
         // whatever it remembers from the call (a breaker's last key, say) serves the next
         // call; the retries clone the spare and poll their clone ready first.
-        let spare = self.spare().clone();
+        let spare = self.spare.claim(&self.inner);
         let future = self.inner.call(req);
         ResponseFuture::new(future, spare, retained, self.shared.clone(), deadline)
-    }
-}
-
-impl<S: Clone> BackoffRetry<S> {
-    /// This thread's handle on the spare clone, made from `inner` if there is none yet.
-    fn spare(&mut self) -> &Spare<S> {
-        let inner = &self.inner;
-        let spare = self
-            .spare
-            .get_or_insert_with(|| Arc::new(ThreadBound::new(Arc::new(Mutex::new(inner.clone())))));
-        ThreadBound::rebind(spare);
-        spare
     }
 }
 

@@ -941,58 +941,24 @@ async fn the_service_that_made_a_call_makes_the_next_one() {
     }
 }
 
-/// An upstream that counts how often it is cloned.
-struct Counted {
-    mock: Mock,
-    clones: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Clone for Counted {
-    fn clone(&self) -> Self {
-        self.clones
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Counted {
-            mock: self.mock.clone(),
-            clones: self.clones.clone(),
-        }
-    }
-}
-
-impl Service<Ask> for Counted {
-    type Response = &'static str;
-    type Error = LlmError;
-    type Future = <Mock as Service<Ask>>::Future;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), LlmError>> {
-        Service::<Ask>::poll_ready(&mut self.mock, cx)
-    }
-
-    fn call(&mut self, req: Ask) -> Self::Future {
-        Service::<Ask>::call(&mut self.mock, req)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn calls_that_are_not_retried_clone_nothing_and_retries_clone_one_spare() {
     // Cloning a stack for every call, in case it is retried, writes and releases a reference
-    // count per layer below: the service keeps one spare clone instead, made at its first call.
+    // count per layer below: the service keeps one spare clone instead, made when the layer
+    // wraps it, and shared by the service's clones.
     let mock = Mock::new(|n| match n {
         5 | 6 => Err(server_error()),
         _ => Ok("ok"),
     });
-    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (counted, clones) = seawall_test_support::count_clones(mock.clone());
+    let count = || clones.count();
     let mut svc = builder()
         .base_delay(secs(0.01))
         .build()
         .unwrap()
-        .layer(Counted {
-            mock: mock.clone(),
-            clones: clones.clone(),
-        });
-    type Svc = seawall_retry::BackoffRetry<Counted>;
+        .layer(counted);
+    assert_eq!(count(), 1, "the spare, made as the layer wraps the service");
+    type Svc = seawall_retry::BackoffRetry<seawall_test_support::CountClones<Mock>>;
     let call = async |svc: &mut Svc| {
         ServiceExt::<Ask>::ready(svc)
             .await
@@ -1003,26 +969,26 @@ async fn calls_that_are_not_retried_clone_nothing_and_retries_clone_one_spare() 
     for _ in 0..5 {
         assert_eq!(call(&mut svc).await.unwrap(), "ok");
     }
-    assert_eq!(
-        clones.load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "one spare, made once"
-    );
+    assert_eq!(count(), 1, "no clone for calls that are not retried");
     // The sixth call fails twice: its retries go through one clone of the spare.
     assert_eq!(call(&mut svc).await.unwrap(), "ok");
     assert_eq!(mock.calls(), 8);
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(count(), 2);
     // A service changed through `get_mut` gets a new spare, made from it at the next call.
     let _ = svc.get_mut();
     assert_eq!(call(&mut svc).await.unwrap(), "ok");
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 3);
-    // A layer above that keeps a clone of the ready service (as fallback and continuation
-    // do) shares the spare: the clone copies the inner service, and makes no spare of its own.
-    ServiceExt::<Ask>::ready(&mut svc).await.unwrap();
+    assert_eq!(count(), 3);
+    // A clone of the service, whether kept by a layer above or made for each request before
+    // it is polled (as axum does), shares the spare: it copies the inner service only.
     let mut kept = svc.clone();
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 4);
+    assert_eq!(count(), 4);
     for _ in 0..3 {
         assert_eq!(call(&mut kept).await.unwrap(), "ok");
+        assert_eq!(call(&mut svc.clone()).await.unwrap(), "ok");
     }
-    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), 4);
+    assert_eq!(
+        count(),
+        7,
+        "one copy of the inner service per clone, no spare"
+    );
 }

@@ -1,9 +1,10 @@
 //! Fixtures the workspace's tests share, so that each lives in one place instead of a copy per
 //! test file: a typed request, channel-fed bodies, a paused-time harness, the
 //! polled-after-completion check, extreme-duration strategies, a counting allocator, a
-//! captured log, a loopback port that refuses connections, and behind features an auditing
-//! budget store and the budget stores' conformance tests (`budget`) and a loopback chaos
-//! upstream (`mock`) and a real `redis-server` on loopback (`redis`).
+//! service that counts its clones, a captured log, a loopback port that refuses connections,
+//! and behind features an auditing budget store and the budget stores' conformance tests
+//! (`budget`) and a loopback chaos upstream (`mock`) and a real `redis-server` on loopback
+//! (`redis`).
 //!
 //! Not published: only the workspace's own tests depend on it, as a dev-dependency.
 
@@ -13,6 +14,7 @@ mod audit;
 mod bench;
 mod body;
 mod captured;
+mod clones;
 #[cfg(feature = "budget")]
 pub mod conformance;
 #[cfg(feature = "mock")]
@@ -38,6 +40,7 @@ pub use audit::AuditStore;
 pub use bench::{Bare, Done, complete_now};
 pub use body::{ChanBody, Chunks, Feed, drain};
 pub use captured::{Captured, global_log};
+pub use clones::{Clones, CountClones, count_clones};
 #[cfg(feature = "mock")]
 pub use loopback::start_mock;
 pub use poll::{poll_again_after, poll_twice};
