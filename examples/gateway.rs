@@ -774,22 +774,15 @@ pub(crate) fn banner(addr: SocketAddr, upstreams: &str, settings: &Settings) -> 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Context, Poll};
 
     use super::*;
 
-    /// Answers 200 at once and counts how often it was cloned.
-    struct Counted(Arc<AtomicUsize>);
+    /// Answers 200 at once.
+    #[derive(Clone)]
+    struct Ok200;
 
-    impl Clone for Counted {
-        fn clone(&self) -> Self {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            Counted(Arc::clone(&self.0))
-        }
-    }
-
-    impl tower::Service<http::Request<Bytes>> for Counted {
+    impl tower::Service<http::Request<Bytes>> for Ok200 {
         type Response = http::Response<ProxyBody>;
         type Error = LlmError;
         type Future = std::future::Ready<Result<Self::Response, LlmError>>;
@@ -809,17 +802,13 @@ mod tests {
 
     #[tokio::test]
     async fn calls_one_after_another_reuse_one_pooled_stack_instead_of_cloning_each_time() {
-        let clones = Arc::new(AtomicUsize::new(0));
-        let clients = Clients::new(BoxCloneSyncService::new(Counted(Arc::clone(&clones))));
+        let (upstream, clones) = seawall_test_support::count_clones(Ok200);
+        let clients = Clients::new(BoxCloneSyncService::new(upstream));
         for _ in 0..10 {
             let state = clients.clone();
             let resp = state.call(http::Request::new(Bytes::new())).await.unwrap();
             assert_eq!(resp.status(), StatusCode::OK);
         }
-        assert_eq!(
-            clones.load(Ordering::Relaxed),
-            1,
-            "one clone, when the pool was empty"
-        );
+        assert_eq!(clones.count(), 1, "one clone, when the pool was empty");
     }
 }

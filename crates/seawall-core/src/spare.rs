@@ -144,56 +144,36 @@ impl<S> fmt::Debug for SpareClone<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use seawall_test_support::count_clones;
 
     use super::*;
 
-    /// A service stand-in that counts its clones.
-    struct Counted(Arc<AtomicUsize>);
-
-    impl Clone for Counted {
-        fn clone(&self) -> Self {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            Counted(self.0.clone())
-        }
-    }
-
     #[test]
     fn calls_share_one_spare_and_clone_it_only_when_they_call_again() {
-        let clones = Arc::new(AtomicUsize::new(0));
-        let inner = Counted(clones.clone());
+        let (inner, clones) = count_clones(());
         let mut spare = Spare::of(&inner);
-        assert_eq!(clones.load(Ordering::Relaxed), 1, "the spare itself");
+        assert_eq!(clones.count(), 1, "the spare itself");
         let mut kept = spare.clone();
         let claims: Vec<_> = (0..5).map(|_| spare.claim(&inner)).collect();
         let mut from_kept = kept.claim(&inner);
-        assert_eq!(clones.load(Ordering::Relaxed), 1, "claims clone nothing");
+        assert_eq!(clones.count(), 1, "claims clone nothing");
         assert!(claims.iter().all(|c| !c.is_cloned()));
         from_kept.get();
         from_kept.get();
         assert!(from_kept.is_cloned());
-        assert_eq!(
-            clones.load(Ordering::Relaxed),
-            2,
-            "one clone per call that calls again"
-        );
+        assert_eq!(clones.count(), 2, "one clone per call that calls again");
         drop(claims);
         spare.forget();
         spare.ready(&inner);
-        assert_eq!(
-            clones.load(Ordering::Relaxed),
-            3,
-            "a forgotten spare is made again"
-        );
+        assert_eq!(clones.count(), 3, "a forgotten spare is made again");
         spare.ready(&inner);
         let _ = spare.claim(&inner);
-        assert_eq!(clones.load(Ordering::Relaxed), 3, "and only once");
+        assert_eq!(clones.count(), 3, "and only once");
     }
 
     #[test]
     fn a_service_moved_to_another_thread_takes_a_handle_of_its_own_on_the_same_spare() {
-        let clones = Arc::new(AtomicUsize::new(0));
-        let inner = Counted(clones.clone());
+        let (inner, clones) = count_clones(());
         let mut spare = Spare::of(&inner);
         spare.ready(&inner);
         let here = spare.handle.clone().unwrap();
@@ -206,6 +186,6 @@ mod tests {
         .join()
         .unwrap();
         assert!(local && same);
-        assert_eq!(clones.load(Ordering::Relaxed), 1, "no second spare");
+        assert_eq!(clones.count(), 1, "no second spare");
     }
 }
