@@ -188,4 +188,27 @@ mod tests {
         assert!(local && same);
         assert_eq!(clones.count(), 1, "no second spare");
     }
+
+    #[test]
+    fn calls_on_many_threads_clone_the_one_spare_once_each_and_only_when_they_call_again() {
+        let (inner, clones) = count_clones(());
+        let spare = Spare::of(&inner);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let mut spare = spare.clone();
+                let inner = &inner;
+                scope.spawn(move || {
+                    spare.ready(inner);
+                    for i in 0..100 {
+                        let mut claim = spare.claim(inner);
+                        if (t + i) % 2 == 0 {
+                            claim.get();
+                            claim.get();
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(clones.count(), 1 + 200);
+    }
 }
