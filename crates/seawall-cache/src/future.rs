@@ -9,7 +9,7 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use seawall_core::{BodyReport, CacheStatus, CallContext, ServedBy, Usage};
+use seawall_core::{BodyReport, CacheStatus, CallContext, ServedBy, SpareClone, Usage};
 use tower_service::Service;
 
 use crate::answer::{Answer, Assembler, Format, Wire};
@@ -76,7 +76,9 @@ enum State {
 
 /// A cacheable call: what it needs until its answer is stored.
 struct Pending<S> {
-    svc: Option<S>,
+    /// The service for a call that goes upstream after a wait, cloned from the layer's spare
+    /// when it does (polled ready first); `None` once called, or for a call made in `call`.
+    svc: Option<SpareClone<S>>,
     req: Option<Request<Bytes>>,
     shared: Arc<Shared>,
     key: CacheKey,
@@ -139,7 +141,12 @@ impl<S, F> ResponseFuture<S, F> {
 
     /// A cacheable call; `found` is the store's answer when it gave one at once (`None`: look
     /// it up through its future).
-    pub(crate) fn cached(svc: S, req: Request<Bytes>, call: Call, found: Option<Found>) -> Self {
+    pub(crate) fn cached(
+        svc: SpareClone<S>,
+        req: Request<Bytes>,
+        call: Call,
+        found: Option<Found>,
+    ) -> Self {
         let (state, status) = if call.refresh {
             // `no-cache`: straight upstream, then the fresh answer is stored.
             (State::Send, CacheStatus::Bypass)
@@ -169,10 +176,14 @@ where
     /// When nothing stands between it and the upstream (it leads its key's flight, or
     /// single flight is off, and no semantic search comes first), `svc`, the ready service,
     /// is called here, as `call` does on a bypass. Only a call that may have to call later
-    /// (after waiting for a flight, a second look or a search) takes the ready service with
-    /// it and leaves a clone in its place: cloning a stack and dropping the clone is a
-    /// reference count written and released per layer, on every miss.
-    pub(crate) fn missed(svc: &mut S, req: Request<Bytes>, call: Call) -> Self {
+    /// (after waiting for a flight, a second look or a search) claims the `spare`, cloned if
+    /// it does call.
+    pub(crate) fn missed(
+        svc: &mut S,
+        spare: &mut seawall_core::Spare<S>,
+        req: Request<Bytes>,
+        call: Call,
+    ) -> Self {
         let mut pending = Pending::new(req, call, CacheStatus::Miss);
         match pending.miss() {
             State::Send => {
@@ -186,8 +197,7 @@ where
                 }
             }
             state => {
-                let clone = svc.clone();
-                pending.svc = Some(std::mem::replace(svc, clone));
+                pending.svc = Some(spare.claim(svc));
                 ResponseFuture {
                     upstream: None,
                     state,
@@ -231,7 +241,7 @@ fn hit_response<B>(served: Served, status: CacheStatus) -> Response<CacheBody<B>
 
 impl<S, B> Future for ResponseFuture<S, S::Future>
 where
-    S: Service<Request<Bytes>, Response = Response<B>>,
+    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
     B: http_body::Body<Data = Bytes>,
 {
     type Output = Result<Response<CacheBody<B>>, S::Error>;
@@ -307,6 +317,13 @@ where
                     let Some(p) = this.call.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
+                    if let Err(e) = ready!(p.poll_ready(cx)) {
+                        if let Some(lead) = p.lead.take() {
+                            lead.failed();
+                        }
+                        *this.state = State::Done;
+                        return Poll::Ready(Err(e));
+                    }
                     *this.upstream = Some(p.send());
                     *this.state = State::Call;
                 }
@@ -356,7 +373,7 @@ fn looked<S, B>(
     found: Found,
 ) -> Option<Response<CacheBody<B>>>
 where
-    S: Service<Request<Bytes>, Response = Response<B>>,
+    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
     B: http_body::Body<Data = Bytes>,
 {
     let Some(p) = call.as_mut() else {
@@ -409,7 +426,7 @@ impl<S> Pending<S> {
 
 impl<S, B> Pending<S>
 where
-    S: Service<Request<Bytes>, Response = Response<B>>,
+    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
     B: http_body::Body<Data = Bytes>,
 {
     /// After a lookup: serve what it found as a hit, or go on (upstream when this call
@@ -481,12 +498,21 @@ where
         State::Send
     }
 
-    /// Sends the request upstream.
+    /// Drives the service the request will be sent on ready: the clone of the spare, made
+    /// here.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        match self.svc.as_mut() {
+            Some(svc) => svc.get().poll_ready(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Sends the request upstream, on the service [`poll_ready`](Self::poll_ready) readied.
     fn send(&mut self) -> Pin<Box<S::Future>> {
         // The service is called where it is kept (a move of it or of the request is a copy),
         // and dropped once called.
         let fut = match (self.svc.as_mut(), self.req.take()) {
-            (Some(svc), Some(req)) => Box::pin(svc.call(req)),
+            (Some(svc), Some(req)) => Box::pin(svc.get().call(req)),
             // Each call is sent once: `miss` runs at most once per future that gets this far.
             _ => seawall_core::polled_after_completion(),
         };

@@ -119,7 +119,9 @@ impl Default for CacheLayer {
     }
 }
 
-impl<S> Layer<S> for CacheLayer {
+/// Wrapping a service clones it once, for the [spare](seawall_core::Spare) of the calls that
+/// go upstream after a wait.
+impl<S: Clone> Layer<S> for CacheLayer {
     type Service = Cache<S>;
 
     fn layer(&self, inner: S) -> Cache<S> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Body;
+use seawall_core::Spare;
 use tower_service::Service;
 
 use crate::answer::{Format, Wire};
@@ -185,6 +186,9 @@ impl Shared {
 pub struct Cache<S> {
     inner: S,
     shared: Arc<Shared>,
+    /// A clone of `inner` for the calls that go upstream after a wait: a store's future, an
+    /// identical call in flight, a semantic search (see `seawall_core::Spare`).
+    spare: Spare<S>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for Cache<S> {
@@ -196,7 +200,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Cache<S> {
     }
 }
 
-impl<S> Cache<S> {
+impl<S: Clone> Cache<S> {
     /// Wraps `inner` with a cache over `store` with the defaults, as
     /// [`CacheLayer::new`](crate::CacheLayer::new) does.
     pub fn new(inner: S, store: impl CacheStore) -> Self {
@@ -205,29 +209,35 @@ impl<S> Cache<S> {
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
-        Cache { inner, shared }
+        Cache {
+            spare: Spare::of(&inner),
+            inner,
+            shared,
+        }
     }
 
+    /// A cache over an in-memory store with its default bounds.
+    pub fn in_memory(inner: S) -> Self {
+        Cache::new(inner, MemoryStore::new())
+    }
+}
+
+impl<S> Cache<S> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The inner service, mutably.
+    /// The inner service, mutably. The spare the calls that go upstream after a wait are
+    /// cloned from is made again from it at the next `poll_ready`.
     pub fn get_mut(&mut self) -> &mut S {
+        self.spare.forget();
         &mut self.inner
     }
 
     /// Unwraps the inner service.
     pub fn into_inner(self) -> S {
         self.inner
-    }
-}
-
-impl<S> Cache<S> {
-    /// A cache over an in-memory store with its default bounds.
-    pub fn in_memory(inner: S) -> Self {
-        Cache::new(inner, MemoryStore::new())
     }
 }
 
@@ -241,6 +251,7 @@ where
     type Future = ResponseFuture<S, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.spare.ready(&self.inner);
         self.inner.poll_ready(cx)
     }
 
@@ -284,13 +295,12 @@ where
                 };
                 if miss {
                     // A miss known at once may go upstream from here (see `missed`).
-                    return ResponseFuture::missed(&mut self.inner, req, call);
+                    return ResponseFuture::missed(&mut self.inner, &mut self.spare, req, call);
                 }
-                // The ready service goes with the future, which may call it later (after a
-                // store lookup or a wait); a clone takes its place, as tower's retry does.
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::cached(ready, req, call, found)
+                // The future may go upstream later (after a store lookup or a wait): on a
+                // clone of the spare, made then (a hit makes none); the ready service stays.
+                let later = self.spare.claim(&self.inner);
+                ResponseFuture::cached(later, req, call, found)
             }
         }
     }

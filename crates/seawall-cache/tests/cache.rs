@@ -514,6 +514,11 @@ async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_
     let up = Up::plain();
     let (counted, clones) = seawall_test_support::count_clones(up.clone());
     let mut svc = layer().layer(counted);
+    assert_eq!(
+        clones.count(),
+        1,
+        "the spare, made as the layer wraps the service"
+    );
     // A miss that leads its flight goes upstream from `call`, on the service that was made
     // ready: nothing is cloned, and the upstream has the request before the future is polled.
     let fut = svc.ready().await.unwrap().call(openai(&openai_body(false)));
@@ -521,7 +526,7 @@ async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_
     http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
         .await
         .unwrap();
-    assert_eq!(clones.count(), 0);
+    assert_eq!(clones.count(), 1);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     for _ in 0..3 {
         svc.ready().await.unwrap();
@@ -531,25 +536,108 @@ async fn the_memory_store_calls_the_ready_upstream_in_place_on_a_miss_and_never_
         };
         assert_eq!(resp.unwrap().headers()[seawall_cache::CACHE_HEADER], "hit");
     }
-    assert_eq!(clones.count(), 0);
+    assert_eq!(clones.count(), 1);
     assert_eq!(up.calls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_call_that_may_go_upstream_later_takes_the_ready_upstream_along() {
+async fn a_call_that_goes_upstream_after_a_wait_clones_the_spare_and_a_hit_clones_nothing() {
     use tower::{Layer, Service, ServiceExt};
     let up = Up::plain();
     let (counted, clones) = seawall_test_support::count_clones(up.clone());
     let mut svc = CacheLayer::new(Remote(MemoryStore::new())).layer(counted);
-    // The store answers through a future: the call is made only after it, so the ready
-    // service goes with the future and a clone takes its place.
+    assert_eq!(
+        clones.count(),
+        1,
+        "the spare, made as the layer wraps the service"
+    );
+    // The store answers through a future: the call is made only after it, on a clone of the
+    // spare made then and polled ready first; the ready service stays for the next call.
     let fut = svc.ready().await.unwrap().call(openai(&openai_body(false)));
     assert_eq!(up.calls(), 0, "nothing is sent before the lookup");
-    assert_eq!(clones.count(), 1);
+    assert_eq!(clones.count(), 1, "nothing is cloned before it is needed");
     http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
         .await
         .unwrap();
     assert_eq!(up.calls(), 1);
+    assert_eq!(
+        clones.count(),
+        2,
+        "one clone, for the call that went upstream"
+    );
+    // Hits through the store's future go nowhere: no clone.
+    for _ in 0..3 {
+        let resp = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(openai(&openai_body(false)))
+            .await;
+        assert_eq!(resp.unwrap().headers()[seawall_cache::CACHE_HEADER], "hit");
+    }
+    assert_eq!((up.calls(), clones.count()), (1, 2));
+}
+
+/// An upstream that is not ready until a signal: a call that goes upstream after a wait
+/// polls its clone ready first, and waits.
+#[derive(Clone)]
+struct Gated {
+    up: Up,
+    open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tower::Service<http::Request<Bytes>> for Gated {
+    type Response = <Up as tower::Service<http::Request<Bytes>>>::Response;
+    type Error = <Up as tower::Service<http::Request<Bytes>>>::Error;
+    type Future = <Up as tower::Service<http::Request<Bytes>>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            self.up.poll_ready(cx)
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+
+    fn call(&mut self, req: http::Request<Bytes>) -> Self::Future {
+        self.up.call(req)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_goes_upstream_after_a_wait_waits_for_its_service_to_be_ready() {
+    use tower::{Layer, Service};
+    let up = Up::plain();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut svc = CacheLayer::new(Remote(MemoryStore::new())).layer(Gated {
+        up: up.clone(),
+        open: open.clone(),
+    });
+    std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
+    // The service was ready at `call`; it is not when the lookup has found nothing.
+    let fut = svc.call(openai(&openai_body(false)));
+    open.store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..5 {
+        assert!(futures_poll_once(fut.as_mut()).await.is_pending());
+    }
+    assert_eq!(up.calls(), 0, "not sent on a service that is not ready");
+    open.store(true, std::sync::atomic::Ordering::SeqCst);
+    http_body_util::BodyExt::collect(fut.await.unwrap().into_body())
+        .await
+        .unwrap();
+    assert_eq!(up.calls(), 1);
+}
+
+/// Polls `fut` once, as the runtime would.
+async fn futures_poll_once<F: std::future::Future + Unpin>(
+    mut fut: F,
+) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut fut).poll(cx))).await
 }
 
 /// A store that only answers through its futures, each waiting a tick first (a remote one).

@@ -21,9 +21,9 @@
 //! - [`CallContext`], through which layers report to an observer, and [`CacheStatus`], what
 //!   a cache did with a call, and [`ContextAction`], what a context guard did with it;
 //! - [`Deadline`], the caller's deadline that every inner bound is cut to;
-//! - [`Spare`], the one clone of an inner service that a layer's later attempts (retries,
-//!   fallbacks to the same path, continuations) are cloned from, and [`ThreadBound`], a
-//!   state handle of one thread's;
+//! - [`Spare`], the one clone of an inner service that a layer's later calls (retries,
+//!   fallbacks to the same path, continuations, a cache's misses after a wait) are cloned
+//!   from, and [`ThreadBound`], a state handle of one thread's;
 //! - [`Random`], an injectable, seedable jitter source;
 //! - [`ConfigError`], what every builder returns for a value it refuses;
 //! - [`KeyFn`], how breakers, gates and budgets read a request's key ([`StateKey`] by

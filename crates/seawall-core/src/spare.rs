@@ -12,12 +12,13 @@ type Handle<S> = Arc<ThreadBound<Mutex<S>>>;
 
 /// The spare clone a layer's service keeps for its calls' later attempts.
 ///
-/// A layer that may send a call down again (a retry, a fallback to the same path with another
-/// model, a continuation) needs a service of its own for that later call: the ready service
-/// makes the first attempt and stays with the layer for the caller's next call, as tower's
-/// contract has it. tower's retry clones the inner service with every call for this. But later
-/// calls are rare, and cloning a stack writes a reference count per layer below (and releases
-/// it when the call ends), and carries the clone in every call's future.
+/// A layer that may send a call down again, or later (a retry, a fallback to the same path
+/// with another model, a continuation, a cache miss found after a wait), needs a service of
+/// its own for that later call: the ready service makes the first attempt and stays with the
+/// layer for the caller's next call, as tower's contract has it. tower's retry clones the
+/// inner service with every call for this. But later calls are rare, and cloning a stack
+/// writes a reference count per layer below (and releases it when the call ends), and carries
+/// the clone in every call's future.
 ///
 /// So such a layer keeps one spare clone, made when the layer wraps its service and shared by
 /// the service's clones (the clone a layer above keeps of it, and a clone made per request
