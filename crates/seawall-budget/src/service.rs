@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse};
+use seawall_core::{FailureClass, KeyFn, LlmError, LlmRequest, LlmResponse, RequestSizes};
 use tower_service::Service;
 
 use crate::budget::Scope;
@@ -107,14 +107,14 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        req.prepare();
+        let sizes = req.prepared().sizes;
         // Past the caller's deadline nothing is reserved or spent: the answer would come too
         // late to be read. One extension lookup, and a clock read only when a deadline is set.
         if let Some(Err(e)) = req.deadline().map(|d| d.check()) {
             return ResponseFuture::refused(e);
         }
         let bound = &*self.bound;
-        let guard = match price_attempt(&bound.core, &*bound.keys, &mut req) {
+        let guard = match price_attempt(&bound.core, &*bound.keys, &mut req, &sizes) {
             Ok(g) => g,
             Err(e) => return ResponseFuture::refused(e),
         };
@@ -143,11 +143,13 @@ where
     }
 }
 
-/// Prices the attempt and prepares its reservation (not yet made).
+/// Prices the attempt (`sizes`: the request's, as `prepared` read them) and prepares its
+/// reservation (not yet made).
 fn price_attempt<Req, K>(
     core: &Arc<ThreadCore>,
     keys: &K,
     req: &mut Req,
+    sizes: &RequestSizes,
 ) -> Result<BudgetGuard, LlmError>
 where
     Req: LlmRequest,
@@ -169,8 +171,6 @@ where
         return Err(guard.reject(err));
     };
     guard.set_price(price);
-    // The sizes in one look, not one per method.
-    let sizes = req.sizes();
     let max_output = match (sizes.max_output_tokens, core.missing_max) {
         (Some(n), _) => n,
         (None, MissingMaxOutput::Default(n)) => {

@@ -6,8 +6,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
+use seawall_core::Provider;
 use seawall_core::{BoxError, LlmError, LlmRequest};
-use seawall_core::{Provider, RequestMeta};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -89,13 +89,10 @@ where
     }
 
     fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
-        req.prepare();
-        let streaming = req.is_streaming();
+        let prepared = req.prepared();
+        let streaming = prepared.streaming;
         // A stream to a known API (OpenAI, Anthropic) must end with its finish marker.
-        let known_api = req
-            .extensions()
-            .get::<RequestMeta>()
-            .is_some_and(|m| m.provider != Provider::Unknown);
+        let known_api = prepared.provider != Provider::Unknown;
         let started = Instant::now();
         ResponseFuture::new(
             self.inner.call(req),

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http::{Method, Request};
-use seawall_core::{KeptRequest, LlmRequest, RequestMeta};
+use seawall_core::{KeptRequest, LlmRequest, RequestMeta, RequestSizes};
 use serde_json::{Map, Value};
 
 use crate::layer::{Config, ContinuationStyle};
@@ -18,9 +18,9 @@ pub(crate) enum Wire {
 
 impl Wire {
     /// The wire of a request the layer may continue: a `POST` to Chat Completions or to
-    /// Messages asking for one answer.
-    pub(crate) fn of(req: &Request<Bytes>) -> Option<Wire> {
-        if req.method() != Method::POST || req.choices() > 1 {
+    /// Messages asking for one answer (`sizes`: the request's, as `prepared` read them).
+    pub(crate) fn of(req: &Request<Bytes>, sizes: &RequestSizes) -> Option<Wire> {
+        if req.method() != Method::POST || sizes.choices > 1 {
             return None;
         }
         let path = req.uri().path();
@@ -58,7 +58,12 @@ impl std::fmt::Debug for Template {
 }
 
 impl Template {
-    pub(crate) fn of(req: &Request<Bytes>, wire: Wire, config: &Config) -> Template {
+    pub(crate) fn of(
+        req: &Request<Bytes>,
+        sizes: &RequestSizes,
+        wire: Wire,
+        config: &Config,
+    ) -> Template {
         let style = match wire {
             Wire::Anthropic => ContinuationStyle::Prefill,
             Wire::OpenAi => config.openai_style,
@@ -67,7 +72,7 @@ impl Template {
             kept: req.keep(),
             wire,
             style,
-            estimated_input: u64::from(req.estimated_input_tokens()),
+            estimated_input: u64::from(sizes.estimated_input_tokens),
         }
     }
 
@@ -172,9 +177,9 @@ mod tests {
             .header("content-length", "1")
             .body(Bytes::from(body.to_string()))
             .unwrap();
-        req.prepare();
-        let wire = Wire::of(&req).unwrap();
-        Template::of(&req, wire, ContinueLayer::new().config())
+        let sizes = req.prepared().sizes;
+        let wire = Wire::of(&req, &sizes).unwrap();
+        Template::of(&req, &sizes, wire, ContinueLayer::new().config())
     }
 
     fn body(req: &Request<Bytes>) -> Value {

@@ -93,15 +93,16 @@ where
     }
 
     fn call(&mut self, mut req: Request<Bytes>) -> Self::Future {
-        req.prepare();
+        let prepared = req.prepared();
         ThreadBound::rebind(&mut self.config);
         let config = &self.config;
-        let stream = req.is_streaming();
+        let stream = prepared.streaming;
         let wanted = config.max_continuations > 0 && (config.on_length || stream && config.resume);
-        let Some(wire) = wanted.then(|| Wire::of(&req)).flatten() else {
+        let sizes = &prepared.sizes;
+        let Some(wire) = wanted.then(|| Wire::of(&req, sizes)).flatten() else {
             return ResponseFuture::pass(self.inner.call(req));
         };
-        let template = Template::of(&req, wire, config);
+        let template = Template::of(&req, sizes, wire, config);
         let context = req.call_context().cloned();
         // The ready service makes this call and stays; the follow-ups clone the spare (and
         // poll their clone ready before each).

@@ -75,8 +75,8 @@ pub use random::{Random, SeededRandom};
 pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use ratelimit_headers::{ANTHROPIC_RATE_LIMIT_HEADERS, OPENAI_RATE_LIMIT_HEADERS};
 pub use request::{
-    Idempotent, KeptRequest, LlmRequest, MediaParts, PROMPT_FIELDS, PartEstimate, Provider,
-    RequestMeta, RequestSizes, Standby,
+    Idempotent, KeptRequest, LlmRequest, MediaParts, PROMPT_FIELDS, PartEstimate, Prepared,
+    Provider, RequestMeta, RequestSizes, Standby,
 };
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome,

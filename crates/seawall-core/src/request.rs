@@ -122,6 +122,19 @@ pub trait LlmRequest {
         false
     }
 
+    /// [`prepare`](Self::prepare)s the request and reads what most layers read at the start of
+    /// `call`: its [`sizes`](Self::sizes) and whether it [streams](Self::is_streaming). The
+    /// default calls the three; an HTTP request reads them from its [`RequestMeta`] in one
+    /// look (three otherwise, each a lookup in the request's extensions).
+    fn prepared(&mut self) -> Prepared {
+        self.prepare();
+        Prepared {
+            sizes: self.sizes(),
+            streaming: self.is_streaming(),
+            provider: Provider::Unknown,
+        }
+    }
+
     /// Whether a retry after an outcome that may have been billed is acceptable.
     fn is_idempotent(&self) -> bool {
         false
@@ -259,6 +272,18 @@ impl Standby {
             }
         }
     }
+}
+
+/// What [`LlmRequest::prepared`] reads at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// [`LlmRequest::sizes`].
+    pub sizes: RequestSizes,
+    /// [`LlmRequest::is_streaming`].
+    pub streaming: bool,
+    /// The wire the request speaks, when it says ([`RequestMeta::provider`]); `Unknown` for
+    /// a request type that does not.
+    pub provider: Provider,
 }
 
 /// What [`LlmRequest::sizes`] reads: the sizes a request is priced and rate-limited by.
@@ -403,6 +428,41 @@ fn meta(req: &Request<Bytes>) -> Option<&RequestMeta> {
     req.extensions().get::<RequestMeta>()
 }
 
+impl RequestMeta {
+    /// [`LlmRequest::sizes`] of the request these facts are of.
+    fn sizes(&self) -> RequestSizes {
+        RequestSizes {
+            max_output_tokens: self.max_output_tokens,
+            estimated_input_tokens: self.estimated_input_tokens,
+            choices: self.choices.max(1),
+            media: self.media,
+        }
+    }
+
+    /// [`LlmRequest::prepared`] of the request these facts are of.
+    fn prepared(&self) -> Prepared {
+        Prepared {
+            sizes: self.sizes(),
+            streaming: self.stream,
+            provider: self.provider,
+        }
+    }
+}
+
+/// Keeps a request's parsed facts in its extensions (`prepare`'s work).
+fn insert_meta(req: &mut Request<Bytes>, m: RequestMeta) {
+    // The layers after this add a few values of their own (a call context, a queue time,
+    // ...): one table with room for them all.
+    crate::response::reserve_extensions(req.extensions_mut());
+    req.extensions_mut().insert(m);
+    // A timeout header becomes a deadline once, here, so every layer sees one instant.
+    if req.extensions().get::<Deadline>().is_none() {
+        if let Some(d) = Deadline::from_headers(req.headers()) {
+            req.extensions_mut().insert(d);
+        }
+    }
+}
+
 fn rewrite_body(req: &mut Request<Bytes>, field: &str, value: Value) -> Result<(), LlmError> {
     let mut body: Value = serde_json::from_slice(req.body()).map_err(|e| {
         LlmError::new(
@@ -436,18 +496,18 @@ fn rewrite_body(req: &mut Request<Bytes>, field: &str, value: Value) -> Result<(
 impl LlmRequest for Request<Bytes> {
     fn prepare(&mut self) {
         if meta(self).is_none() {
-            let m = RequestMeta::parse(self);
-            // The layers after this add a few values of their own (a call context, a queue
-            // time, ...): one table with room for them all.
-            crate::response::reserve_extensions(self.extensions_mut());
-            self.extensions_mut().insert(m);
-            // A timeout header becomes a deadline once, here, so every layer sees one instant.
-            if self.extensions().get::<Deadline>().is_none() {
-                if let Some(d) = Deadline::from_headers(self.headers()) {
-                    self.extensions_mut().insert(d);
-                }
-            }
+            insert_meta(self, RequestMeta::parse(self));
         }
+    }
+
+    fn prepared(&mut self) -> Prepared {
+        if let Some(m) = meta(self) {
+            return m.prepared();
+        }
+        let m = RequestMeta::parse(self);
+        let prepared = m.prepared();
+        insert_meta(self, m);
+        prepared
     }
 
     fn model(&self) -> Option<&str> {
@@ -476,18 +536,13 @@ impl LlmRequest for Request<Bytes> {
 
     fn sizes(&self) -> RequestSizes {
         // Without a parse, what the methods above say without one.
-        let Some(m) = meta(self) else {
-            return RequestSizes {
+        meta(self).map_or(
+            RequestSizes {
                 choices: 1,
                 ..RequestSizes::default()
-            };
-        };
-        RequestSizes {
-            max_output_tokens: m.max_output_tokens,
-            estimated_input_tokens: m.estimated_input_tokens,
-            choices: m.choices.max(1),
-            media: m.media,
-        }
+            },
+            RequestMeta::sizes,
+        )
     }
 
     fn is_streaming(&self) -> bool {
@@ -580,6 +635,66 @@ mod tests {
             .unwrap();
         r.prepare();
         r
+    }
+
+    #[test]
+    fn prepared_reads_in_one_look_what_prepare_and_the_three_accessors_read() {
+        let bodies = [
+            (
+                CHAT,
+                r#"{"model":"gpt-4o","max_tokens":50,"n":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                "https://api.anthropic.com/v1/messages",
+                r#"{"model":"claude","max_tokens":9,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AAAA"}}]}]}"#,
+            ),
+            ("https://example.com/v1/other", "not json"),
+        ];
+        for (uri, body) in bodies {
+            let raw = || {
+                Request::post(uri)
+                    .body(Bytes::from(body.to_owned()))
+                    .unwrap()
+            };
+            // Unprepared: `prepared` prepares it, as `prepare` does.
+            let mut fresh = raw();
+            let got = fresh.prepared();
+            let mut expected = raw();
+            expected.prepare();
+            let want = Prepared {
+                sizes: expected.sizes(),
+                streaming: expected.is_streaming(),
+                provider: meta(&expected).unwrap().provider,
+            };
+            assert_eq!(got, want, "{body}");
+            assert_eq!(meta(&fresh), meta(&expected), "{body}");
+            // Prepared already: the same facts, read again.
+            assert_eq!(fresh.prepared(), want, "{body}");
+        }
+        // A request type of the user's: the default reads its accessors, and knows no wire.
+        struct Ask;
+        impl LlmRequest for Ask {
+            fn model(&self) -> Option<&str> {
+                Some("m")
+            }
+            fn max_output_tokens(&self) -> Option<u32> {
+                Some(7)
+            }
+            fn estimated_input_tokens(&self) -> u32 {
+                5
+            }
+            fn is_streaming(&self) -> bool {
+                true
+            }
+            fn set_model(&mut self, _: &str) -> Result<(), LlmError> {
+                Ok(())
+            }
+        }
+        let got = Ask.prepared();
+        assert_eq!(
+            (got.sizes, got.streaming, got.provider),
+            (Ask.sizes(), true, Provider::Unknown)
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use seawall_core::{LlmRequest, PartEstimate, Usage, bound_key};
+use seawall_core::{LlmRequest, PartEstimate, RequestSizes, Usage, bound_key};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -59,7 +59,11 @@ impl Cost {
     /// ```
     pub fn of<R: LlmRequest + ?Sized>(req: &R, parts: &PartEstimate) -> Cost {
         // The sizes in one look, not one per method.
-        let sizes = req.sizes();
+        Cost::of_sizes(&req.sizes(), parts)
+    }
+
+    /// [`of`](Self::of), from the request's sizes already read.
+    pub(crate) fn of_sizes(sizes: &RequestSizes, parts: &PartEstimate) -> Cost {
         let input = sizes.input_tokens(parts);
         // Output without a maximum may be anything: charged as the most a request can ask
         // for, it waits for a full bucket and holds the key until its usage is known.

@@ -97,7 +97,7 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        req.prepare();
+        let sizes = req.prepared().sizes;
         LocalShared::rebind(&mut self.shared);
         let deadline = req.deadline();
         // A call already past its caller's deadline spends nothing, not even a permit.
@@ -105,7 +105,7 @@ where
             return ResponseFuture::refused(self.shared.expired(&d));
         }
         let lane = self.shared.lane_of(&mut req);
-        let cost = Cost::of(&req, &self.shared.parts);
+        let cost = Cost::of_sizes(&sizes, &self.shared.parts);
         let start = Instant::now();
         let key = self
             .shared

@@ -43,11 +43,10 @@ impl Guard {
     /// Checks `req` against its model's limits, and rewrites it as the policy says; an error
     /// is the refusal to send it.
     pub(crate) fn check(&self, req: &mut Request<Bytes>) -> Result<ContextAction, LlmError> {
-        req.prepare();
+        let asked = req.prepared().sizes.max_output_tokens;
         let Some(limits) = req.model().and_then(|m| self.windows.get(m)) else {
             return Ok(ContextAction::Skipped);
         };
-        let asked = req.max_output_tokens();
         let mut out = asked;
         if let (Some(o), Some(limit)) = (asked, limits.max_output()) {
             if o > limit {

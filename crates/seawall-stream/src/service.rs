@@ -72,13 +72,13 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        req.prepare();
+        let streaming = req.prepared().streaming;
         let start = tokio::time::Instant::now();
         let caller = req.deadline().map(|d| d.instant());
         let call = Call {
             start,
             config: self.config,
-            streaming: req.is_streaming(),
+            streaming,
             cx: req.call_context().cloned(),
             caller,
         };
