@@ -92,12 +92,6 @@ impl<S> Clone for Spare<S> {
     }
 }
 
-impl<S> Default for Spare<S> {
-    fn default() -> Self {
-        Spare::none()
-    }
-}
-
 impl<S> fmt::Debug for Spare<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Spare")
