@@ -95,6 +95,9 @@ usage: cargo run --release --example storm -- [options]
                     word for word, and seawall runs once more with a CacheLayer in its stack
   --no-resume       seawall runs once more without the ContinueLayer of its recommended stack:
                     what resuming streams cut after their first token buys
+  --restart-within N  seawall's ContinueLayer holds a stream's first N tokens back from the
+                    caller and asks a stream cut before them again from the start instead of
+                    resuming it (off by default, as in the recommended stack)
   --redis URL       the Redis of --replicas (default: start redis-server from the PATH on a
                     free loopback port, without persistence, and stop it at the end)
   -h, --help        this text";
@@ -111,6 +114,7 @@ struct Args {
     redis: Option<String>,
     repeat: f64,
     resume: bool,
+    restart_within: u32,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -131,6 +135,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
         redis: None,
         repeat: 0.0,
         resume: false,
+        restart_within: 0,
     };
     let mut it = argv.into_iter().skip(1);
     while let Some(arg) = it.next() {
@@ -163,6 +168,12 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
             }
             "--redis" => args.redis = Some(value("--redis")?),
             "--no-resume" => args.resume = true,
+            "--restart-within" => {
+                let v = value("--restart-within")?;
+                args.restart_within = number("--restart-within", v)?
+                    .try_into()
+                    .map_err(|_| "--restart-within is too large".to_owned())?;
+            }
             "--repeat" => {
                 let v = value("--repeat")?;
                 args.repeat = v
@@ -187,6 +198,12 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
     if args.resume && args.replicas.is_some() {
         return Err(
             "--no-resume is for the single-process run; it does not combine with --replicas".into(),
+        );
+    }
+    if args.restart_within > 0 && args.replicas.is_some() {
+        return Err(
+            "--restart-within is for the single-process run; it does not combine with --replicas"
+                .into(),
         );
     }
     if args.incident != Incident::Storm && args.replicas.is_some() {
@@ -268,6 +285,7 @@ fn run(args: &Args) -> Result<usize, String> {
     // provider against a bulkhead per provider).
     let mut setup = SeawallSetup {
         concurrency: scenario.clients,
+        restart_within: args.restart_within,
         ..SeawallSetup::in_process()
     };
 
@@ -385,6 +403,8 @@ fn run(args: &Args) -> Result<usize, String> {
     println!();
     println!("why calls failed (final error class)");
     print!("{}", report::failures(&shown));
+    println!("\ntime to the caller's first token (answered calls)");
+    print!("{}", report::first_tokens(&shown));
     println!("\nwhat the providers saw");
     for r in &runs {
         for note in &r.notes {
@@ -575,7 +595,12 @@ pub(crate) async fn ask_one(
     req.prepare();
     let input = req.estimated_input_tokens();
     req.extensions_mut().insert(CallId(id));
-    ask(req).await.map(|output| Delivered { input, output })
+    let start = tokio::time::Instant::now();
+    ask(req).await.map(|read| Delivered {
+        input,
+        output: read.tokens,
+        first_token: read.first_token.map(|t| t - start),
+    })
 }
 
 fn server_errors(s: &Stats) -> u64 {
@@ -763,6 +788,7 @@ mod tests {
                 Ok(Delivered {
                     input: 100,
                     output: 100,
+                    first_token: None,
                 }),
             ),
             (Duration::from_secs(1), Err("stream_interrupted")),
@@ -786,5 +812,9 @@ mod tests {
         assert!(a.check);
         let e = args(&["--scenario", "flood"]).err().unwrap();
         assert!(e.contains("storm, outage"), "{e}");
+        assert_eq!(args(&[]).unwrap().unwrap().restart_within, 0);
+        let a = args(&["--restart-within", "22"]).unwrap().unwrap();
+        assert_eq!(a.restart_within, 22);
+        assert!(args(&["--restart-within", "many"]).is_err());
     }
 }

@@ -42,9 +42,17 @@ use crate::scenario::{
     BACKUP_MODEL, CONTEXT_WINDOW, LARGE_MODEL, PRICE_IN, PRICE_OUT, PRIMARY_MODEL, Scenario,
 };
 
-/// How a policy's call ended: the content tokens of the whole answer when it arrived, else
-/// why not.
-pub(crate) type Reading = Result<u32, &'static str>;
+/// How a policy's call ended: the whole answer as the caller read it, else why not.
+pub(crate) type Reading = Result<Read, &'static str>;
+
+/// A whole answer as the caller read it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Read {
+    /// Its content tokens.
+    pub(crate) tokens: u32,
+    /// When the caller read its first content.
+    pub(crate) first_token: Option<tokio::time::Instant>,
+}
 
 /// How a logical call ended: the answer delivered whole, else why not.
 pub(crate) type Outcome = Result<Delivered, &'static str>;
@@ -56,6 +64,8 @@ pub(crate) type Outcome = Result<Delivered, &'static str>;
 pub(crate) struct Delivered {
     pub(crate) input: u32,
     pub(crate) output: u32,
+    /// From the call's start to the first content the caller read.
+    pub(crate) first_token: Option<Duration>,
 }
 
 /// Content tokens in a piece of a stream: the words of the text its deltas carry (each token
@@ -150,7 +160,8 @@ impl Policy {
                 "models' windows) > retry > cost budget (the run's limit) > breaker > gate (a",
                 "permit per client, the providers' RPM/TPM in buckets of a minute's worth, as",
                 "theirs are) > stream timeouts (idle 10 s) > classify; every other setting at its",
-                "default (first token 60 s)",
+                "default (first token 60 s; with --restart-within N, the continuation holds a",
+                "stream's first N tokens back and asks a stream cut before them again)",
             ],
         }
     }
@@ -195,18 +206,25 @@ where
     B::Error: Into<BoxError>,
 {
     let mut body = pin!(body);
-    let mut tokens = 0;
+    let mut read = Read {
+        tokens: 0,
+        first_token: None,
+    };
     while let Some(frame) = body.frame().await {
         match frame {
             Ok(frame) => {
                 if let Some(data) = frame.data_ref() {
-                    tokens += content_tokens(data);
+                    let tokens = content_tokens(data);
+                    if tokens > 0 && read.first_token.is_none() {
+                        read.first_token = Some(tokio::time::Instant::now());
+                    }
+                    read.tokens += tokens;
                 }
             }
             Err(e) => return Err(class_of(e.into())),
         }
     }
-    Ok(tokens)
+    Ok(read)
 }
 
 fn class_of(e: BoxError) -> &'static str {
@@ -244,15 +262,13 @@ where
     B::Error: Into<BoxError>,
 {
     async move |req: Request<Bytes>| {
-        let mut last = Ok(0);
-        for attempt in 0..4 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            last = once(classified.clone(), req.clone()).await;
+        let mut last = once(classified.clone(), req.clone()).await;
+        for _ in 1..4 {
             if last.is_ok() {
                 break;
             }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            last = once(classified.clone(), req.clone()).await;
         }
         last
     }
@@ -631,6 +647,9 @@ pub(crate) struct SeawallSetup {
     /// Whether a `ContinueLayer` sits just outside fallback, as in the recommended stack: cut
     /// streams resumed (off for `--no-resume`'s extra run).
     pub(crate) resume: bool,
+    /// Tokens of a stream that layer holds back, to ask a stream cut before them again
+    /// (`--restart-within`; 0, the default, holds nothing).
+    pub(crate) restart_within: u32,
 }
 
 impl SeawallSetup {
@@ -647,6 +666,7 @@ impl SeawallSetup {
             gate_rates: true,
             cache: false,
             resume: true,
+            restart_within: 0,
         }
     }
 }
@@ -768,9 +788,13 @@ where
     });
     // With resumption, the same: the continuation's body and the stack's boxed to one.
     let resume = setup.resume.then(|| {
+        let layer = ContinueLayer::builder()
+            .restart_within(setup.restart_within)
+            .build()
+            .expect("valid settings");
         ServiceBuilder::new()
             .map_response(box_response)
-            .layer(ContinueLayer::new())
+            .layer(layer)
             .into_inner()
     });
     let svc = ServiceBuilder::new()
@@ -912,7 +936,7 @@ mod tests {
             }),
             7,
         );
-        assert_eq!(router(ask()).await, Ok(5));
+        assert_eq!(router(ask()).await.map(|r| r.tokens), Ok(5));
     }
 
     #[tokio::test(start_paused = true)]
@@ -928,7 +952,7 @@ mod tests {
             }),
             7,
         );
-        assert_eq!(router(ask()).await, Err("server_error"));
+        assert_eq!(router(ask()).await.map(|r| r.tokens), Err("server_error"));
         // Every group too small: the larger model's own error ends it, no loop.
         let router = litellm(
             groups(|_| {
@@ -937,7 +961,10 @@ mod tests {
             }),
             7,
         );
-        assert_eq!(router(ask()).await, Err("context_length_exceeded"));
+        assert_eq!(
+            router(ask()).await.map(|r| r.tokens),
+            Err("context_length_exceeded")
+        );
     }
 
     #[test]

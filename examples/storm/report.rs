@@ -47,6 +47,8 @@ pub(crate) struct Row {
     pub(crate) wasted_per_answer: f64,
     pub(crate) overrun: f64,
     pub(crate) failures: BTreeMap<&'static str, usize>,
+    /// Time to the first content the caller read, P50 and P95 over the answered calls.
+    pub(crate) first_token: [Option<Duration>; 2],
 }
 
 impl Row {
@@ -62,6 +64,16 @@ impl Row {
         let pct = |q: f64| {
             let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
             ok.get(rank - 1).copied()
+        };
+        let mut first: Vec<Duration> = r
+            .calls
+            .iter()
+            .filter_map(|(_, o)| o.ok()?.first_token)
+            .collect();
+        first.sort_unstable();
+        let first_pct = |q: f64| {
+            let rank = (q * first.len() as f64).ceil() as usize;
+            first.get(rank.max(1) - 1).copied()
         };
         let mut failures = BTreeMap::new();
         for (_, o) in &r.calls {
@@ -89,6 +101,7 @@ impl Row {
             },
             overrun: (r.spend - limit).max(0.0),
             failures,
+            first_token: [first_pct(0.50), first_pct(0.95)],
         }
     }
 }
@@ -205,6 +218,22 @@ pub(crate) fn failures(rows: &[Row]) -> String {
             .map(|(why, n)| format!("{why} {n}"))
             .collect();
         let _ = writeln!(s, "  {:<20} {}", r.label, list.join(", "));
+    }
+    s
+}
+
+/// The time to the caller's first token, per row: what holding a stream's first tokens back
+/// costs is seen here, not in the answers' latency.
+pub(crate) fn first_tokens(rows: &[Row]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "  {:<20} P50 {}, P95 {}",
+            r.label,
+            secs(r.first_token[0]),
+            secs(r.first_token[1])
+        );
     }
     s
 }
@@ -449,7 +478,8 @@ mod tests {
                 Duration::from_secs(secs),
                 Ok(Delivered {
                     input: 1,
-                    output: 1
+                    output: 1,
+                    first_token: None,
                 })
             );
             answers
@@ -464,6 +494,35 @@ mod tests {
             notes: Vec::new(),
         };
         Row::new(&run, 10.0)
+    }
+
+    #[test]
+    fn the_first_token_figures_are_over_the_answered_calls() {
+        let answered = |ms: u64| {
+            (
+                Duration::from_secs(9),
+                Ok(Delivered {
+                    input: 1,
+                    output: 1,
+                    first_token: Some(Duration::from_millis(ms)),
+                }),
+            )
+        };
+        // 20 answers whose first tokens came after 1..=20 ms, and 80 failed calls.
+        let mut calls: Vec<_> = (1..=20).rev().map(answered).collect();
+        calls.resize(100, (Duration::from_secs(1), Err("overloaded")));
+        let run = RunResult {
+            label: "r".to_owned(),
+            calls,
+            upstream_calls: 100,
+            spend: 1.0,
+            wasted: 0.0,
+            notes: Vec::new(),
+        };
+        let r = Row::new(&run, 10.0);
+        let ms = |v: u64| Some(Duration::from_millis(v));
+        assert_eq!(r.first_token, [ms(10), ms(19)]);
+        assert!(first_tokens(&[r]).contains("P50 0.01 s, P95 0.02 s"));
     }
 
     #[test]

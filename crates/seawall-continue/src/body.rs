@@ -18,6 +18,9 @@
 //!   `content_block_start`) are dropped, its text deltas (trimmed, see [`Trim`]) are sent in
 //!   the first attempt's shape (its id and model, its block index), and its closing events
 //!   carry the usage of all attempts summed;
+//! - while the layer holds a stream's first tokens back (`restart_within`), the frames wait in
+//!   the queue for the caller; a `StreamInterrupted` cut then drops them and sends the
+//!   original request again, whose stream is read as a first attempt's;
 //! - a follow-up that cannot be made or fails before its first content: the caller gets what
 //!   it would have got without the layer: the held error events and the original error, or,
 //!   after `length`, the finish, usage and finish marker.
@@ -171,6 +174,10 @@ where
     }
 }
 
+/// The most a held stream's body may send before it is let through, whatever it holds: a
+/// stream of keep-alives or events without text is not held without bound.
+const HOLD_MAX_BYTES: usize = 64 << 10;
+
 enum State<F, B> {
     Body(Pin<Box<B>>),
     Ready(Option<Box<Request<Bytes>>>),
@@ -208,10 +215,18 @@ pub(crate) struct Splice<S, F, B: Body> {
     text: String,
     /// The answer holds output a follow-up cannot carry (or too much text to keep).
     unsupported: bool,
-    /// 0 for the first attempt.
+    /// 0 for the first attempt (and for a restart, which is a first attempt again).
     attempt: u32,
     continuations: u32,
     resumed: u32,
+    restarts: u32,
+    /// The frames in `out` are held back from the caller: nothing has reached it yet, and a
+    /// cut now is restarted (see [`ContinueBuilder::restart_within`]).
+    ///
+    /// [`ContinueBuilder::restart_within`]: crate::ContinueBuilder::restart_within
+    holding: bool,
+    /// Bytes this attempt's body sent while held.
+    held_bytes: usize,
     trim: Trim,
     head: OpenAiHead,
     /// Anthropic: the index of the text block the answer flows into.
@@ -252,6 +267,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
         report: Arc<BodyReport>,
         body: B,
     ) -> Self {
+        let holding = config.restart_within > 0 && config.resume && config.max_continuations > 0;
         Splice {
             svc,
             template,
@@ -270,6 +286,9 @@ impl<S, F, B: Body> Splice<S, F, B> {
             attempt: 0,
             continuations: 0,
             resumed: 0,
+            restarts: 0,
+            holding,
+            held_bytes: 0,
             trim: Trim::None,
             head: OpenAiHead::default(),
             block: 0,
@@ -298,10 +317,23 @@ impl<S, F, B: Body> Splice<S, F, B> {
     }
 
     fn can_follow_up(&self, allowed: bool) -> bool {
-        allowed
+        allowed && !self.unsupported && !self.text.is_empty() && self.below_bound()
+    }
+
+    /// Another request may be made for this call.
+    fn below_bound(&self) -> bool {
+        self.continuations + self.resumed + self.restarts < self.config.max_continuations
+    }
+
+    /// After this attempt's body sent `bytes` more while held: its frames are let through once
+    /// its text reaches the layer's tokens (4 bytes a token), when its answer is one the layer
+    /// cannot continue anyway, or past [`HOLD_MAX_BYTES`].
+    fn release_if_due(&mut self, bytes: usize) {
+        self.held_bytes = self.held_bytes.saturating_add(bytes);
+        let tokens = self.text.len().div_ceil(4) as u64;
+        self.holding = tokens < u64::from(self.config.restart_within)
             && !self.unsupported
-            && !self.text.is_empty()
-            && self.continuations + self.resumed < self.config.max_continuations
+            && self.held_bytes <= HOLD_MAX_BYTES;
     }
 
     /// The usage of every attempt so far, this one included.
@@ -593,6 +625,10 @@ impl<S, F, B: Body> Splice<S, F, B> {
             }
             return;
         }
+        if class == Some(FailureClass::StreamInterrupted) && self.holding && self.below_bound() {
+            self.restart(err);
+            return;
+        }
         if class == Some(FailureClass::StreamInterrupted) && self.can_follow_up(self.config.resume)
         {
             let t = self.trim.flush();
@@ -627,13 +663,9 @@ impl<S, F, B: Body> Splice<S, F, B> {
         if let Some(u) = used {
             usage::add(self.usage_sum.get_or_insert(Value::Null), &u);
         }
-        self.framer = Framer::default();
-        self.decoder = SseDecoder::default();
-        self.decoder_clean = false;
-        self.hold_rest = false;
-        self.after_error = false;
-        self.pending_stop = None;
-        self.attempt_deltas = 0;
+        self.next_attempt();
+        // What this attempt sent goes to the caller now, if it was held (a length finish).
+        self.holding = false;
         let Some((req, trim)) = self
             .template
             .follow_up(&self.text, &self.config.instruction)
@@ -664,6 +696,57 @@ impl<S, F, B: Body> Splice<S, F, B> {
         self.trim = trim;
         self.attempt += 1;
         self.state = State::Ready(Some(Box::new(req)));
+    }
+
+    /// Reads the next attempt's body from its start.
+    fn next_attempt(&mut self) {
+        self.framer = Framer::default();
+        self.decoder = SseDecoder::default();
+        self.decoder_clean = false;
+        self.hold_rest = false;
+        self.after_error = false;
+        self.pending_stop = None;
+        self.attempt_deltas = 0;
+    }
+
+    /// The stream was cut while nothing of it had reached the caller: what it sent is dropped
+    /// and the original request is sent again, its answer read as a first attempt's.
+    fn restart(&mut self, err: B::Error) {
+        let used = usage::estimate(
+            self.wire(),
+            self.attempt_usage.take(),
+            self.template.estimated_input,
+            self.attempt_deltas,
+        );
+        usage::add(self.usage_sum.get_or_insert(Value::Null), &used);
+        self.next_attempt();
+        self.out.clear();
+        self.held_errors.clear();
+        self.held_bytes = 0;
+        self.text.clear();
+        self.unsupported = false;
+        self.attempt = 0;
+        self.trim = Trim::None;
+        self.head = OpenAiHead::default();
+        self.memo = Memo::default();
+        self.block = 0;
+        self.usage_chunks = false;
+        self.finish_word = None;
+        self.stop_sequence = Value::Null;
+        // Given back if the restart fails before it sends anything.
+        self.error = Some(err);
+        self.restarts += 1;
+        // The new attempt's own time to the first token stands.
+        self.first_token = None;
+        if let Some(cx) = &self.context {
+            cx.update(|f| f.restarts += 1);
+        }
+        tracing::debug!(
+            target: "seawall::continue",
+            restarts = self.restarts,
+            "stream cut before the caller had any of it: asked again"
+        );
+        self.state = State::Ready(Some(Box::new(self.template.original())));
     }
 
     /// A follow-up could not be made or failed before any content: the caller gets what it
@@ -710,6 +793,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
     /// The stream is over: the report gets the whole answer's facts.
     fn done(&mut self, complete: bool) {
         self.state = State::Done;
+        self.holding = false;
         let total = self.total_usage();
         if let Some(u) = usage::to_core(&total) {
             self.report.set_usage(u);
@@ -760,8 +844,10 @@ where
 {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         loop {
-            if let Some(frame) = self.out.pop_front() {
-                return Poll::Ready(Some(Ok(Frame::data(frame))));
+            if !self.holding {
+                if let Some(frame) = self.out.pop_front() {
+                    return Poll::Ready(Some(Ok(Frame::data(frame))));
+                }
             }
             if let Some(err) = self.failed.take() {
                 return Poll::Ready(Some(Err(err)));
@@ -775,6 +861,9 @@ where
                             let mut framer = std::mem::take(&mut self.framer);
                             framer.push(&data, |piece| self.piece(piece));
                             self.framer = framer;
+                            if self.holding {
+                                self.release_if_due(data.len());
+                            }
                         }
                     }
                     Some(Err(e)) => self.failed(e),

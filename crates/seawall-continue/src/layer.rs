@@ -57,6 +57,7 @@ pub(crate) struct Config {
     pub(crate) max_continuations: u32,
     pub(crate) on_length: bool,
     pub(crate) resume: bool,
+    pub(crate) restart_within: u32,
     pub(crate) openai_style: ContinuationStyle,
     pub(crate) instruction: Arc<str>,
     pub(crate) max_text_bytes: usize,
@@ -138,6 +139,7 @@ pub struct ContinueBuilder {
     max_continuations: u32,
     on_length: bool,
     resume: bool,
+    restart_within: u32,
     openai_style: ContinuationStyle,
     instruction: Arc<str>,
     max_text_bytes: usize,
@@ -150,6 +152,7 @@ impl Default for ContinueBuilder {
             max_continuations: DEFAULT_MAX_CONTINUATIONS,
             on_length: true,
             resume: true,
+            restart_within: 0,
             openai_style: ContinuationStyle::Instruction,
             instruction: Arc::from(DEFAULT_INSTRUCTION),
             max_text_bytes: 1 << 20,
@@ -177,6 +180,32 @@ impl ContinueBuilder {
     /// resumed (default on). Off, the caller gets the error, as without the layer.
     pub fn resume(mut self, yes: bool) -> Self {
         self.resume = yes;
+        self
+    }
+
+    /// Holds a stream's first `tokens` tokens of text back from the caller (default 0: none),
+    /// so that a stream cut before they all came is **asked again from the start** rather
+    /// than resumed: nothing of it reached the caller, so nothing can be duplicated.
+    ///
+    /// Why: a resumption pays for a follow-up's prompt, which carries the prompt again, the
+    /// text so far and the turns that ask to go on (about 40 tokens with the default
+    /// [`Instruction`](ContinuationStyle::Instruction) style, fewer with a prefill); a restart
+    /// pays for the cut attempt's text again, as output. With output priced `r` times input,
+    /// a restart is the cheaper for a stream cut within about `40 / (r - 1)` tokens: 13 at
+    /// `r` = 4. What it costs: the caller's first token comes when the stream has sent
+    /// `tokens` tokens (or finished), not at its first, about `tokens` times the model's time
+    /// per token later. Set it where spend matters more than the time to the first token.
+    ///
+    /// Tokens are estimated from the text's bytes (4 a token, as seawall estimates a prompt).
+    /// The stream is let through at once when its answer is one the layer cannot continue (a
+    /// tool call, a thinking block), and after 64 KiB held whatever it holds. Restarts count
+    /// against [`max_continuations`](Self::max_continuations) with the follow-ups, and in
+    /// the call record's `restarts`; they need [`resume`](Self::resume) on. The report of the
+    /// answer (usage, in the call record) counts every attempt; the caller's stream is the
+    /// restarted attempt's, its usage that attempt's own. The record's time to the first
+    /// token stays the upstream's (from the final attempt's start), the time held not in it.
+    pub fn restart_within(mut self, tokens: u32) -> Self {
+        self.restart_within = tokens;
         self
     }
 
@@ -225,6 +254,7 @@ impl ContinueBuilder {
                 max_continuations: self.max_continuations,
                 on_length: self.on_length,
                 resume: self.resume,
+                restart_within: self.restart_within,
                 openai_style: self.openai_style,
                 instruction: self.instruction,
                 max_text_bytes: self.max_text_bytes,

@@ -39,9 +39,21 @@
 //!   follow-up fails before its first content, the caller gets the `StreamInterrupted` error
 //!   unchanged.
 //!
+//! # A cut before the caller saw anything: asked again ([`restart_within`](ContinueBuilder::restart_within))
+//!
+//! A resumption is not free: its prompt carries the prompt again, the text so far and the
+//! turns that ask to go on. For a stream cut within its first dozen tokens or so, sending the
+//! original request again costs less, but only if the caller has none of the cut stream yet.
+//! With `restart_within(n)` the layer holds a stream's events back until its text reaches
+//! `n` tokens (or the answer ends, or it is one the layer cannot continue): a cut before that
+//! drops what was held and sends the original request again, whose stream the caller then
+//! gets from its start, and a cut after it is resumed as above. The layer moves the commit
+//! point, as the caller sees it, `n` tokens later, and the caller's first token with it. Off
+//! by default.
+//!
 //! Up to [`max_continuations`](ContinueBuilder::max_continuations) follow-ups per call
-//! (3 by default), continuations and resumptions together. The call record counts them:
-//! [`CallFacts::continuations`](seawall_core::CallFacts) and `resumed`.
+//! (3 by default), continuations, resumptions and restarts together. The call record counts
+//! them: [`CallFacts::continuations`](seawall_core::CallFacts), `resumed` and `restarts`.
 //!
 //! # Where it goes
 //!

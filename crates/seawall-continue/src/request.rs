@@ -76,6 +76,11 @@ impl Template {
         }
     }
 
+    /// The original request again, for a restart.
+    pub(crate) fn original(&self) -> Request<Bytes> {
+        self.kept.get()
+    }
+
     /// The follow-up request for `partial` (the answer's text so far), and how to trim the
     /// start of its answer; `None` when the original body cannot carry one (not a JSON
     /// object with `messages`, or nothing left to prefill).

@@ -482,3 +482,115 @@ async fn the_service_is_cloned_only_for_calls_that_are_followed_up() {
     );
     assert_eq!(clones.count(), 0);
 }
+
+/// A layer that holds a stream's first `tokens` tokens back.
+fn restarting(tokens: u32) -> ContinueLayer {
+    ContinueLayer::builder()
+        .restart_within(tokens)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_while_its_first_tokens_are_held_is_asked_again_from_the_start() {
+    let error_event = profile().mid_stream_errors(1.0, Count::fixed(4));
+    for (anthropic_wire, cut, cut_at) in [
+        (false, cutting(5), 5),
+        (true, cutting(5), 5),
+        (false, error_event, 4),
+    ] {
+        let whole = uncut(profile(), anthropic_wire).await;
+        let up = Up::new(cut, profile());
+        let (svc, records) = stack(&up, restarting(100));
+        let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
+        let (sse, err) = drain(resp.into_body()).await;
+        assert!(err.is_none(), "{err:?}");
+        // Only the second attempt's stream: its opening once, its text whole, no error event.
+        assert_eq!(streamed_text(&sse), whole, "{sse}");
+        let (opening, done) = if anthropic_wire {
+            ("message_start", "message_stop")
+        } else {
+            ("\"role\":\"assistant\"", "[DONE]")
+        };
+        assert_eq!((count(&sse, opening), count(&sse, done)), (1, 1), "{sse}");
+        assert_eq!(count(&sse, "error"), 0, "{sse}");
+        // The same request again, not a follow-up carrying a partial answer.
+        assert_eq!(up.calls(), 2);
+        assert_eq!(up.request(1), up.request(0));
+        let records = records.lock().unwrap();
+        assert_eq!(
+            (records[0].restarts, records[0].resumed, records[0].attempts),
+            (1, 0, 2)
+        );
+        // The record counts both attempts' output; the caller's stream says its own.
+        let usage = records[0].usage.unwrap();
+        assert_eq!(usage.output_tokens, 16 + cut_at, "{usage:?}");
+        assert_eq!(records[0].outcome, seawall_observe::CallOutcome::Success);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_after_its_held_tokens_went_through_is_resumed() {
+    let whole = uncut(profile(), false).await;
+    let up = Up::new(cutting(5), profile());
+    // Five words are more than two tokens: let through, so the cut is resumed.
+    let (svc, records) = stack(&up, restarting(2));
+    let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(streamed_text(&sse), whole, "{sse}");
+    assert_ne!(up.request(1), up.request(0));
+    assert_eq!(up.request(1)["messages"][1]["role"], "assistant");
+    let records = records.lock().unwrap();
+    assert_eq!((records[0].restarts, records[0].resumed), (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_caller_gets_a_held_stream_once_its_first_tokens_came() {
+    // Ten milliseconds between words: what reaches the caller at the instant of its first
+    // frame is everything the layer held until then.
+    let slow = || {
+        profile().per_token_latency(seawall_mock::Delay::fixed(
+            std::time::Duration::from_millis(10),
+        ))
+    };
+    for (tokens, at_least, below) in [(0, 0, 8), (12, 48, usize::MAX)] {
+        let up = Up::single(slow());
+        let layer = ContinueLayer::builder()
+            .restart_within(tokens)
+            .build()
+            .unwrap();
+        let (svc, _) = stack(&up, layer);
+        let mut body = svc.oneshot(openai(true, 100)).await.unwrap().into_body();
+        let mut first_at = None;
+        let mut at_once = String::new();
+        while let Some(frame) = body.frame().await {
+            let now = tokio::time::Instant::now();
+            let frame = frame.unwrap().into_data().unwrap();
+            if *first_at.get_or_insert(now) == now {
+                at_once.push_str(&streamed_text(std::str::from_utf8(&frame).unwrap()));
+            }
+        }
+        assert!(
+            (at_once.len() >= at_least) && (at_once.len() < below),
+            "holding {tokens}: {at_once:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn restarts_count_against_the_bound_and_the_last_cut_reaches_the_caller_whole() {
+    let up = Up::single(cutting(3));
+    let layer = ContinueLayer::builder()
+        .restart_within(100)
+        .max_continuations(2)
+        .build()
+        .unwrap();
+    let (svc, records) = stack(&up, layer);
+    let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+    assert_eq!(up.calls(), 3);
+    // The third attempt's three words, let through with its cut: nothing of the first two.
+    assert_eq!(streamed_text(&sse).split(' ').count(), 3, "{sse}");
+    assert_eq!(count(&sse, "\"role\":\"assistant\""), 1, "{sse}");
+    assert_eq!(records.lock().unwrap()[0].restarts, 2);
+}

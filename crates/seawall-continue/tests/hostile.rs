@@ -143,18 +143,22 @@ proptest! {
         chunks in chunks(),
         anthropic in any::<bool>(),
         cut in any::<bool>(),
+        restart in any::<bool>(),
     ) {
         let profile = Profile::default().seed(5).output_tokens(Count::fixed(16));
         let profile = if cut { profile.cut_streams(1.0, Count::fixed(4), true) } else { profile };
         let up = Hostile { mock: MockUpstream::new(profile), chunks, stream: true, calls: Arc::default() };
-        let svc = ContinueLayer::new().layer(ClassifyLayer::new().layer(up.clone()));
+        let layer = ContinueLayer::builder().restart_within(if restart { 100 } else { 0 }).build().unwrap();
+        let svc = layer.layer(ClassifyLayer::new().layer(up.clone()));
         let max = if cut { 100 } else { 6 };
-        let (text, _err) = paused_runtime().block_on(async move {
+        let (text, err) = paused_runtime().block_on(async move {
             let resp = svc.oneshot(request(anthropic, true, max)).await.unwrap();
             drain(resp.into_body()).await
         });
         prop_assert!(up.calls.load(Ordering::SeqCst) <= 4);
-        prop_assert!(!text.is_empty());
+        // What the first attempt sent reaches the caller, unless it was held and asked again:
+        // then the caller has the second attempt's stream, or the cut.
+        prop_assert!(!text.is_empty() || (restart && err.is_some()));
     }
 
     /// A non-streamed answer cut by `length` and followed by hostile follow-ups.
@@ -175,5 +179,74 @@ proptest! {
         // The first answer (at least) comes back, as JSON.
         let bytes = result.expect("the first answer is never lost");
         prop_assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok());
+    }
+}
+
+/// Every call answered with the same stream, which ends without its finish marker; the
+/// requests' bodies kept.
+#[derive(Clone)]
+struct Always {
+    chunks: Vec<&'static str>,
+    seen: Arc<std::sync::Mutex<Vec<Bytes>>>,
+}
+
+impl Service<Request<Bytes>> for Always {
+    type Response = Response<Chunks>;
+    type Error = LlmError;
+    type Future = std::future::Ready<Result<Response<Chunks>, LlmError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+        self.seen.lock().unwrap().push(req.into_body());
+        let body = Chunks(self.chunks.iter().map(|c| Bytes::from(*c)).collect());
+        std::future::ready(Ok(Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(body)
+            .unwrap()))
+    }
+}
+
+/// A stream the layer would hold forever is let through: past 64 KiB held, or as soon as its
+/// answer is a tool call (which the layer cannot continue). Let through, its cut is not
+/// asked again from the start: resumed (the text), or the caller's (the tool call).
+#[test]
+fn a_held_stream_is_let_through_when_it_holds_too_much_or_cannot_be_continued() {
+    let role =
+        "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+    let word =
+        "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    let tool = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}}]}\n\n";
+    let keep_alives: Vec<&str> = [role, word]
+        .into_iter()
+        .chain(std::iter::repeat_n(": keep-alive\n\n", 5_000))
+        .collect();
+    for (chunks, sent) in [
+        (keep_alives, ": keep-alive"),
+        (vec![role, tool], "tool_calls"),
+    ] {
+        let up = Always {
+            chunks,
+            seen: Arc::default(),
+        };
+        let layer = ContinueLayer::builder()
+            .restart_within(100)
+            .build()
+            .unwrap();
+        let svc = layer.layer(ClassifyLayer::new().layer(up.clone()));
+        let (text, err) = paused_runtime().block_on(async move {
+            let resp = svc.oneshot(request(false, true, 100)).await.unwrap();
+            drain(resp.into_body()).await
+        });
+        assert!(err.is_some(), "every attempt is cut");
+        assert!(text.contains(sent), "{}", &text[..text.len().min(200)]);
+        let seen = up.seen.lock().unwrap();
+        assert!(
+            seen[1..].iter().all(|follow_up| *follow_up != seen[0]),
+            "restarted"
+        );
+        assert_eq!(seen.len(), if sent == "tool_calls" { 1 } else { 4 });
     }
 }

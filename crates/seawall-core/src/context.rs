@@ -168,6 +168,9 @@ pub struct CallFacts {
     pub continuations: u32,
     /// Follow-up requests that resumed a stream cut after its first token.
     pub resumed: u32,
+    /// Streams cut while a continuation layer still held their first tokens back, asked again
+    /// from the start (nothing of them had reached the caller).
+    pub restarts: u32,
 }
 
 /// Contexts each thread keeps for reuse (a few: the calls finishing on it between two new ones).

@@ -92,7 +92,7 @@ impl Pending {
         } else {
             // Without a retry layer to count them, each repair turn and each follow-up of a
             // continuation layer is one more call.
-            1 + facts.repairs + facts.continuations + facts.resumed
+            1 + facts.repairs + facts.continuations + facts.resumed + facts.restarts
         };
         let record = CallRecord {
             request_id: head.request_id,
@@ -123,6 +123,7 @@ impl Pending {
             context_guard: facts.context_guard,
             continuations: facts.continuations,
             resumed: facts.resumed,
+            restarts: facts.restarts,
         };
         fill_span(&self.span, &record);
         self.recorder.record(&record);

@@ -87,6 +87,9 @@ pub struct CallRecord {
     pub continuations: u32,
     /// Follow-up requests that resumed a stream cut after its first token.
     pub resumed: u32,
+    /// Streams cut before the continuation layer let their first tokens through, asked again
+    /// from the start.
+    pub restarts: u32,
 }
 
 impl CallRecord {
@@ -238,5 +241,6 @@ pub(crate) fn success() -> CallRecord {
         context_guard: None,
         continuations: 0,
         resumed: 0,
+        restarts: 0,
     }
 }
