@@ -114,10 +114,11 @@ async fn each_style_asks_the_way_its_upstream_understands() {
 
 #[tokio::test(start_paused = true)]
 async fn a_streamed_length_cut_answer_continues_in_the_same_stream() {
-    for anthropic_wire in [false, true] {
+    // The same with the first tokens held: a length finish while held is continued.
+    for (anthropic_wire, held) in [(false, 0), (true, 0), (false, 100), (true, 100)] {
         let whole = uncut(profile(), anthropic_wire).await;
         let up = Up::single(profile());
-        let (svc, records) = stack(&up, ContinueLayer::new());
+        let (svc, records) = stack(&up, restarting(held));
         let resp = svc.oneshot(ask(anthropic_wire, true, 6)).await.unwrap();
         let (sse, err) = drain(resp.into_body()).await;
         assert!(err.is_none(), "{err:?}");
