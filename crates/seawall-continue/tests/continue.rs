@@ -203,20 +203,34 @@ async fn several_cuts_are_resumed_up_to_the_bound_then_the_cut_is_the_callers() 
     assert_eq!(records.lock().unwrap()[0].resumed, 4);
     assert_eq!(up.calls(), 5);
 
-    // Every stream is cut: after two resumptions the third cut is the caller's.
-    let up = Up::single(cutting(3));
-    let layer = ContinueLayer::builder()
-        .max_continuations(2)
-        .openai_style(ContinuationStyle::Prefix)
-        .build()
-        .unwrap();
-    let (svc, records) = stack(&up, layer);
-    let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
-    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
-    assert_eq!(up.calls(), 3);
-    assert_eq!(streamed_text(&sse).split(' ').count(), 9);
-    assert!(whole.starts_with(&streamed_text(&sse)));
-    assert_eq!(records.lock().unwrap()[0].resumed, 2);
+    // Every stream is cut: after two resumptions the third cut is the caller's. With the first
+    // tokens held, restarts count against the same bound, and the caller gets the third
+    // attempt's three words with its cut, nothing of the first two.
+    for held in [0, 100] {
+        let up = Up::single(cutting(3));
+        let layer = ContinueLayer::builder()
+            .max_continuations(2)
+            .openai_style(ContinuationStyle::Prefix)
+            .restart_within(held)
+            .build()
+            .unwrap();
+        let (svc, records) = stack(&up, layer);
+        let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
+        assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
+        assert_eq!(up.calls(), 3);
+        let words = if held == 0 { 9 } else { 3 };
+        assert_eq!(streamed_text(&sse).split(' ').count(), words, "{sse}");
+        if held == 0 {
+            assert!(whole.starts_with(&streamed_text(&sse)));
+        }
+        assert_eq!(count(&sse, "\"role\":\"assistant\""), 1, "{sse}");
+        let records = records.lock().unwrap();
+        let (resumed, restarts) = if held == 0 { (2, 0) } else { (0, 2) };
+        assert_eq!(
+            (records[0].resumed, records[0].restarts),
+            (resumed, restarts)
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -556,11 +570,7 @@ async fn the_caller_gets_a_held_stream_once_its_first_tokens_came() {
     };
     for (tokens, at_least, below) in [(0, 0, 8), (12, 48, usize::MAX)] {
         let up = Up::single(slow());
-        let layer = ContinueLayer::builder()
-            .restart_within(tokens)
-            .build()
-            .unwrap();
-        let (svc, _) = stack(&up, layer);
+        let (svc, _) = stack(&up, restarting(tokens));
         let mut body = svc.oneshot(openai(true, 100)).await.unwrap().into_body();
         let mut first_at = None;
         let mut at_once = String::new();
@@ -576,22 +586,4 @@ async fn the_caller_gets_a_held_stream_once_its_first_tokens_came() {
             "holding {tokens}: {at_once:?}"
         );
     }
-}
-
-#[tokio::test(start_paused = true)]
-async fn restarts_count_against_the_bound_and_the_last_cut_reaches_the_caller_whole() {
-    let up = Up::single(cutting(3));
-    let layer = ContinueLayer::builder()
-        .restart_within(100)
-        .max_continuations(2)
-        .build()
-        .unwrap();
-    let (svc, records) = stack(&up, layer);
-    let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
-    assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
-    assert_eq!(up.calls(), 3);
-    // The third attempt's three words, let through with its cut: nothing of the first two.
-    assert_eq!(streamed_text(&sse).split(' ').count(), 3, "{sse}");
-    assert_eq!(count(&sse, "\"role\":\"assistant\""), 1, "{sse}");
-    assert_eq!(records.lock().unwrap()[0].restarts, 2);
 }
