@@ -161,6 +161,23 @@ proptest! {
         prop_assert!(!text.is_empty() || (restart && err.is_some()));
     }
 
+    /// Every attempt hostile, the first included, with the first tokens held: whatever is held
+    /// and asked again, the layer never panics, stays within its bound, and the body ends.
+    #[test]
+    fn hostile_streams_held_and_asked_again_never_panic(
+        chunks in chunks(),
+        anthropic in any::<bool>(),
+    ) {
+        let up = Always { chunks, seen: Arc::default() };
+        let layer = ContinueLayer::builder().restart_within(100).build().unwrap();
+        let svc = layer.layer(ClassifyLayer::new().layer(up.clone()));
+        paused_runtime().block_on(async move {
+            let resp = svc.oneshot(request(anthropic, true, 100)).await.unwrap();
+            drain(resp.into_body()).await
+        });
+        prop_assert!(up.seen.lock().unwrap().len() <= 4);
+    }
+
     /// A non-streamed answer cut by `length` and followed by hostile follow-ups.
     #[test]
     fn hostile_follow_ups_of_an_answer_never_panic(
@@ -186,7 +203,7 @@ proptest! {
 /// requests' bodies kept.
 #[derive(Clone)]
 struct Always {
-    chunks: Vec<&'static str>,
+    chunks: Vec<Vec<u8>>,
     seen: Arc<std::sync::Mutex<Vec<Bytes>>>,
 }
 
@@ -201,7 +218,7 @@ impl Service<Request<Bytes>> for Always {
 
     fn call(&mut self, req: Request<Bytes>) -> Self::Future {
         self.seen.lock().unwrap().push(req.into_body());
-        let body = Chunks(self.chunks.iter().map(|c| Bytes::from(*c)).collect());
+        let body = Chunks(self.chunks.iter().map(|c| Bytes::from(c.clone())).collect());
         std::future::ready(Ok(Response::builder()
             .header("content-type", "text/event-stream")
             .body(body)
@@ -228,7 +245,7 @@ fn a_held_stream_is_let_through_when_it_holds_too_much_or_cannot_be_continued() 
         (vec![role, tool], "tool_calls"),
     ] {
         let up = Always {
-            chunks,
+            chunks: chunks.into_iter().map(|c| c.as_bytes().to_vec()).collect(),
             seen: Arc::default(),
         };
         let layer = ContinueLayer::builder()
