@@ -95,7 +95,8 @@ usage: cargo run --release --example storm -- [options]
                     word for word, and seawall runs once more with a CacheLayer in its stack
   --no-resume       seawall runs once more without the ContinueLayer of its recommended stack:
                     what resuming streams cut after their first token buys
-  --restart-within N  seawall's ContinueLayer holds a stream's first N tokens back from the
+  --restart-within N
+                    seawall's ContinueLayer holds a stream's first N tokens back from the
                     caller and asks a stream cut before them again from the start instead of
                     resuming it (off by default, as in the recommended stack)
   --redis URL       the Redis of --replicas (default: start redis-server from the PATH on a
