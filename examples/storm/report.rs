@@ -61,20 +61,12 @@ impl Row {
             .map(|(d, _)| *d)
             .collect();
         ok.sort_unstable();
-        let pct = |q: f64| {
-            let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-            ok.get(rank - 1).copied()
-        };
         let mut first: Vec<Duration> = r
             .calls
             .iter()
             .filter_map(|(_, o)| o.ok()?.first_token)
             .collect();
         first.sort_unstable();
-        let first_pct = |q: f64| {
-            let rank = (q * first.len() as f64).ceil() as usize;
-            first.get(rank.max(1) - 1).copied()
-        };
         let mut failures = BTreeMap::new();
         for (_, o) in &r.calls {
             if let Err(why) = o {
@@ -86,7 +78,7 @@ impl Row {
             calls: r.calls.len(),
             success: ok.len() as f64 / n as f64,
             amplification: r.upstream_calls as f64 / n as f64,
-            latency: [pct(0.50), pct(0.95), pct(0.99)],
+            latency: [0.50, 0.95, 0.99].map(|q| percentile(&ok, q, n)),
             spend: r.spend,
             wasted: r.wasted,
             per_answer: if ok.is_empty() {
@@ -101,9 +93,16 @@ impl Row {
             },
             overrun: (r.spend - limit).max(0.0),
             failures,
-            first_token: [first_pct(0.50), first_pct(0.95)],
+            first_token: [0.50, 0.95].map(|q| percentile(&first, q, first.len())),
         }
     }
+}
+
+/// The `q` quantile of `n` values of which `sorted` are the known ones, smallest first (the
+/// others, failed calls, count as slower than any): `None` when it falls among the others.
+fn percentile(sorted: &[Duration], q: f64, n: usize) -> Option<Duration> {
+    let rank = ((q * n as f64).ceil() as usize).max(1);
+    sorted.get(rank - 1).copied()
 }
 
 fn secs(d: Option<Duration>) -> String {

@@ -650,20 +650,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
     }
 
     fn follow_up(&mut self, why: Why) {
-        let attempt_usage = self.attempt_usage.take();
-        let used = match why {
-            Why::Length => attempt_usage,
-            Why::Resume => Some(usage::estimate(
-                self.wire(),
-                attempt_usage,
-                self.template.estimated_input,
-                self.attempt_deltas,
-            )),
-        };
-        if let Some(u) = used {
-            usage::add(self.usage_sum.get_or_insert(Value::Null), &u);
-        }
-        self.next_attempt();
+        self.next_attempt(why == Why::Resume);
         // What this attempt sent goes to the caller now, if it was held (a length finish).
         self.holding = false;
         let Some((req, trim)) = self
@@ -698,8 +685,23 @@ impl<S, F, B: Body> Splice<S, F, B> {
         self.state = State::Ready(Some(Box::new(req)));
     }
 
-    /// Reads the next attempt's body from its start.
-    fn next_attempt(&mut self) {
+    /// Adds this attempt's usage to the sum (estimated from its deltas when it was `cut`
+    /// before it said), and reads the next attempt's body from its start.
+    fn next_attempt(&mut self, cut: bool) {
+        let used = self.attempt_usage.take();
+        let used = if cut {
+            Some(usage::estimate(
+                self.wire(),
+                used,
+                self.template.estimated_input,
+                self.attempt_deltas,
+            ))
+        } else {
+            used
+        };
+        if let Some(u) = used {
+            usage::add(self.usage_sum.get_or_insert(Value::Null), &u);
+        }
         self.framer = Framer::default();
         self.decoder = SseDecoder::default();
         self.decoder_clean = false;
@@ -712,14 +714,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
     /// The stream was cut while nothing of it had reached the caller: what it sent is dropped
     /// and the original request is sent again, its answer read as a first attempt's.
     fn restart(&mut self, err: B::Error) {
-        let used = usage::estimate(
-            self.wire(),
-            self.attempt_usage.take(),
-            self.template.estimated_input,
-            self.attempt_deltas,
-        );
-        usage::add(self.usage_sum.get_or_insert(Value::Null), &used);
-        self.next_attempt();
+        self.next_attempt(true);
         self.out.clear();
         self.held_errors.clear();
         self.held_bytes = 0;
