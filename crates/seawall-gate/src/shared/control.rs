@@ -91,13 +91,17 @@ impl Shared {
 
     pub(crate) fn stats(&self) -> GateStats {
         let c = self.control();
+        // The debt first: with the limit fixed by the lock, it only falls (a release pays it
+        // after its call left `in_flight`), so the snapshot never shows more calls in flight
+        // than `limit + owed`; read the other way, a release between the two reads would.
+        let owed = self.permits.owed();
         GateStats {
             limit: c.current,
             max_limit: c.ceiling,
             in_flight: self.in_flight.get() as usize,
             queued: self.queued(),
             available: self.permits.available(),
-            owed: self.permits.owed(),
+            owed,
             admitted: self.admitted.get(),
             rejected: self.rejected.load(Ordering::Relaxed),
             spilled: self.spilled.load(Ordering::Relaxed),
