@@ -251,9 +251,12 @@ impl CacheBuilder {
         self
     }
 
-    /// Answers sampled above this `temperature` are not cached (default 1.0; a request without
-    /// a temperature is cached). Caching a sampled answer replays one sample to everyone: set
-    /// 0.0 to cache only greedy decoding, or see [`cache_any_temperature`](Self::cache_any_temperature).
+    /// Answers sampled above this `temperature` are not cached (default 1.0). A request without
+    /// a temperature (or with one that is not a number) counts as sampled at the providers'
+    /// default, 1.0: cached under the default threshold, not under a lower one. Caching a
+    /// sampled answer replays one sample to everyone: set 0.0 to cache only greedy decoding
+    /// (requests that say `"temperature": 0`), or see
+    /// [`cache_any_temperature`](Self::cache_any_temperature).
     pub fn max_temperature(mut self, temperature: f64) -> Self {
         self.max_temperature = Some(temperature);
         self

@@ -86,7 +86,8 @@
 //! - bodies that are not a JSON object, nested deeper than 128 levels or larger than the
 //!   [body limit](CacheBuilder::max_body_bytes);
 //! - several choices (`n` or `best_of` above 1);
-//! - a `temperature` above the [threshold](CacheBuilder::max_temperature) (1.0 by default);
+//! - a `temperature` above the [threshold](CacheBuilder::max_temperature) (1.0 by default; a
+//!   request without one is sampled at the providers' default, 1.0);
 //! - requests the [time-sensitive predicate](CacheBuilder::bypass_when) picks;
 //! - `Cache-Control: no-store` or the [`CacheControl::NoStore`] extension.
 //!

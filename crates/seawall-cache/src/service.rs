@@ -139,6 +139,10 @@ pub(crate) enum Plan {
     },
 }
 
+/// The temperature a request without one is sampled at: OpenAI's, Anthropic's, Gemini's and
+/// DeepSeek's default alike.
+pub(crate) const DEFAULT_TEMPERATURE: f64 = 1.0;
+
 impl Shared {
     pub(crate) fn plan(&self, req: &Request<Bytes>) -> Plan {
         let heads = Heads::of(req.headers());
@@ -159,8 +163,10 @@ impl Shared {
         if facts.choices > 1 {
             return Plan::Bypass;
         }
-        if let (Some(max), Some(t)) = (self.max_temperature, facts.temperature) {
-            if t > max {
+        // A request that names no temperature is sampled at the provider's default, not
+        // greedily: under a threshold below it, it is not cached.
+        if let Some(max) = self.max_temperature {
+            if facts.temperature.unwrap_or(DEFAULT_TEMPERATURE) > max {
                 return Plan::Bypass;
             }
         }

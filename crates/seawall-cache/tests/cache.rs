@@ -325,6 +325,41 @@ async fn sampled_answers_above_the_temperature_threshold_are_not_cached_unless_o
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_without_a_temperature_counts_as_sampled_at_the_providers_default() {
+    let mut unsaid = openai_body(false);
+    unsaid.as_object_mut().unwrap().remove("temperature");
+    let mut null = openai_body(false);
+    null["temperature"] = Value::Null;
+    let up = Up::plain();
+    // Greedy decoding only: a request that does not ask for it samples at 1.0.
+    let greedy = CacheLayer::builder(MemoryStore::new())
+        .max_temperature(0.0)
+        .build()
+        .unwrap();
+    let svc = stack(greedy, &up);
+    for body in [&unsaid, &null, &unsaid] {
+        fetch_status_is(&svc, openai(body), "bypass").await;
+    }
+    fetch_status_is(&svc, anthropic(&anthropic_body(false)), "bypass").await;
+    fetch_status_is(&svc, openai(&openai_body(false)), "miss").await;
+    fetch_status_is(&svc, openai(&openai_body(false)), "hit").await;
+    assert_eq!(up.calls(), 5);
+
+    // The default threshold is that default: such requests are cached.
+    let svc = stack(CacheLayer::new(MemoryStore::new()), &up);
+    for (body, want) in [
+        (&unsaid, "miss"),
+        (&unsaid, "hit"),
+        (&null, "miss"),
+        (&null, "hit"),
+    ] {
+        fetch_status_is(&svc, openai(body), want).await;
+    }
+    fetch_status_is(&svc, anthropic(&anthropic_body(false)), "miss").await;
+    fetch_status_is(&svc, anthropic(&anthropic_body(false)), "hit").await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn time_sensitive_prompts_always_bypass() {
     let up = Up::plain();
     let cache = CacheLayer::builder(MemoryStore::new())
