@@ -32,7 +32,16 @@
 //! model has failed for good (default `gpt-4o-mini`), `ANTHROPIC_FALLBACK_MODEL` the same for
 //! Claude (default `claude-haiku-4-5`), `RUST_LOG` the log filter (default `info,seawall::observe=warn`), `GATEWAY_PERMITS` a fixed number of calls in
 //! flight per upstream (default: sized from the upstream's rate-limit headers times its
-//! latency, see `AutoSize`).
+//! latency, see `AutoSize`), `GATEWAY_CACHE_TTL` how many seconds complete answers are kept
+//! and served again (default: no cache; see below).
+//!
+//! With `GATEWAY_CACHE_TTL` a `CacheLayer` sits right inside the call record, outside the
+//! fallback and the retries, and answers a request that asks again exactly what an earlier
+//! one asked, streamed or not, without a call upstream; the response says
+//! `x-seawall-cache: hit` (`miss`, `bypass`). Only requests that say `"temperature": 0` are
+//! cached: an answer sampled at a temperature (the APIs' default when a request names none)
+//! is one draw, and a client that asked for a draw gets its own. Each client key of
+//! `GATEWAY_KEYS` has its own answers; without client keys every caller shares them.
 //!
 //! The gateway spends its upstream keys for whoever reaches it, so it is closed by default:
 //!
@@ -97,6 +106,7 @@ use bytes::Bytes;
 use seawall::LlmError;
 use seawall::breaker::CircuitBreakerLayer;
 use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Price, Usd};
+use seawall::cache::CacheLayer;
 use seawall::classify::ClassifyLayer;
 use seawall::core::{BoxError, ConfigError, Deadline};
 use seawall::fallback::{FallbackLayer, Target, box_response};
@@ -108,7 +118,7 @@ use seawall::mock::{
 use seawall::observe::{ObserveLayer, TracingRecorder};
 use seawall::retry::BackoffRetryLayer;
 use seawall::stream::StreamTimeoutLayer;
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 use tokio::net::TcpListener;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -156,7 +166,7 @@ pub(crate) const MAX_REQUEST_BODY: usize = 1024 * 1024;
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let _log = init_logging();
-    let settings = Settings::from_env();
+    let settings = Settings::from_env()?;
     let openai = unless_missing(OpenAiConfig::from_env(), "OPENAI_API_KEY")?;
     let anthropic = unless_missing(AnthropicConfig::from_env(), "ANTHROPIC_API_KEY")?;
     let (openai, anthropic, upstreams) = if openai.is_none() && anthropic.is_none() {
@@ -278,12 +288,16 @@ pub(crate) struct Settings {
     pub(crate) anthropic_fallback_model: String,
     /// Whether models without a price are served at a default rate (`GATEWAY_ALLOW_UNPRICED`).
     pub(crate) allow_unpriced: bool,
+    /// How long complete answers are kept and served again (`GATEWAY_CACHE_TTL`, in seconds;
+    /// no cache when unset or 0).
+    pub(crate) cache_ttl: Option<Duration>,
 }
 
 impl Settings {
-    fn from_env() -> Self {
+    fn from_env() -> Result<Self, BoxError> {
         let var = |name: &str| std::env::var(name).ok();
-        Settings {
+        let cache_ttl = cache_ttl(var("GATEWAY_CACHE_TTL").as_deref())?;
+        Ok(Settings {
             addr: var("GATEWAY_ADDR").unwrap_or_else(|| "127.0.0.1:8080".to_owned()),
             keys: ClientKeys::parse(&var("GATEWAY_KEYS").unwrap_or_default()),
             fallback_model: var("FALLBACK_MODEL").unwrap_or_else(|| "gpt-4o-mini".to_owned()),
@@ -291,6 +305,18 @@ impl Settings {
                 .unwrap_or_else(|| "claude-haiku-4-5".to_owned()),
             allow_unpriced: var("GATEWAY_ALLOW_UNPRICED")
                 .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes")),
+            cache_ttl,
+        })
+    }
+}
+
+/// `GATEWAY_CACHE_TTL`: whole seconds; unset or 0 is no cache.
+fn cache_ttl(value: Option<&str>) -> Result<Option<Duration>, String> {
+    match value.map(|v| v.trim().parse::<u64>()) {
+        None | Some(Ok(0)) => Ok(None),
+        Some(Ok(secs)) => Ok(Some(Duration::from_secs(secs))),
+        Some(Err(_)) => {
+            Err("GATEWAY_CACHE_TTL must be a whole number of seconds (0 or unset: no cache)".into())
         }
     }
 }
@@ -322,16 +348,25 @@ impl ClientKeys {
         self.0.is_empty()
     }
 
-    /// Whether `presented` is one of the keys. Every key is compared, each in constant time
+    /// Which of the keys `presented` is, if any. Every key is compared, each in constant time
     /// (`subtle`), so the timing tells neither which key matched nor how much of one did; only
     /// a key's length can show, which a random key does not give away.
-    fn accepts(&self, presented: &[u8]) -> bool {
-        let hit = self.0.iter().fold(subtle::Choice::from(0), |hit, key| {
-            hit | key.ct_eq(presented)
-        });
-        hit.into()
+    fn find(&self, presented: &[u8]) -> Option<ClientTenant> {
+        let (hit, at) = self.0.iter().enumerate().fold(
+            (subtle::Choice::from(0), 0u64),
+            |(hit, at), (i, key)| {
+                let same = key.ct_eq(presented);
+                (hit | same, u64::conditional_select(&at, &(i as u64), same))
+            },
+        );
+        bool::from(hit).then_some(ClientTenant(at))
     }
 }
+
+/// Which of [`ClientKeys`] a request presented (its place in `GATEWAY_KEYS`), kept in the
+/// request's extensions: the cache keeps each client's answers apart by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientTenant(u64);
 
 /// The key a request presents: `Authorization: Bearer <key>`, else `x-api-key: <key>`.
 fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
@@ -345,8 +380,12 @@ fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
 
 /// Lets a request through only with one of the client keys (any request when there are
 /// none: then the gateway listens on loopback only).
-async fn require_key(State(keys): State<ClientKeys>, req: Request, next: Next) -> Response {
-    if keys.is_empty() || presented_key(req.headers()).is_some_and(|k| keys.accepts(k)) {
+async fn require_key(State(keys): State<ClientKeys>, mut req: Request, next: Next) -> Response {
+    if keys.is_empty() {
+        return next.run(req).await;
+    }
+    if let Some(tenant) = presented_key(req.headers()).and_then(|k| keys.find(k)) {
+        req.extensions_mut().insert(tenant);
         return next.run(req).await;
     }
     let dialect = Dialect::of(req.uri().path(), req.headers());
@@ -444,7 +483,9 @@ impl Providers {
         permits: Permits,
     ) -> Result<Self, BoxError> {
         let store = Arc::new(MemoryStore::default());
-        let stack = |up, dialect| provider(up, dialect, &store, settings, permits);
+        // One store of answers for both APIs (their keys differ by path).
+        let answers = seawall::cache::MemoryStore::new();
+        let stack = |up, dialect| provider(up, dialect, &store, &answers, settings, permits);
         Ok(Providers {
             openai: openai.map(|up| stack(up, Dialect::OpenAi)).transpose()?,
             anthropic: anthropic
@@ -514,6 +555,7 @@ async fn forward(providers: &Providers, dialect: Dialect, req: Request) -> Respo
         .response(dialect, None);
     };
     let deadline = Deadline::from_headers(req.headers());
+    let tenant = req.extensions().get::<ClientTenant>().copied();
     // Read as the `Bytes` extractor does, so the body limit still answers 413.
     let body = match Bytes::from_request(req, &()).await {
         Ok(body) => body,
@@ -534,6 +576,9 @@ async fn forward(providers: &Providers, dialect: Dialect, req: Request) -> Respo
     );
     if let Some(deadline) = deadline {
         req.extensions_mut().insert(deadline);
+    }
+    if let Some(tenant) = tenant {
+        req.extensions_mut().insert(tenant);
     }
     match provider.client.call(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),
@@ -602,12 +647,13 @@ pub(crate) async fn bind(addr: &str, keys: &ClientKeys) -> Result<TcpListener, B
 }
 
 /// The recommended stack, outer to inner, around the HTTP transport to `upstream`, for the
-/// API of `dialect`: its price table, its fallback model, and the budget `store` shared by
-/// both APIs.
+/// API of `dialect`: its price table, its fallback model, the budget `store` shared by both
+/// APIs, and with `GATEWAY_CACHE_TTL` a cache of their `answers`.
 fn provider(
     upstream: Upstream,
     dialect: Dialect,
     store: &Arc<MemoryStore>,
+    answers: &seawall::cache::MemoryStore,
     settings: &Settings,
     permits: Permits,
 ) -> Result<Provider, BoxError> {
@@ -657,9 +703,7 @@ fn provider(
         .idle(Duration::from_secs(30))
         .build()?;
 
-    let stack = ServiceBuilder::new()
-        .map_response(move |resp| errors::proxy_response(resp, dialect))
-        .layer(ObserveLayer::builder().recorder(TracingRecorder).build()?)
+    let below = ServiceBuilder::new()
         .layer(FallbackLayer::new([Target::model(fallback)]))
         // One body type for every target, so another provider's stack can join the chain as
         // `Target::service("name", other_stack.map_response(box_response))`.
@@ -671,8 +715,28 @@ fn provider(
         .layer(timeouts)
         .layer(ClassifyLayer::default())
         .service(transport);
+    let top = ServiceBuilder::new()
+        .map_response(move |resp| errors::proxy_response(resp, dialect))
+        .layer(ObserveLayer::builder().recorder(TracingRecorder).build()?);
+    let client: Client = match settings.cache_ttl {
+        None => BoxCloneSyncService::new(top.service(below)),
+        Some(ttl) => {
+            // Outside fallback and retry: a hit costs no attempt, no permit, no budget.
+            let cache = CacheLayer::builder(answers.clone())
+                .ttl(ttl)
+                // Only what a client asked to be decoded greedily (`"temperature": 0`): a
+                // client that samples gets its own sample, never another client's.
+                .max_temperature(0.0)
+                .partition(|req: &http::Request<Bytes>| {
+                    let tenant = req.extensions().get::<ClientTenant>()?;
+                    Some(format!("client-{}", tenant.0))
+                })
+                .build()?;
+            BoxCloneSyncService::new(top.map_response(box_response).layer(cache).service(below))
+        }
+    };
     Ok(Provider {
-        client: Clients::new(BoxCloneSyncService::new(stack)),
+        client: Clients::new(client),
         models: models::served(priced, fallback),
     })
 }
@@ -733,6 +797,17 @@ pub(crate) fn banner(addr: SocketAddr, upstreams: &str, settings: &Settings) -> 
         );
         " -H \"authorization: Bearer $GATEWAY_KEY\""
     };
+    let _ = writeln!(
+        b,
+        "cache: {}",
+        match settings.cache_ttl {
+            Some(ttl) => format!(
+                "answers to requests with \"temperature\": 0 kept {} s, per client key",
+                ttl.as_secs()
+            ),
+            None => "off (GATEWAY_CACHE_TTL=<seconds> turns it on)".to_owned(),
+        }
+    );
     let _ = writeln!(
         b,
         "models without a price: {}\n",
@@ -797,6 +872,17 @@ mod tests {
                 resp.map(|b| http_body_util::BodyExt::map_err(b, |e| match e {})),
                 Dialect::OpenAi,
             )))
+        }
+    }
+
+    #[test]
+    fn the_cache_ttl_is_whole_seconds_and_zero_or_unset_turns_the_cache_off() {
+        assert_eq!(cache_ttl(None), Ok(None));
+        assert_eq!(cache_ttl(Some("0")), Ok(None));
+        assert_eq!(cache_ttl(Some(" 600 ")), Ok(Some(Duration::from_secs(600))));
+        for bad in ["", "ten", "-5", "1.5", "99999999999999999999999"] {
+            let e = cache_ttl(Some(bad)).unwrap_err();
+            assert!(e.contains("GATEWAY_CACHE_TTL"), "{bad:?}: {e}");
         }
     }
 

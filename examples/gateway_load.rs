@@ -206,6 +206,7 @@ fn start_gateway(
             fallback_model: "gpt-4o-mini".to_owned(),
             anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
             allow_unpriced: false,
+            cache_ttl: None,
         };
         let (openai, _) = gateway::mock_upstreams(upstream, "sk-load-upstream")?;
         let providers = gateway::Providers::with_permits(Some(openai), None, &settings, permits)?;

@@ -41,6 +41,7 @@ fn settings(keys: &str, allow_unpriced: bool) -> Settings {
         fallback_model: "gpt-4o-mini".to_owned(),
         anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
         allow_unpriced,
+        cache_ttl: None,
     }
 }
 

@@ -5,7 +5,9 @@
 //! The gateway runs in process on a free loopback port, in front of a calm `seawall-mock`
 //! upstream (no random faults, so the run is deterministic) except for one fault per API:
 //! the first request of each is answered with the mock's own 503. The SDKs run with their
-//! retries off, so they pass only if the gateway's stack absorbed it.
+//! retries off, so they pass only if the gateway's stack absorbed it. The gateway's cache is
+//! on, with two client keys: the SDKs must parse its replays (a non-streamed answer replayed
+//! as a stream in each API's format) as they parse the upstream's answers.
 //!
 //! The packages come from a venv the test makes under the target dir (`sdk-venv`) the first
 //! time, with `python3 -m venv` and pip (PyPI), and reuses after; `$SEAWALL_PYTHON` names
@@ -33,6 +35,8 @@ use tokio::process::Command;
 
 /// The key the SDKs present to the gateway.
 const CLIENT_KEY: &str = "sdk-client-key";
+/// A second client's key: the gateway's cache keeps the two clients' answers apart.
+const OTHER_CLIENT_KEY: &str = "sdk-other-client-key";
 
 /// Far longer than the script needs (a few seconds): reaching it means something hung.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -157,10 +161,11 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     // The gateway, with a client key, as a real deployment would have.
     let settings = Settings {
         addr: "127.0.0.1:0".to_owned(),
-        keys: ClientKeys::parse(CLIENT_KEY),
+        keys: ClientKeys::parse(&format!("{CLIENT_KEY},{OTHER_CLIENT_KEY}")),
         fallback_model: "gpt-4o-mini".to_owned(),
         anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
         allow_unpriced: false,
+        cache_ttl: Some(Duration::from_secs(600)),
     };
     let (openai, anthropic) = gateway::mock_upstreams(upstream, UPSTREAM_KEY).unwrap();
     let providers = gateway::Providers::new(Some(openai), Some(anthropic), &settings).unwrap();
@@ -190,6 +195,8 @@ async fn the_official_python_sdks_work_against_the_gateway() {
         .arg(&script)
         .env("SEAWALL_GATEWAY_URL", format!("http://{addr}"))
         .env("SEAWALL_GATEWAY_KEY", CLIENT_KEY)
+        .env("SEAWALL_GATEWAY_OTHER_KEY", OTHER_CLIENT_KEY)
+        .env("SEAWALL_GATEWAY_CACHE", "1")
         // A proxy from the environment must not intercept loopback calls.
         .env("NO_PROXY", "127.0.0.1,localhost")
         .env("no_proxy", "127.0.0.1,localhost")
@@ -208,6 +215,8 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     );
     println!("{stdout}(in {:.2?})", started.elapsed());
 
+    // The cache's checks ran (the script skips them against a gateway without a cache).
+    assert_eq!(stdout.matches("streamed hit").count(), 2, "{stdout}");
     // The faults happened, and the gateway absorbed them: one 503 per API, each retried.
     assert_eq!(failing.stats().server_errors, 2, "{stdout}");
     // A call past the quota: the primary model and its fallback once each, per API, and no
@@ -215,7 +224,9 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     assert_eq!(no_quota.stats().requests, 4, "{stdout}");
     assert_eq!(sdk_retries.load(Ordering::SeqCst), 0, "{stdout}");
     // OpenAI: a completion and a stream; Anthropic: a message and two streams. Models,
-    // refused keys and unpriced models never reach the upstream.
-    assert_eq!(calm.stats().requests, 5, "{stdout}");
+    // refused keys and unpriced models never reach the upstream. With the cache, per API:
+    // the greedy question once, its sampled twin and the other client's copy (every hit,
+    // streamed or not, is served by the gateway alone).
+    assert_eq!(calm.stats().requests, 5 + 2 * 3, "{stdout}");
     assert_eq!(calm.stats().streams_completed, 3, "{stdout}");
 }

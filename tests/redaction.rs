@@ -391,6 +391,7 @@ async fn the_gateway_error_body_and_log_never_show_a_secret() {
         fallback_model: "gpt-4o-mini".to_owned(),
         anthropic_fallback_model: "claude-haiku-4-5".to_owned(),
         allow_unpriced: false,
+        cache_ttl: None,
     };
     let (openai, anthropic) =
         gateway::mock_upstreams(upstream_addr, "sk-proj-FAKEgatewayUpstream0123456789").unwrap();

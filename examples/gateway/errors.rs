@@ -232,7 +232,8 @@ pub(crate) fn error_response(e: &LlmError, dialect: Dialect) -> Response {
 
 /// Keeps only the content type and cache directive of the upstream's headers (its rate-limit
 /// state, organisation, project and request ids are the gateway's business, not the
-/// client's), says who served, and turns a body error into an SSE error event for streams.
+/// client's), says who served and, with the cache on, whether it answered
+/// (`x-seawall-cache`), and turns a body error into an SSE error event for streams.
 pub(crate) fn proxy_response<B>(
     resp: http::Response<B>,
     dialect: Dialect,
@@ -245,6 +246,7 @@ where
     // kept are taken out, the rest cleared, and they go back with who served.
     let content_type = parts.headers.remove(header::CONTENT_TYPE);
     let cache_control = parts.headers.remove(header::CACHE_CONTROL);
+    let cached = parts.headers.remove(seawall::cache::CACHE_HEADER);
     parts.headers.clear();
     let sse = content_type
         .as_ref()
@@ -254,6 +256,9 @@ where
     }
     if let Some(v) = cache_control {
         parts.headers.insert(header::CACHE_CONTROL, v);
+    }
+    if let Some(v) = cached {
+        parts.headers.insert(seawall::cache::CACHE_HEADER, v);
     }
     if let Some(served) = parts.extensions.get::<ServedBy>() {
         if let Ok(v) = HeaderValue::from_str(&served.target) {

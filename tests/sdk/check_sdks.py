@@ -169,6 +169,111 @@ def anthropic_errors():
     return "BadRequestError (unpriced model), AuthenticationError (wrong key)"
 
 
+# With the gateway's cache on (GATEWAY_CACHE_TTL; tests/python_sdks.rs sets it and these two):
+# which answers it replays, to whom, and whether each SDK parses the replays.
+CACHED = bool(os.environ.get("SEAWALL_GATEWAY_CACHE"))
+OTHER_KEY = os.environ.get("SEAWALL_GATEWAY_OTHER_KEY")
+CACHE_PROMPT = [{"role": "user", "content": "Name a sea, from the cache if you have it."}]
+
+
+def cache_status(raw):
+    return raw.headers.get("x-seawall-cache")
+
+
+def openai_cache_replays():
+    """A greedy question (temperature 0) asked again, streamed or not, is replayed as the
+    answer the upstream gave; a sampled one and another client's are not."""
+    if not CACHED:
+        return "skipped: the gateway runs without a cache"
+    ask = dict(model="gpt-4o", max_tokens=32, temperature=0, messages=CACHE_PROMPT)
+    raw = oa.chat.completions.with_raw_response.create(**ask)
+    expect(cache_status(raw) == "miss", f"first call: {cache_status(raw)!r}")
+    first = raw.parse()
+    text = first.choices[0].message.content
+    expect(text, f"empty content: {first}")
+
+    raw = oa.chat.completions.with_raw_response.create(**ask)
+    expect(cache_status(raw) == "hit", f"second call: {cache_status(raw)!r}")
+    again = raw.parse()
+    expect(again.choices[0].message.content == text, f"replayed {again} for {first}")
+    expect(again.choices[0].finish_reason == first.choices[0].finish_reason, f"{again}")
+    expect(again.usage and again.usage.completion_tokens == first.usage.completion_tokens,
+           f"replayed usage {again.usage} for {first.usage}")
+
+    raw = oa.chat.completions.with_raw_response.create(
+        **ask, stream=True, stream_options={"include_usage": True})
+    expect(cache_status(raw) == "hit", f"streamed call: {cache_status(raw)!r}")
+    pieces, finish, usage, chunks = [], None, None, 0
+    for chunk in raw.parse():
+        chunks += 1
+        expect(chunk.object == "chat.completion.chunk", f"chunk {chunk}")
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                pieces.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    expect("".join(pieces) == text, f"streamed replay {''.join(pieces)!r} for {text!r}")
+    expect(finish == first.choices[0].finish_reason, f"streamed finish {finish!r}")
+    expect(usage and usage.completion_tokens == first.usage.completion_tokens,
+           f"streamed usage {usage}")
+
+    sampled = dict(ask, temperature=0.7)
+    raw = oa.chat.completions.with_raw_response.create(**sampled)
+    expect(cache_status(raw) == "bypass", f"sampled call: {cache_status(raw)!r}")
+    if OTHER_KEY:
+        other = openai.OpenAI(base_url=f"{URL}/v1", api_key=OTHER_KEY, max_retries=0)
+        raw = other.chat.completions.with_raw_response.create(**ask)
+        expect(cache_status(raw) == "miss", f"another client's call: {cache_status(raw)!r}")
+    return f"miss, hit, streamed hit in {chunks} chunks, sampled bypass, other client's miss"
+
+
+def anthropic_cache_replays():
+    """The same through the Messages API: a streamed replay of a non-streamed answer is
+    a complete event stream the SDK's helpers assemble into the same message."""
+    if not CACHED:
+        return "skipped: the gateway runs without a cache"
+    # The Messages API's own default is sampling; this SDK has no `temperature` argument, so
+    # the greedy request says so in the body.
+    ask = dict(model="claude-sonnet-4-5", max_tokens=32, messages=CACHE_PROMPT,
+               extra_body={"temperature": 0})
+    raw = an.messages.with_raw_response.create(**ask)
+    expect(cache_status(raw) == "miss", f"first call: {cache_status(raw)!r}")
+    first = raw.parse()
+    text = first.content[0].text
+    expect(text, f"empty text: {first}")
+
+    raw = an.messages.with_raw_response.create(**ask)
+    expect(cache_status(raw) == "hit", f"second call: {cache_status(raw)!r}")
+    again = raw.parse()
+    expect(again.content[0].text == text and again.stop_reason == first.stop_reason,
+           f"replayed {again} for {first}")
+    expect(again.usage.output_tokens == first.usage.output_tokens, f"usage {again.usage}")
+
+    seen = []
+    with an.messages.stream(**ask) as s:
+        expect(cache_status(s.response) == "hit", f"streamed call: {cache_status(s.response)!r}")
+        for event in s:
+            seen.append(event.type)
+        final = s.get_final_message()
+    for kind in ("message_start", "content_block_start", "content_block_delta",
+                 "content_block_stop", "message_delta", "message_stop"):
+        expect(kind in seen, f"no {kind} event in the replay: {seen}")
+    expect(final.content[0].text == text, f"streamed replay {final} for {first}")
+    expect(final.stop_reason == first.stop_reason, f"streamed stop_reason {final.stop_reason!r}")
+    expect(final.usage.output_tokens == first.usage.output_tokens, f"usage {final.usage}")
+
+    raw = an.messages.with_raw_response.create(**dict(ask, extra_body={"temperature": 0.7}))
+    expect(cache_status(raw) == "bypass", f"sampled call: {cache_status(raw)!r}")
+    if OTHER_KEY:
+        other = anthropic.Anthropic(base_url=URL, api_key=OTHER_KEY, max_retries=0)
+        raw = other.messages.with_raw_response.create(**ask)
+        expect(cache_status(raw) == "miss", f"another client's call: {cache_status(raw)!r}")
+    return f"miss, hit, streamed hit ({seen.count('content_block_delta')} deltas), sampled " \
+        "bypass, other client's miss"
+
+
 def sdk_retries_stop_at_the_gateway():
     """The gateway is the one retry loop: its errors say `x-should-retry: false`, so each SDK,
     at its default two retries, makes one attempt at a call whose upstream quota ran out (a
@@ -201,6 +306,8 @@ CHECKS = [
     anthropic_stream,
     anthropic_models,
     anthropic_errors,
+    openai_cache_replays,
+    anthropic_cache_replays,
     sdk_retries_stop_at_the_gateway,
 ]
 
