@@ -59,6 +59,22 @@ def openai_chat_complete():
     return f"{r.usage.completion_tokens} tokens, finish_reason={choice.finish_reason}"
 
 
+def read_chat_stream(stream):
+    """A Chat Completions stream's text, finish reason, usage and number of chunks."""
+    text, finish, usage, chunks = [], None, None, 0
+    for chunk in stream:
+        chunks += 1
+        expect(chunk.object == "chat.completion.chunk", f"chunk {chunk}")
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                text.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    return "".join(text), finish, usage, chunks
+
+
 def openai_chat_stream():
     stream = oa.chat.completions.create(
         model="gpt-4o",
@@ -67,17 +83,8 @@ def openai_chat_stream():
         stream=True,
         stream_options={"include_usage": True},
     )
-    text, finish, usage, chunks = [], None, None, 0
-    for chunk in stream:
-        chunks += 1
-        if chunk.usage:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if choice.delta.content:
-                text.append(choice.delta.content)
-            if choice.finish_reason:
-                finish = choice.finish_reason
-    expect("".join(text), f"no content in {chunks} chunks")
+    text, finish, usage, chunks = read_chat_stream(stream)
+    expect(text, f"no content in {chunks} chunks")
     expect(finish in ("stop", "length"), f"finish_reason {finish!r}")
     expect(usage and usage.completion_tokens > 0, f"no usage chunk: {usage}")
     return f"{chunks} chunks, finish_reason={finish}"
@@ -119,15 +126,25 @@ def anthropic_message():
     return f"{m.usage.output_tokens} tokens, stop_reason={m.stop_reason}"
 
 
-def anthropic_stream():
+def read_message_stream(want_cache=None, **ask):
+    """The event types of a Messages stream and the message the SDK's helper assembles, every
+    kind of event checked present (and the cache's verdict, if asked)."""
     seen = []
-    with an.messages.stream(model="claude-sonnet-4-5", max_tokens=32, messages=PROMPT) as s:
+    with an.messages.stream(**ask) as s:
+        if want_cache:
+            status = cache_status(s.response)
+            expect(status == want_cache, f"streamed call: {status!r}")
         for event in s:
             seen.append(event.type)
         final = s.get_final_message()
     for kind in ("message_start", "content_block_start", "content_block_delta",
                  "content_block_stop", "message_delta", "message_stop"):
-        expect(kind in seen, f"no {kind} event in {sorted(set(seen))}")
+        expect(kind in seen, f"no {kind} event in {seen}")
+    return seen, final
+
+
+def anthropic_stream():
+    seen, final = read_message_stream(model="claude-sonnet-4-5", max_tokens=32, messages=PROMPT)
     expect(final.content and final.content[0].text, f"empty final message: {final}")
     expect(final.stop_reason in ("end_turn", "max_tokens"), f"stop_reason {final.stop_reason!r}")
     expect(final.usage.output_tokens > 0, f"usage {final.usage}")
@@ -203,18 +220,8 @@ def openai_cache_replays():
     raw = oa.chat.completions.with_raw_response.create(
         **ask, stream=True, stream_options={"include_usage": True})
     expect(cache_status(raw) == "hit", f"streamed call: {cache_status(raw)!r}")
-    pieces, finish, usage, chunks = [], None, None, 0
-    for chunk in raw.parse():
-        chunks += 1
-        expect(chunk.object == "chat.completion.chunk", f"chunk {chunk}")
-        if chunk.usage:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if choice.delta.content:
-                pieces.append(choice.delta.content)
-            if choice.finish_reason:
-                finish = choice.finish_reason
-    expect("".join(pieces) == text, f"streamed replay {''.join(pieces)!r} for {text!r}")
+    streamed, finish, usage, chunks = read_chat_stream(raw.parse())
+    expect(streamed == text, f"streamed replay {streamed!r} for {text!r}")
     expect(finish == first.choices[0].finish_reason, f"streamed finish {finish!r}")
     expect(usage and usage.completion_tokens == first.usage.completion_tokens,
            f"streamed usage {usage}")
@@ -251,15 +258,7 @@ def anthropic_cache_replays():
            f"replayed {again} for {first}")
     expect(again.usage.output_tokens == first.usage.output_tokens, f"usage {again.usage}")
 
-    seen = []
-    with an.messages.stream(**ask) as s:
-        expect(cache_status(s.response) == "hit", f"streamed call: {cache_status(s.response)!r}")
-        for event in s:
-            seen.append(event.type)
-        final = s.get_final_message()
-    for kind in ("message_start", "content_block_start", "content_block_delta",
-                 "content_block_stop", "message_delta", "message_stop"):
-        expect(kind in seen, f"no {kind} event in the replay: {seen}")
+    seen, final = read_message_stream(want_cache="hit", **ask)
     expect(final.content[0].text == text, f"streamed replay {final} for {first}")
     expect(final.stop_reason == first.stop_reason, f"streamed stop_reason {final.stop_reason!r}")
     expect(final.usage.output_tokens == first.usage.output_tokens, f"usage {final.usage}")
