@@ -78,9 +78,12 @@
 //! - during the outage the answer comes from the fallback model, and the response says so in
 //!   its `x-seawall-served-by` header;
 //! - keep-alives pass through, but a stream is committed only at its first real token;
-//! - a stream cut after its first token ends with an SSE error event (`stream_interrupted`
-//!   for OpenAI clients, an `event: error` for Anthropic ones), never as a silently truncated
-//!   answer;
+//! - a stream cut after its first token is continued in the same stream: the
+//!   `ContinueLayer` asks for the rest (the prompt and the text so far) through the whole
+//!   stack and splices it in, so the client reads one answer with one finish (`seawall::call`
+//!   records count the `continuations`); a stream it cannot continue (after 3 follow-ups, or
+//!   one with a tool call) ends with an SSE error event (`stream_interrupted` for OpenAI
+//!   clients, an `event: error` for Anthropic ones), never as a silently truncated answer;
 //! - a failure that cannot be helped becomes an HTTP status and a class-level message
 //!   (`insufficient_quota` as 429, a context-length error as 400, an outage as 503, ...);
 //! - one structured record per call (target `seawall::call`): attempts, queue wait, time to
@@ -108,6 +111,7 @@ use seawall::breaker::CircuitBreakerLayer;
 use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Price, Usd};
 use seawall::cache::CacheLayer;
 use seawall::classify::ClassifyLayer;
+use seawall::continuation::ContinueLayer;
 use seawall::core::{BoxError, ConfigError, Deadline};
 use seawall::fallback::{FallbackLayer, Target, box_response};
 use seawall::gate::{AutoSize, ConcurrencyGateLayer};
@@ -704,6 +708,11 @@ fn provider(
         .build()?;
 
     let below = ServiceBuilder::new()
+        // One body type above, with the cache or without.
+        .map_response(box_response)
+        // A stream cut after its first token, or an answer cut by max_tokens, continued by a
+        // follow-up through every layer below; the client reads one stream.
+        .layer(ContinueLayer::new())
         .layer(FallbackLayer::new([Target::model(fallback)]))
         // One body type for every target, so another provider's stack can join the chain as
         // `Target::service("name", other_stack.map_response(box_response))`.

@@ -4,8 +4,10 @@
 //!
 //! The gateway runs in process on a free loopback port, in front of a calm `seawall-mock`
 //! upstream (no random faults, so the run is deterministic) except for one fault per API:
-//! the first request of each is answered with the mock's own 503. The SDKs run with their
-//! retries off, so they pass only if the gateway's stack absorbed it. The gateway's cache is
+//! the first request of each is answered with the mock's own 503, and a marked stream of each
+//! is cut after its first tokens. The SDKs run with their retries off, so they pass only if
+//! the gateway's stack absorbed both (the cut stream continued in the same stream the SDK
+//! reads). The gateway's cache is
 //! on, with two client keys: the SDKs must parse its replays (a non-streamed answer replayed
 //! as a stream in each API's format) as they parse the upstream's answers.
 //!
@@ -28,7 +30,7 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use gateway::{ClientKeys, Settings};
-use seawall::mock::{ErrorRule, MockUpstream, Profile};
+use seawall::mock::{Count, Delay, ErrorRule, MockUpstream, Profile};
 use seawall_test_support::global_log;
 use tokio::net::TcpListener;
 use tokio::process::Command;
@@ -43,16 +45,25 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// The first request to each path goes to a mock that fails every request with a 503, in the
 /// wire format of the path's API; a request whose prompt carries [`QUOTA_MARKER`] goes to one
-/// whose quota for the gateway's key ran out.
+/// whose quota for the gateway's key ran out; the first one per path whose prompt carries
+/// [`CUT_MARKER`] to one that cuts its stream.
 #[derive(Clone)]
 struct FirstAttemptFails {
     failing: MockUpstream,
     no_quota: MockUpstream,
+    cutting: MockUpstream,
     seen: Arc<Mutex<HashSet<String>>>,
 }
 
 /// The marker of tests/sdk/check_sdks.py's prompts that meet an exhausted quota.
 const QUOTA_MARKER: &[u8] = b"QUOTA-EXHAUSTED-UPSTREAM";
+
+/// The marker of tests/sdk/check_sdks.py's prompts whose first stream is cut.
+const CUT_MARKER: &[u8] = b"CUT-THIS-STREAM-ONCE";
+
+fn carries(body: &[u8], marker: &[u8]) -> bool {
+    body.windows(marker.len()).any(|w| w == marker)
+}
 
 /// The gateway's own key at the upstream.
 const UPSTREAM_KEY: &str = "sk-upstream-key-of-the-gateway";
@@ -64,16 +75,18 @@ async fn first_attempt_fails(
 ) -> Response {
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-    let no_quota = body.windows(QUOTA_MARKER.len()).any(|w| w == QUOTA_MARKER);
-    let first = faults
-        .seen
-        .lock()
-        .unwrap()
-        .insert(parts.uri.path().to_owned());
-    let upstream = match (no_quota, first) {
-        (true, _) => &faults.no_quota,
-        (false, true) => &faults.failing,
-        (false, false) => return next.run(Request::from_parts(parts, body.into())).await,
+    let first = |what: &str| {
+        let key = format!("{what} {}", parts.uri.path());
+        faults.seen.lock().unwrap().insert(key)
+    };
+    let upstream = if carries(&body, QUOTA_MARKER) {
+        &faults.no_quota
+    } else if first("any") {
+        &faults.failing
+    } else if carries(&body, CUT_MARKER) && first("cut") {
+        &faults.cutting
+    } else {
+        return next.run(Request::from_parts(parts, body.into())).await;
     };
     let resp = upstream
         .respond(http::Request::from_parts(parts, body))
@@ -147,9 +160,17 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     let calm = MockUpstream::new(Profile::default());
     let failing = MockUpstream::new(Profile::default().error(ErrorRule::random(503, 1.0)));
     let no_quota = MockUpstream::new(Profile::default().exhausted_key(UPSTREAM_KEY));
+    // The connection dropped after 5 tokens of text, 10 ms apart: the first token has gone
+    // out to the SDK when it drops (a cut before it would simply be retried).
+    let cutting = MockUpstream::new(
+        Profile::default()
+            .per_token_latency(Delay::fixed(Duration::from_millis(10)))
+            .cut_streams(1.0, Count::fixed(5), true),
+    );
     let faults = FirstAttemptFails {
         failing: failing.clone(),
         no_quota: no_quota.clone(),
+        cutting: cutting.clone(),
         seen: Arc::default(),
     };
     let router = seawall::mock::router(calm.clone())
@@ -223,10 +244,14 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     // SDK retried it (nor anything else).
     assert_eq!(no_quota.stats().requests, 4, "{stdout}");
     assert_eq!(sdk_retries.load(Ordering::SeqCst), 0, "{stdout}");
+    // One stream cut per API, each continued by one follow-up that the calm upstream
+    // streamed to its end.
+    assert_eq!(cutting.stats().requests, 2, "{stdout}");
+    assert_eq!(cutting.stats().streams_cut, 2, "{stdout}");
     // OpenAI: a completion and a stream; Anthropic: a message and two streams. Models,
     // refused keys and unpriced models never reach the upstream. With the cache, per API:
     // the greedy question once, its sampled twin and the other client's copy (every hit,
-    // streamed or not, is served by the gateway alone).
-    assert_eq!(calm.stats().requests, 5 + 2 * 3, "{stdout}");
-    assert_eq!(calm.stats().streams_completed, 3, "{stdout}");
+    // streamed or not, is served by the gateway alone). The cut streams' follow-ups.
+    assert_eq!(calm.stats().requests, 5 + 2 * 3 + 2, "{stdout}");
+    assert_eq!(calm.stats().streams_completed, 3 + 2, "{stdout}");
 }

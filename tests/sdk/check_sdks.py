@@ -35,6 +35,9 @@ KEY = os.environ.get("SEAWALL_GATEWAY_KEY") or "no-key-needed"
 PROMPT = [{"role": "user", "content": "Say hello."}]
 # A prompt carrying it is answered by an upstream whose quota ran out (tests/python_sdks.rs).
 QUOTA_MARKER = "QUOTA-EXHAUSTED-UPSTREAM"
+# A prompt carrying it has its first stream cut after a few tokens (tests/python_sdks.rs).
+CUT_MARKER = "CUT-THIS-STREAM-ONCE"
+CUT_PROMPT = [{"role": "user", "content": f"{CUT_MARKER} Tell me about the sea."}]
 
 oa = openai.OpenAI(base_url=f"{URL}/v1", api_key=KEY, max_retries=0, timeout=30.0)
 an = anthropic.Anthropic(base_url=URL, api_key=KEY, max_retries=0, timeout=30.0)
@@ -75,19 +78,33 @@ def read_chat_stream(stream):
     return "".join(text), finish, usage, chunks
 
 
-def openai_chat_stream():
-    stream = oa.chat.completions.create(
+def chat_stream(messages):
+    """A gpt-4o stream of `messages` with its usage chunk, read by `read_chat_stream`."""
+    return read_chat_stream(oa.chat.completions.create(
         model="gpt-4o",
         max_tokens=32,
-        messages=PROMPT,
+        messages=messages,
         stream=True,
         stream_options={"include_usage": True},
-    )
-    text, finish, usage, chunks = read_chat_stream(stream)
+    ))
+
+
+def openai_chat_stream():
+    text, finish, usage, chunks = chat_stream(PROMPT)
     expect(text, f"no content in {chunks} chunks")
     expect(finish in ("stop", "length"), f"finish_reason {finish!r}")
     expect(usage and usage.completion_tokens > 0, f"no usage chunk: {usage}")
     return f"{chunks} chunks, finish_reason={finish}"
+
+
+def openai_cut_stream_is_continued():
+    """A stream cut after its first tokens reaches the SDK as one whole stream: the gateway's
+    continuation asked for the rest and spliced it in."""
+    text, finish, usage, chunks = chat_stream(CUT_PROMPT)
+    expect(len(text.split()) > 5, f"only {text!r} in {chunks} chunks")
+    expect(finish in ("stop", "length"), f"finish_reason {finish!r}")
+    expect(usage and usage.completion_tokens > 5, f"no usage chunk: {usage}")
+    return f"{len(text.split())} words in {chunks} chunks, finish_reason={finish}"
 
 
 def openai_models():
@@ -155,6 +172,19 @@ def anthropic_stream():
     raw_types = [e.type for e in raw]
     expect(raw_types and raw_types[-1] == "message_stop", f"raw events {raw_types}")
     return f"{seen.count('content_block_delta')} deltas, stop_reason={final.stop_reason}"
+
+
+def anthropic_cut_stream_is_continued():
+    """The same through the Messages API: one message, its events in order, assembled by the
+    SDK's helper."""
+    seen, final = read_message_stream(model="claude-sonnet-4-5", max_tokens=32,
+                                      messages=CUT_PROMPT)
+    expect(seen.count("message_start") == 1 and seen[-1] == "message_stop", f"events {seen}")
+    text = final.content[0].text if final.content else ""
+    expect(len(text.split()) > 5, f"only {text!r}")
+    expect(final.stop_reason in ("end_turn", "max_tokens"), f"stop_reason {final.stop_reason!r}")
+    return f"{len(text.split())} words, {seen.count('content_block_delta')} deltas, " \
+        f"stop_reason={final.stop_reason}"
 
 
 def anthropic_models():
@@ -299,10 +329,12 @@ def sdk_retries_stop_at_the_gateway():
 CHECKS = [
     openai_chat_complete,
     openai_chat_stream,
+    openai_cut_stream_is_continued,
     openai_models,
     openai_errors,
     anthropic_message,
     anthropic_stream,
+    anthropic_cut_stream_is_continued,
     anthropic_models,
     anthropic_errors,
     openai_cache_replays,
