@@ -38,7 +38,9 @@
 //! With `GATEWAY_CACHE_TTL` a `CacheLayer` sits right inside the call record, outside the
 //! fallback and the retries, and answers a request that asks again exactly what an earlier
 //! one asked, streamed or not, without a call upstream; the response says
-//! `x-seawall-cache: hit` (`miss`, `bypass`). Only requests that say `"temperature": 0` are
+//! `x-seawall-cache: hit` (`miss`, `bypass`); a client's `Cache-Control: no-cache` asks
+//! upstream and stores the fresh answer, `no-store` leaves the cache alone. Only requests that
+//! say `"temperature": 0` are
 //! cached: an answer sampled at a temperature (the APIs' default when a request names none)
 //! is one draw, and a client that asked for a draw gets its own. Each client key of
 //! `GATEWAY_KEYS` has its own answers; without client keys every caller shares them.
@@ -109,7 +111,7 @@ use bytes::Bytes;
 use seawall::LlmError;
 use seawall::breaker::CircuitBreakerLayer;
 use seawall::budget::{Budget, CostBudgetLayer, MemoryStore, MissingMaxOutput, Price, Usd};
-use seawall::cache::CacheLayer;
+use seawall::cache::{CacheControl, CacheLayer};
 use seawall::classify::ClassifyLayer;
 use seawall::continuation::ContinueLayer;
 use seawall::core::{BoxError, ConfigError, Deadline};
@@ -534,7 +536,8 @@ async fn messages(State(providers): State<Providers>, req: Request) -> Response 
 
 /// Sends a request through the stack of `dialect`'s upstream. Of the caller's headers only the
 /// timeout goes on (as a [`Deadline`]: `grpc-timeout`, `x-seawall-timeout`, or the SDKs'
-/// `x-stainless-timeout`), so no layer works for a caller that has stopped waiting.
+/// `x-stainless-timeout`), so no layer works for a caller that has stopped waiting, and its
+/// cache directive (as a [`CacheControl`], for the cache).
 ///
 /// It takes the whole request rather than `HeaderMap` and `Bytes` extractors: the `HeaderMap`
 /// extractor clones every header, and the timeout is all that is read of them.
@@ -560,6 +563,9 @@ async fn forward(providers: &Providers, dialect: Dialect, req: Request) -> Respo
     };
     let deadline = Deadline::from_headers(req.headers());
     let tenant = req.extensions().get::<ClientTenant>().copied();
+    // A client's `Cache-Control: no-cache` (ask upstream, store the fresh answer) or
+    // `no-store` (leave the cache alone), for the cache alone: the header is not sent on.
+    let cache_control = CacheControl::of(&req);
     // Read as the `Bytes` extractor does, so the body limit still answers 413.
     let body = match Bytes::from_request(req, &()).await {
         Ok(body) => body,
@@ -583,6 +589,9 @@ async fn forward(providers: &Providers, dialect: Dialect, req: Request) -> Respo
     }
     if let Some(tenant) = tenant {
         req.extensions_mut().insert(tenant);
+    }
+    if let Some(cache_control) = cache_control {
+        req.extensions_mut().insert(cache_control);
     }
     match provider.client.call(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),

@@ -7,9 +7,9 @@
 //! the first request of each is answered with the mock's own 503, and a marked stream of each
 //! is cut after its first tokens. The SDKs run with their retries off, so they pass only if
 //! the gateway's stack absorbed both (the cut stream continued in the same stream the SDK
-//! reads). The gateway's cache is
-//! on, with two client keys: the SDKs must parse its replays (a non-streamed answer replayed
-//! as a stream in each API's format) as they parse the upstream's answers.
+//! reads). The gateway's cache is on, with two client keys: the SDKs must parse its replays
+//! (a non-streamed answer replayed as a stream in each API's format) as they parse the
+//! upstream's answers.
 //!
 //! The packages come from a venv the test makes under the target dir (`sdk-venv`) the first
 //! time, with `python3 -m venv` and pip (PyPI), and reuses after; `$SEAWALL_PYTHON` names
@@ -250,8 +250,9 @@ async fn the_official_python_sdks_work_against_the_gateway() {
     assert_eq!(cutting.stats().streams_cut, 2, "{stdout}");
     // OpenAI: a completion and a stream; Anthropic: a message and two streams. Models,
     // refused keys and unpriced models never reach the upstream. With the cache, per API:
-    // the greedy question once, its sampled twin and the other client's copy (every hit,
-    // streamed or not, is served by the gateway alone). The cut streams' follow-ups.
-    assert_eq!(calm.stats().requests, 5 + 2 * 3 + 2, "{stdout}");
+    // the greedy question once, its sampled twin, its no-store copy and the other client's
+    // copy (every hit, streamed or not, is served by the gateway alone). The cut streams'
+    // follow-ups.
+    assert_eq!(calm.stats().requests, 5 + 2 * 4 + 2, "{stdout}");
     assert_eq!(calm.stats().streams_completed, 3 + 2, "{stdout}");
 }

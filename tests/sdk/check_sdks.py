@@ -259,11 +259,15 @@ def openai_cache_replays():
     sampled = dict(ask, temperature=0.7)
     raw = oa.chat.completions.with_raw_response.create(**sampled)
     expect(cache_status(raw) == "bypass", f"sampled call: {cache_status(raw)!r}")
+    raw = oa.chat.completions.with_raw_response.create(
+        **ask, extra_headers={"Cache-Control": "no-store"})
+    expect(cache_status(raw) == "bypass", f"no-store call: {cache_status(raw)!r}")
     if OTHER_KEY:
         other = openai.OpenAI(base_url=f"{URL}/v1", api_key=OTHER_KEY, max_retries=0)
         raw = other.chat.completions.with_raw_response.create(**ask)
         expect(cache_status(raw) == "miss", f"another client's call: {cache_status(raw)!r}")
-    return f"miss, hit, streamed hit in {chunks} chunks, sampled bypass, other client's miss"
+    return f"miss, hit, streamed hit in {chunks} chunks, sampled and no-store bypass, " \
+        "other client's miss"
 
 
 def anthropic_cache_replays():
@@ -295,12 +299,14 @@ def anthropic_cache_replays():
 
     raw = an.messages.with_raw_response.create(**dict(ask, extra_body={"temperature": 0.7}))
     expect(cache_status(raw) == "bypass", f"sampled call: {cache_status(raw)!r}")
+    raw = an.messages.with_raw_response.create(**ask, extra_headers={"cache-control": "no-store"})
+    expect(cache_status(raw) == "bypass", f"no-store call: {cache_status(raw)!r}")
     if OTHER_KEY:
         other = anthropic.Anthropic(base_url=URL, api_key=OTHER_KEY, max_retries=0)
         raw = other.messages.with_raw_response.create(**ask)
         expect(cache_status(raw) == "miss", f"another client's call: {cache_status(raw)!r}")
     return f"miss, hit, streamed hit ({seen.count('content_block_delta')} deltas), sampled " \
-        "bypass, other client's miss"
+        "and no-store bypass, other client's miss"
 
 
 def sdk_retries_stop_at_the_gateway():
