@@ -16,9 +16,9 @@
 //! not even scanned when its body ends, it is checked, and its usage read, at its first use
 //! (`Answer::checked`), by the same scan and serde path; see the crate docs.
 //!
-//! Only plain text answers with one choice are assembled: tool calls, thinking blocks,
-//! several choices, errors and unknown shapes make an answer not cacheable (the call is
-//! passed through).
+//! Only plain text answers with one choice are assembled: tool calls, thinking blocks and
+//! reasoning text, citations, several choices, errors and unknown shapes make an answer not
+//! cacheable (the call is passed through).
 
 use std::sync::{Arc, OnceLock};
 
@@ -693,6 +693,11 @@ impl Streamed {
                     || delta.function_call.is_some()
                     || delta.refusal.is_some()
                     || delta.audio.is_some()
+                    || carries_beside([
+                        &delta.annotations,
+                        &delta.reasoning_content,
+                        &delta.reasoning,
+                    ])
                 {
                     return Flow::Break(NotCacheable::NotText);
                 }
@@ -791,7 +796,7 @@ fn json_parts(wire: Wire, raw: &[u8]) -> Result<(Parts, Usage), NotCacheable> {
                 // A replayed stream would not carry them.
                 return Err(NotCacheable::NotText);
             }
-            // Tool calls, a refusal or audio: not plain text.
+            // Tool calls, a refusal, audio, citations or reasoning: not plain text.
             if [
                 &message.tool_calls,
                 &message.function_call,
@@ -800,6 +805,11 @@ fn json_parts(wire: Wire, raw: &[u8]) -> Result<(Parts, Usage), NotCacheable> {
             ]
             .iter()
             .any(|v| v.as_ref().is_some_and(|v| !v.is_null()))
+                || carries_beside([
+                    &message.annotations,
+                    &message.reasoning_content,
+                    &message.reasoning,
+                ])
             {
                 return Err(NotCacheable::NotText);
             }
@@ -828,7 +838,10 @@ fn json_parts(wire: Wire, raw: &[u8]) -> Result<(Parts, Usage), NotCacheable> {
             let mut text = String::new();
             match &body.content[..] {
                 [] => {}
-                [block] if block.kind == "text" => {
+                // Citations a replay would lose: not plain text.
+                [block]
+                    if block.kind == "text" && !block.citations.as_ref().is_some_and(carries) =>
+                {
                     text.push_str(block.text.as_deref().unwrap_or(""));
                 }
                 _ => return Err(NotCacheable::NotText),
@@ -883,6 +896,28 @@ struct OpenAiMessage<'a> {
     function_call: Option<serde_json::Value>,
     refusal: Option<serde_json::Value>,
     audio: Option<serde_json::Value>,
+    annotations: Option<serde_json::Value>,
+    reasoning_content: Option<serde_json::Value>,
+    reasoning: Option<serde_json::Value>,
+}
+
+/// Whether a message or delta carries what a replay would lose beside its text: citations
+/// (`annotations`, OpenAI's search models) or reasoning (`reasoning_content`, DeepSeek's and
+/// vLLM's reasoning models; `reasoning`, OpenRouter's). Such an answer is not plain text. The
+/// empty forms (`null`, `[]`, `""`) carry nothing: OpenAI sends `"annotations": []` with
+/// every answer.
+fn carries_beside(fields: [&Option<serde_json::Value>; 3]) -> bool {
+    fields.iter().any(|v| v.as_ref().is_some_and(carries))
+}
+
+/// Whether a value says something: not `null`, `[]` or `""`.
+fn carries(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Null => false,
+        serde_json::Value::Array(a) => !a.is_empty(),
+        serde_json::Value::String(s) => !s.is_empty(),
+        _ => true,
+    }
 }
 
 #[derive(Deserialize)]
@@ -917,6 +952,9 @@ struct OpenAiDelta<'a> {
     #[serde(borrow)]
     refusal: Text<'a>,
     audio: Option<serde::de::IgnoredAny>,
+    annotations: Option<serde_json::Value>,
+    reasoning_content: Option<serde_json::Value>,
+    reasoning: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -969,6 +1007,7 @@ struct AnthropicBlock<'a> {
     kind: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     text: Text<'a>,
+    citations: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1201,6 +1240,84 @@ mod tests {
     const CHUNK: &str = r#"data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}
 
 "#;
+
+    #[test]
+    fn answers_with_citations_or_reasoning_are_not_assembled_and_their_empty_forms_are() {
+        let openai = |message: &str| {
+            format!(
+                r#"{{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{{"index":0,"message":{{"role":"assistant","content":"hi"{message}}},"logprobs":null,"finish_reason":"stop"}}],"usage":{{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}}}"#
+            )
+        };
+        let anthropic = |block: &str| {
+            format!(
+                r#"{{"id":"m","type":"message","role":"assistant","model":"c","content":[{{"type":"text","text":"hi"{block}}}],"stop_reason":"end_turn","usage":{{"input_tokens":3,"output_tokens":1}}}}"#
+            )
+        };
+        let citation = r#"[{"type":"url_citation","url_citation":{"start_index":0,"end_index":2,"url":"https://example.com","title":"e"}}]"#;
+        let refused = [
+            (
+                Wire::OpenAiChat,
+                openai(&format!(r#","annotations":{citation}"#)),
+            ),
+            (
+                Wire::OpenAiChat,
+                openai(r#","reasoning_content":"First, think.""#),
+            ),
+            (Wire::OpenAiChat, openai(r#","reasoning":"First, think.""#)),
+            (
+                Wire::AnthropicMessages,
+                anthropic(
+                    r#","citations":[{"type":"char_location","cited_text":"x","document_index":0,"start_char_index":0,"end_char_index":1}]"#,
+                ),
+            ),
+        ];
+        for (wire, body) in refused {
+            assert_eq!(scan::answer(wire, body.as_bytes()), None, "{body}");
+            assert_eq!(
+                assemble(wire, false, &body).err(),
+                Some(NotCacheable::NotText),
+                "{body}"
+            );
+        }
+        // What OpenAI sends with every plain answer, and the other empty forms.
+        let stored = [
+            (
+                Wire::OpenAiChat,
+                openai(r#","refusal":null,"annotations":[]"#),
+            ),
+            (
+                Wire::OpenAiChat,
+                openai(r#","reasoning_content":null,"reasoning":"""#),
+            ),
+            (Wire::AnthropicMessages, anthropic(r#","citations":null"#)),
+            (Wire::AnthropicMessages, anthropic(r#","citations":[]"#)),
+        ];
+        for (wire, body) in stored {
+            assert!(scan::answer(wire, body.as_bytes()).is_some(), "{body}");
+            assert_eq!(assemble(wire, false, &body).unwrap().text(), "hi", "{body}");
+        }
+
+        let done = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let delta = |d: &str| {
+            format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{d}}}]}}\n\n{CHUNK}{done}")
+        };
+        for d in [
+            r#"{"reasoning_content":"First, think.","content":null}"#,
+            r#"{"reasoning":"First, think."}"#,
+            &format!(r#"{{"annotations":{citation}}}"#),
+        ] {
+            assert_eq!(
+                assemble(Wire::OpenAiChat, true, &delta(d)).err(),
+                Some(NotCacheable::NotText),
+                "{d}"
+            );
+        }
+        let plain = delta(r#"{"role":"assistant","content":"","reasoning_content":null}"#);
+        assert_eq!(
+            assemble(Wire::OpenAiChat, true, &plain).unwrap().text(),
+            "hi"
+        );
+    }
 
     #[test]
     fn only_complete_plain_text_answers_are_assembled() {

@@ -93,8 +93,10 @@
 //!
 //! `Cache-Control: no-cache` (or [`CacheControl::NoCache`]) reads through: the call goes
 //! upstream and its answer, if complete, replaces the stored one (also recorded as `bypass`).
-//! Answers that turn out not to be cacheable (tool calls, thinking blocks, a content filter,
-//! a cut stream, an error) are passed through and not stored; the call stays a `miss`.
+//! Answers that turn out not to be cacheable (tool calls, thinking blocks or reasoning text
+//! such as DeepSeek's `reasoning_content`, citations such as OpenAI's `annotations` or
+//! Anthropic's `citations`, a content filter, a cut stream, an error) are passed through and
+//! not stored; the call stays a `miss`.
 //!
 //! # Single flight
 //!

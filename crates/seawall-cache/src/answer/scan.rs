@@ -137,6 +137,9 @@ fn openai_message(c: &mut JsonCursor<'_>) -> Option<()> {
     const FUNCTION_CALL: u32 = 2;
     const REFUSAL: u32 = 3;
     const AUDIO: u32 = 4;
+    const ANNOTATIONS: u32 = 5;
+    const REASONING_CONTENT: u32 = 6;
+    const REASONING: u32 = 7;
     let mut seen = Seen::default();
     c.object(|s, name| {
         let bit = match name {
@@ -148,6 +151,26 @@ fn openai_message(c: &mut JsonCursor<'_>) -> Option<()> {
             b"function_call" => FUNCTION_CALL,
             b"refusal" => REFUSAL,
             b"audio" => AUDIO,
+            // Citations and reasoning a replay would lose: only their empty forms are stored
+            // (OpenAI sends `"annotations": []` with every answer); any other is left to serde.
+            b"annotations" => {
+                seen.first(ANNOTATIONS)?;
+                if s.null()? {
+                    return Some(());
+                }
+                return (s.array(|_| None)? == 0).then_some(());
+            }
+            b"reasoning_content" | b"reasoning" => {
+                seen.first(if name == b"reasoning" {
+                    REASONING
+                } else {
+                    REASONING_CONTENT
+                })?;
+                if s.null()? {
+                    return Some(());
+                }
+                return s.string()?.is_empty().then_some(());
+            }
             _ => return s.skip_ignored(3),
         };
         // Anything but plain text: only `null` (or absent) is stored.
@@ -251,6 +274,14 @@ fn anthropic_block(c: &mut JsonCursor<'_>) -> Option<()> {
         b"text" => {
             seen.first(1)?;
             text(s)
+        }
+        // Citations a replay would lose: only none (`null`, `[]`) is stored.
+        b"citations" => {
+            seen.first(2)?;
+            if s.null()? {
+                return Some(());
+            }
+            (s.array(|_| None)? == 0).then_some(())
         }
         _ => s.skip_ignored(3),
     })?;
@@ -424,6 +455,15 @@ mod tests {
             ("function_call", none_or(value())),
             ("refusal", none_or(text().prop_map(Value::String))),
             ("audio", none_or(value())),
+            (
+                "annotations",
+                none_or(prop_oneof![Just(json!([])), value()]),
+            ),
+            (
+                "reasoning_content",
+                none_or(prop_oneof![Just(json!("")), text().prop_map(Value::String)]),
+            ),
+            ("reasoning", none_or(value())),
         ]);
         let choice = object(vec![
             ("index", member(Just(json!(0)))),
@@ -470,6 +510,7 @@ mod tests {
                 ]),
             ),
             ("text", member(text().prop_map(Value::String))),
+            ("citations", none_or(prop_oneof![Just(json!([])), value()])),
         ]);
         let usage = object(vec![
             ("input_tokens", member(count())),
