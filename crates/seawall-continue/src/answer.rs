@@ -15,8 +15,8 @@ pub(crate) fn finish(wire: Wire, v: &Value) -> Option<FinishReason> {
     Some(FinishReason::from_provider(word.as_str()?))
 }
 
-/// The answer's text, when it is only text (a tool call or a thinking block cannot be
-/// continued by a prefill).
+/// The answer's text, when it is only text (a tool call, a thinking block or reasoning text
+/// cannot be continued by a prefill).
 pub(crate) fn text(wire: Wire, v: &Value) -> Option<String> {
     match wire {
         Wire::OpenAi => {
@@ -24,6 +24,14 @@ pub(crate) fn text(wire: Wire, v: &Value) -> Option<String> {
             if message.get("tool_calls").is_some_and(|t| !t.is_null())
                 || message.get("function_call").is_some_and(|t| !t.is_null())
             {
+                return None;
+            }
+            // Reasoning text: a follow-up would reason again (`events::OaDelta::unsupported`).
+            if ["reasoning_content", "reasoning"].iter().any(|k| {
+                message
+                    .get(*k)
+                    .is_some_and(|r| r.as_str() != Some("") && !r.is_null())
+            }) {
                 return None;
             }
             match message.get("content") {
@@ -103,11 +111,19 @@ mod tests {
     }
 
     #[test]
-    fn tool_calls_and_other_blocks_are_not_text() {
+    fn tool_calls_reasoning_and_other_blocks_are_not_text() {
         let tool = json!({"choices": [{"message": {"content": null, "tool_calls": [{}]}}]});
         assert_eq!(text(Wire::OpenAi, &tool), None);
         let thinking = json!({"content": [{"type": "thinking", "thinking": "hm"}]});
         assert_eq!(text(Wire::Anthropic, &thinking), None);
+        for k in ["reasoning_content", "reasoning"] {
+            let reasoned = json!({"choices": [{"message": {"content": "so", k: "hm"}}]});
+            assert_eq!(text(Wire::OpenAi, &reasoned), None);
+            let empty = json!({"choices": [{"message": {"content": "so", k: ""}}]});
+            assert_eq!(text(Wire::OpenAi, &empty).as_deref(), Some("so"));
+            let null = json!({"choices": [{"message": {"content": "so", k: null}}]});
+            assert_eq!(text(Wire::OpenAi, &null).as_deref(), Some("so"));
+        }
         assert_eq!(text(Wire::OpenAi, &json!({"choices": "x"})), None);
     }
 }

@@ -137,7 +137,8 @@ pub(crate) enum Kind {
     Done,
     /// An error event.
     Error,
-    /// Output a prefill cannot continue: a tool call, a thinking block, a second choice.
+    /// Output a prefill cannot continue: a tool call, a thinking block or reasoning text, a
+    /// second choice.
     Unsupported,
     /// Anything else (pings, unknown events): passed on.
     #[default]
@@ -178,6 +179,24 @@ struct OaDelta<'a> {
     tool_calls: Option<IgnoredAny>,
     #[serde(default)]
     function_call: Option<IgnoredAny>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+impl OaDelta<'_> {
+    /// A tool call, or reasoning text (DeepSeek's and vLLM's `reasoning_content`, OpenRouter's
+    /// `reasoning`): what a follow-up could not carry on from. A reasoning model asked to go
+    /// on reasons again, and the caller would read a second reasoning in the middle of the
+    /// answer; as with Anthropic's thinking blocks, such a stream is not continued.
+    fn unsupported(&self) -> bool {
+        self.tool_calls.is_some()
+            || self.function_call.is_some()
+            || [&self.reasoning_content, &self.reasoning]
+                .iter()
+                .any(|r| r.as_ref().is_some_and(|r| !r.is_empty()))
+    }
 }
 
 /// Reads an OpenAI chunk (`data` of one event): by the scan, else by serde.
@@ -228,7 +247,7 @@ pub(crate) fn openai_serde(data: &[u8]) -> Seen<'_> {
         return seen;
     }
     if let Some(delta) = choice.delta {
-        if delta.tool_calls.is_some() || delta.function_call.is_some() {
+        if delta.unsupported() {
             seen.kind = Kind::Unsupported;
             return seen;
         }
@@ -492,6 +511,18 @@ mod tests {
             oa(br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#).kind,
             Kind::Unsupported
         );
+        for reasoning in [
+            br#"{"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"Hm"}}]}"#
+                .as_slice(),
+            br#"{"choices":[{"index":0,"delta":{"reasoning":"Hm"}}]}"#,
+        ] {
+            assert_eq!(oa(reasoning).kind, Kind::Unsupported);
+            assert_eq!(openai_serde(reasoning).kind, Kind::Unsupported);
+        }
+        let s = oa(
+            br#"{"choices":[{"index":0,"delta":{"content":"hi","reasoning_content":null,"reasoning":""}}]}"#,
+        );
+        assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("hi")));
         let s = an(b"content_block_delta", br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"yo"}}"#);
         assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("yo")));
         let s = an(b"message_delta", br#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}"#);
@@ -591,6 +622,8 @@ mod tests {
             Just("content"),
             Just("tool_calls"),
             Just("function_call"),
+            Just("reasoning_content"),
+            Just("reasoning"),
             Just("finish_reason"),
             Just("type"),
             Just("text"),

@@ -35,9 +35,9 @@
 //!   duplicated text (every event is passed on whole, so a cut never leaves half an event
 //!   with the caller), and the final usage is the sum (the cut attempt's output counted by
 //!   its content deltas, its prompt estimated, when it was cut before it said). If
-//!   resumption is off or unsupported for the answer (a tool call, a thinking block), or the
-//!   follow-up fails before its first content, the caller gets the `StreamInterrupted` error
-//!   unchanged.
+//!   resumption is off or unsupported for the answer (a tool call, a thinking block or
+//!   reasoning text such as `reasoning_content`), or the follow-up fails before its first
+//!   content, the caller gets the `StreamInterrupted` error unchanged.
 //!
 //! # A cut before the caller saw anything: asked again ([`restart_within`](ContinueBuilder::restart_within))
 //!

@@ -576,6 +576,11 @@ fn choice<'a>(c: &mut Cur<'a>) -> Option<Choice<'a>> {
                             inner.first(if name == b"tool_calls" { 1 } else { 2 })?;
                             unsupported |= present(c, 4)?;
                         }
+                        // Reasoning text: not continued (`events::OaDelta::unsupported`).
+                        b"reasoning_content" | b"reasoning" => {
+                            inner.first(if name == b"reasoning" { 4 } else { 3 })?;
+                            unsupported |= text(c)?.is_some_and(|r| !r.is_empty());
+                        }
                         _ => ignored(c, 4)?,
                     }
                     Some(())
