@@ -179,10 +179,10 @@ struct OaDelta<'a> {
     tool_calls: Option<IgnoredAny>,
     #[serde(default)]
     function_call: Option<IgnoredAny>,
-    #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning: Option<Cow<'a, str>>,
+    #[serde(default)]
+    reasoning_content: Option<Value>,
+    #[serde(default)]
+    reasoning: Option<Value>,
 }
 
 impl OaDelta<'_> {
@@ -190,12 +190,20 @@ impl OaDelta<'_> {
     /// `reasoning`): what a follow-up could not carry on from. A reasoning model asked to go
     /// on reasons again, and the caller would read a second reasoning in the middle of the
     /// answer; as with Anthropic's thinking blocks, such a stream is not continued.
+    /// Reasoning of any other shape than a string counts too, unless it is empty (`null`,
+    /// `""`, `[]`, `{}`).
     fn unsupported(&self) -> bool {
+        let said = |r: &Option<Value>| match r {
+            None | Some(Value::Null) => false,
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(Value::Object(o)) => !o.is_empty(),
+            Some(_) => true,
+        };
         self.tool_calls.is_some()
             || self.function_call.is_some()
-            || [&self.reasoning_content, &self.reasoning]
-                .iter()
-                .any(|r| r.as_ref().is_some_and(|r| !r.is_empty()))
+            || said(&self.reasoning_content)
+            || said(&self.reasoning)
     }
 }
 
@@ -515,14 +523,19 @@ mod tests {
             br#"{"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"Hm"}}]}"#
                 .as_slice(),
             br#"{"choices":[{"index":0,"delta":{"reasoning":"Hm"}}]}"#,
+            br#"{"choices":[{"index":0,"delta":{"content":"hi","reasoning":{"text":"Hm"}}}]}"#,
         ] {
             assert_eq!(oa(reasoning).kind, Kind::Unsupported);
             assert_eq!(openai_serde(reasoning).kind, Kind::Unsupported);
         }
-        let s = oa(
-            br#"{"choices":[{"index":0,"delta":{"content":"hi","reasoning_content":null,"reasoning":""}}]}"#,
-        );
-        assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("hi")));
+        for empty in [
+            br#"{"choices":[{"index":0,"delta":{"content":"hi","reasoning_content":null,"reasoning":""}}]}"#
+                .as_slice(),
+            br#"{"choices":[{"index":0,"delta":{"content":"hi","reasoning":[]}}]}"#,
+        ] {
+            let s = oa(empty);
+            assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("hi")));
+        }
         let s = an(b"content_block_delta", br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"yo"}}"#);
         assert_eq!((s.kind, s.text.as_deref()), (Kind::Content, Some("yo")));
         let s = an(b"message_delta", br#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}"#);

@@ -577,6 +577,7 @@ fn choice<'a>(c: &mut Cur<'a>) -> Option<Choice<'a>> {
                             unsupported |= present(c, 4)?;
                         }
                         // Reasoning text: not continued (`events::OaDelta::unsupported`).
+                        // Any other shape than a string or `null` is left to serde.
                         b"reasoning_content" | b"reasoning" => {
                             inner.first(if name == b"reasoning" { 4 } else { 3 })?;
                             unsupported |= text(c)?.is_some_and(|r| !r.is_empty());
