@@ -494,6 +494,34 @@ async fn json_bodies_fill_the_report_at_their_end() {
 }
 
 #[tokio::test]
+async fn thought_tokens_counted_only_in_the_total_are_output() {
+    // Gemini through its OpenAI-compatible endpoint (or a proxy translating its counts): the
+    // thought tokens are in `total_tokens` and billed as output, not in `completion_tokens`.
+    let gemini = r#"{"id":"g","object":"chat.completion","created":1,"model":"gemini-2.5-flash","choices":[{"index":0,"message":{"role":"assistant","content":"36"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":198,"total_tokens":623}}"#;
+    // The same with a member the byte scan leaves to serde (an escaped key).
+    let by_serde = gemini.replace(r#""created""#, r#""cr\u0065ated""#);
+    // OpenAI proper: the total is the sum; nothing changes.
+    let openai = gemini.replace("623", "218");
+    for (body, output) in [(gemini.to_owned(), 603), (by_serde, 603), (openai, 198)] {
+        let s = summarize(
+            run(response(
+                200,
+                &[("content-type", "application/json")],
+                Chunks::one(body.clone()),
+            ))
+            .await
+            .unwrap(),
+        )
+        .await;
+        assert_eq!(s.usage, usage(20, output, 0), "{body}");
+    }
+    let streamed = "data: {\"id\":\"g\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gemini-2.5-flash\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"36\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":198,\"total_tokens\":623}}\n\ndata: [DONE]\n\n";
+    let s = stream_of(vec![streamed.into()]).await;
+    assert_eq!(s.usage, usage(20, 603, 0));
+    assert!(s.error.is_none(), "{:?}", s.error);
+}
+
+#[tokio::test]
 async fn large_json_body_uses_head_and_tail_windows() {
     let long = "word ".repeat(60_000);
     let body = OPENAI_JSON.replace("Hello there", &long);

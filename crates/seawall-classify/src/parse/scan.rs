@@ -403,6 +403,7 @@ pub(super) fn usage(s: &mut JsonCursor<'_>) -> Option<RawUsage> {
             b"cache_read_input_tokens" => (4, &mut raw.cache_read),
             b"cache_creation_input_tokens" => (5, &mut raw.cache_creation),
             b"prompt_cache_hit_tokens" => (6, &mut hit),
+            b"total_tokens" => (9, &mut raw.total),
             b"prompt_tokens_details" => {
                 seen.first(7)?;
                 prompt_detail = details(s)?;
@@ -530,6 +531,7 @@ mod tests {
             Just("prompt_tokens_details"),
             Just("input_tokens_details"),
             Just("prompt_cache_hit_tokens"),
+            Just("total_tokens"),
             Just("cached_tokens"),
             Just("finish_reason"),
             Just("message"),

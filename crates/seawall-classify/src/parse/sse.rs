@@ -859,6 +859,7 @@ mod tests {
             Just("output_tokens"),
             Just("cache_read_input_tokens"),
             Just("prompt_tokens_details"),
+            Just("total_tokens"),
             Just("cached_tokens"),
             Just("tool_calls"),
             Just("partial_json"),

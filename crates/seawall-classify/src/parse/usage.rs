@@ -1,7 +1,8 @@
 //! Usage as the providers report it, in every shape both parsers meet: OpenAI's
 //! `prompt_tokens` with cached-token details, Anthropic's `input_tokens` with cache reads and
 //! writes counted apart (and split over two events), the Responses API's and DeepSeek's
-//! variants. Read once here into one [`Usage`].
+//! variants, and servers whose `total_tokens` holds output that `completion_tokens` leaves
+//! out (a thinking model's thought tokens). Read once here into one [`Usage`].
 
 use seawall_core::Usage;
 
@@ -23,6 +24,8 @@ pub(super) struct RawUsage {
     /// OpenAI `prompt_tokens_details.cached_tokens`, Responses API
     /// `input_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`.
     pub(super) cached_detail: Option<u64>,
+    /// OpenAI and the Responses API's `total_tokens`.
+    pub(super) total: Option<u64>,
 }
 
 impl RawUsage {
@@ -46,6 +49,7 @@ impl RawUsage {
             cached_detail: detail("prompt_tokens_details")
                 .or_else(|| detail("input_tokens_details"))
                 .or_else(|| n("prompt_cache_hit_tokens")),
+            total: n("total_tokens"),
         };
         (raw.prompt.is_some() || raw.input.is_some() || raw.output.is_some()).then_some(raw)
     }
@@ -62,6 +66,7 @@ impl RawUsage {
         keep(&mut self.cache_read, newer.cache_read);
         keep(&mut self.cache_creation, newer.cache_creation);
         keep(&mut self.cached_detail, newer.cached_detail);
+        keep(&mut self.total, newer.total);
     }
 
     pub(super) fn to_usage(self) -> Usage {
@@ -78,9 +83,17 @@ impl RawUsage {
         } else {
             (self.input.unwrap_or(0), self.cached_detail.unwrap_or(0))
         };
+        // A thinking model's thought tokens are output, billed as output, and OpenAI counts
+        // them in `completion_tokens`; some OpenAI-compatible servers (Gemini's, proxies that
+        // translate Gemini's counts) leave them out of it but not out of `total_tokens`. What
+        // the total holds beyond the prompt is output, whichever field says so.
+        let output = self.output.unwrap_or(0);
+        let output = self
+            .total
+            .map_or(output, |total| output.max(total.saturating_sub(input)));
         Usage {
             input_tokens: input,
-            output_tokens: self.output.unwrap_or(0),
+            output_tokens: output,
             cached_input_tokens: cached.min(input),
         }
     }
@@ -98,6 +111,7 @@ pub(super) struct UsageWire {
     prompt_tokens_details: Option<DetailsWire>,
     input_tokens_details: Option<DetailsWire>,
     prompt_cache_hit_tokens: Option<u64>,
+    total_tokens: Option<u64>,
 }
 
 #[derive(serde::Deserialize, Default, Clone, Copy)]
@@ -119,6 +133,7 @@ impl UsageWire {
             cached_detail: detail(self.prompt_tokens_details)
                 .or(detail(self.input_tokens_details))
                 .or(self.prompt_cache_hit_tokens),
+            total: self.total_tokens,
         };
         (raw.prompt.is_some() || raw.input.is_some() || raw.output.is_some()).then_some(raw)
     }
