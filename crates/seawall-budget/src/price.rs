@@ -86,6 +86,11 @@ impl Price {
 
     /// What the usage an upstream reported costs. `cached_input_tokens` is part of
     /// `input_tokens` (as [`Usage`] says); a cached count above the input count is clamped.
+    ///
+    /// Anthropic's prompt-cache writes (`cache_creation_input_tokens`) are counted among the
+    /// input tokens at the input price, while Anthropic bills them at 1.25x (five-minute cache)
+    /// or 2x (one-hour cache): a budget for calls that write long prompts to the cache should
+    /// leave that margin.
     pub fn cost(&self, usage: &Usage) -> Usd {
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
         price_units(&[
