@@ -1289,6 +1289,10 @@ mod tests {
                 Wire::OpenAiChat,
                 openai(r#","reasoning_content":null,"reasoning":"""#),
             ),
+            (
+                Wire::OpenAiChat,
+                openai(r#","reasoning":[],"annotations":"""#),
+            ),
             (Wire::AnthropicMessages, anthropic(r#","citations":null"#)),
             (Wire::AnthropicMessages, anthropic(r#","citations":[]"#)),
         ];

@@ -18,7 +18,7 @@
 //! The walking itself is core's [`JsonCursor`], which the classifier reads answers and events
 //! with too; only the answer's shape (which members are stored, which refuse) is here.
 
-use seawall_core::json_scan::{JsonCursor, Seen};
+use seawall_core::json_scan::{JsonCursor, JsonKind, Seen};
 use seawall_core::{FinishReason, Usage};
 
 use super::Wire;
@@ -52,6 +52,17 @@ fn storable_finish(word: &[u8]) -> bool {
         FinishReason::from_provider(word),
         FinishReason::Stop | FinishReason::Length
     )
+}
+
+/// `null`, `""` or `[]`: a member that says nothing, as serde's reading of it says (the
+/// answer module's `carries`); anything else is left to serde.
+fn empty(c: &mut JsonCursor<'_>) -> Option<()> {
+    match c.kind()? {
+        JsonKind::Null => c.null().map(drop),
+        JsonKind::String => c.string()?.is_empty().then_some(()),
+        JsonKind::Array => (c.array(|_| None)? == 0).then_some(()),
+        _ => None,
+    }
 }
 
 /// A string or `null`.
@@ -153,23 +164,13 @@ fn openai_message(c: &mut JsonCursor<'_>) -> Option<()> {
             b"audio" => AUDIO,
             // Citations and reasoning a replay would lose: only their empty forms are stored
             // (OpenAI sends `"annotations": []` with every answer); any other is left to serde.
-            b"annotations" => {
-                seen.first(ANNOTATIONS)?;
-                if s.null()? {
-                    return Some(());
-                }
-                return (s.array(|_| None)? == 0).then_some(());
-            }
-            b"reasoning_content" | b"reasoning" => {
-                seen.first(if name == b"reasoning" {
-                    REASONING
-                } else {
-                    REASONING_CONTENT
+            b"annotations" | b"reasoning_content" | b"reasoning" => {
+                seen.first(match name {
+                    b"annotations" => ANNOTATIONS,
+                    b"reasoning" => REASONING,
+                    _ => REASONING_CONTENT,
                 })?;
-                if s.null()? {
-                    return Some(());
-                }
-                return s.string()?.is_empty().then_some(());
+                return empty(s);
             }
             _ => return s.skip_ignored(3),
         };
@@ -275,13 +276,10 @@ fn anthropic_block(c: &mut JsonCursor<'_>) -> Option<()> {
             seen.first(1)?;
             text(s)
         }
-        // Citations a replay would lose: only none (`null`, `[]`) is stored.
+        // Citations a replay would lose: only none is stored.
         b"citations" => {
             seen.first(2)?;
-            if s.null()? {
-                return Some(());
-            }
-            (s.array(|_| None)? == 0).then_some(())
+            empty(s)
         }
         _ => s.skip_ignored(3),
     })?;
@@ -457,13 +455,16 @@ mod tests {
             ("audio", none_or(value())),
             (
                 "annotations",
-                none_or(prop_oneof![Just(json!([])), value()]),
+                none_or(prop_oneof![Just(json!([])), Just(json!("")), value()]),
             ),
             (
                 "reasoning_content",
                 none_or(prop_oneof![Just(json!("")), text().prop_map(Value::String)]),
             ),
-            ("reasoning", none_or(value())),
+            (
+                "reasoning",
+                none_or(prop_oneof![Just(json!("")), Just(json!([])), value()]),
+            ),
         ]);
         let choice = object(vec![
             ("index", member(Just(json!(0)))),
@@ -510,7 +511,10 @@ mod tests {
                 ]),
             ),
             ("text", member(text().prop_map(Value::String))),
-            ("citations", none_or(prop_oneof![Just(json!([])), value()])),
+            (
+                "citations",
+                none_or(prop_oneof![Just(json!([])), Just(json!("")), value()]),
+            ),
         ]);
         let usage = object(vec![
             ("input_tokens", member(count())),
