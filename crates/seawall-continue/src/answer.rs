@@ -26,12 +26,11 @@ pub(crate) fn text(wire: Wire, v: &Value) -> Option<String> {
             {
                 return None;
             }
-            // Reasoning text: a follow-up would reason again (`events::OaDelta::unsupported`).
-            if ["reasoning_content", "reasoning"].iter().any(|k| {
-                message
-                    .get(*k)
-                    .is_some_and(|r| r.as_str() != Some("") && !r.is_null())
-            }) {
+            // Reasoning: a follow-up would reason again (`events::OaDelta::unsupported`).
+            if ["reasoning_content", "reasoning"]
+                .iter()
+                .any(|k| message.get(*k).is_some_and(crate::events::says_something))
+            {
                 return None;
             }
             match message.get("content") {

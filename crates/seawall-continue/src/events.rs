@@ -190,20 +190,24 @@ impl OaDelta<'_> {
     /// `reasoning`): what a follow-up could not carry on from. A reasoning model asked to go
     /// on reasons again, and the caller would read a second reasoning in the middle of the
     /// answer; as with Anthropic's thinking blocks, such a stream is not continued.
-    /// Reasoning of any other shape than a string counts too, unless it is empty (`null`,
-    /// `""`, `[]`, `{}`).
     fn unsupported(&self) -> bool {
-        let said = |r: &Option<Value>| match r {
-            None | Some(Value::Null) => false,
-            Some(Value::String(s)) => !s.is_empty(),
-            Some(Value::Array(a)) => !a.is_empty(),
-            Some(Value::Object(o)) => !o.is_empty(),
-            Some(_) => true,
-        };
         self.tool_calls.is_some()
             || self.function_call.is_some()
-            || said(&self.reasoning_content)
-            || said(&self.reasoning)
+            || [&self.reasoning_content, &self.reasoning]
+                .iter()
+                .any(|r| r.as_ref().is_some_and(says_something))
+    }
+}
+
+/// Whether a reasoning member says something: reasoning of any other shape than a string
+/// counts too, unless it is empty (`null`, `""`, `[]`, `{}`).
+pub(crate) fn says_something(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
     }
 }
 
