@@ -198,6 +198,7 @@ impl Service<Ask> for FakeSdk {
                 input_tokens: u64::from(ask.estimated_input_tokens()),
                 output_tokens: text.len() as u64 / 4,
                 cached_input_tokens: 0,
+                cache_write_input_tokens: 0,
             };
             Ok(Answer {
                 text,

@@ -57,6 +57,7 @@ impl Service<Ask> for Noop {
             input_tokens: 1_100,
             output_tokens: 300,
             cached_input_tokens: 500,
+            cache_write_input_tokens: 0,
         });
         std::future::ready(Ok(r))
     }

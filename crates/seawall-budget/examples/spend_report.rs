@@ -139,6 +139,7 @@ async fn simulate(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 input_tokens: 300,
                 output_tokens: out,
                 cached_input_tokens: 100,
+                cache_write_input_tokens: 0,
             });
             Ok(resp)
         }

@@ -106,6 +106,8 @@ pub struct SpendRecord {
     pub output_tokens: Option<u64>,
     /// Cached input tokens reported.
     pub cached_input_tokens: Option<u64>,
+    /// Input tokens written to the provider's cache, reported (Anthropic's).
+    pub cache_write_input_tokens: Option<u64>,
     /// The cost charged, in dollars (for reading; sum `cost_nanos` for exact totals).
     pub cost_usd: f64,
     /// The cost charged, in nano-dollars.
@@ -435,6 +437,7 @@ mod tests {
             input_tokens: Some(10),
             output_tokens: Some(i),
             cached_input_tokens: Some(0),
+            cache_write_input_tokens: Some(0),
             cost_usd: 1e-6,
             cost_nanos: 1_000,
             reserved_nanos: 2_000,

@@ -98,7 +98,7 @@
 //! // A stand-in transport that reports usage on its (empty) body.
 //! let transport = tower::service_fn(|_req: http::Request<Bytes>| async {
 //!     let mut resp = http::Response::new(http_body_util::Empty::<Bytes>::new());
-//!     resp.extensions_mut().insert(Usage { input_tokens: 20, output_tokens: 100, cached_input_tokens: 0 });
+//!     resp.extensions_mut().insert(Usage { input_tokens: 20, output_tokens: 100, ..Usage::default() });
 //!     Ok::<_, seawall_core::LlmError>(resp)
 //! });
 //! let mut svc = ServiceBuilder::new().layer(budget.clone()).service(transport);

@@ -12,11 +12,14 @@ use seawall_core::ConfigError;
 
 const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 
-/// A model's prices, per million tokens: input, output and cached input.
+/// A model's prices, per million tokens: input, output, cached input and cache writes.
 ///
-/// A call's cost is `uncached input × input + cached input × cached_input + output × output`,
-/// summed exactly in nano-dollar-per-million units and rounded *up* to the next nano-dollar
-/// once. Cached input defaults to the input price (no discount) until set.
+/// A call's cost is `other input × input + cached input × cached_input + cache writes ×
+/// cache_write_input + output × output`, summed exactly in nano-dollar-per-million units and
+/// rounded *up* to the next nano-dollar once. Cached input defaults to the input price (no
+/// discount) until set; cache writes (Anthropic's `cache_creation_input_tokens`, which only a
+/// provider that bills them reports) default to 1.25 times the input price, Anthropic's price
+/// for its five-minute cache (its one-hour cache costs 2 times: set it for that).
 ///
 /// ```
 /// use seawall_budget::{Price, Usd};
@@ -25,9 +28,12 @@ const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 /// // $2.50 in, $10 out, $1.25 cached, per million tokens.
 /// let p = Price::per_million(Usd::from_cents(250), Usd::from_dollars(10))
 ///     .with_cached_input(Usd::from_cents(125));
-/// let used = Usage { input_tokens: 1_000, output_tokens: 200, cached_input_tokens: 400 };
+/// let used = Usage { input_tokens: 1_000, output_tokens: 200, cached_input_tokens: 400, ..Usage::default() };
 /// // 600 × 2.5 + 400 × 1.25 + 200 × 10 = 4000 $/M = $0.004
 /// assert_eq!(p.cost(&used), Usd::from_micros(4_000));
+/// // 100 of the 600 written to the cache, at 1.25 × 2.5: 500 × 2.5 + 100 × 3.125 + ... = $0.0040625
+/// let written = Usage { cache_write_input_tokens: 100, ..used };
+/// assert_eq!(p.cost(&written), Usd::from_nanos(4_062_500));
 /// // The estimate assumes no cache: 1000 × 2.5 + 500 × 10 = $0.0075
 /// assert_eq!(p.estimate(1_000, 500), Usd::from_micros(7_500));
 /// ```
@@ -36,15 +42,18 @@ pub struct Price {
     input: Usd,
     output: Usd,
     cached_input: Usd,
+    cache_write_input: Usd,
 }
 
 impl Price {
-    /// Input and output prices per million tokens; cached input costs the input price.
+    /// Input and output prices per million tokens; cached input costs the input price, a
+    /// cache write 1.25 times it.
     pub const fn per_million(input: Usd, output: Usd) -> Price {
         Price {
             input,
             output,
             cached_input: input,
+            cache_write_input: input.percent(125),
         }
     }
 
@@ -63,6 +72,13 @@ impl Price {
         self
     }
 
+    /// Sets the price of input tokens written to the provider's cache, per million (1.25
+    /// times the input price until set).
+    pub const fn with_cache_write_input(mut self, cache_write_input: Usd) -> Price {
+        self.cache_write_input = cache_write_input;
+        self
+    }
+
     /// The input price per million tokens.
     pub const fn input(&self) -> Usd {
         self.input
@@ -78,24 +94,30 @@ impl Price {
         self.cached_input
     }
 
+    /// The cache-write price per million tokens.
+    pub const fn cache_write_input(&self) -> Usd {
+        self.cache_write_input
+    }
+
     /// The most an attempt can cost: every input token uncached, every allowed output token
-    /// used.
+    /// used. Input is counted at the input price: a call that writes its prompt to the
+    /// provider's cache settles that part at the cache-write price, above its estimate.
     pub fn estimate(&self, input_tokens: u64, max_output_tokens: u64) -> Usd {
         price_units(&[(input_tokens, self.input), (max_output_tokens, self.output)])
     }
 
-    /// What the usage an upstream reported costs. `cached_input_tokens` is part of
-    /// `input_tokens` (as [`Usage`] says); a cached count above the input count is clamped.
-    ///
-    /// Anthropic's prompt-cache writes (`cache_creation_input_tokens`) are counted among the
-    /// input tokens at the input price, while Anthropic bills them at 1.25x (five-minute cache)
-    /// or 2x (one-hour cache): a budget for calls that write long prompts to the cache should
-    /// leave that margin.
+    /// What the usage an upstream reported costs. `cached_input_tokens` and
+    /// `cache_write_input_tokens` are part of `input_tokens` (as [`Usage`] says); counts above
+    /// the input count are clamped.
     pub fn cost(&self, usage: &Usage) -> Usd {
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        let written = usage
+            .cache_write_input_tokens
+            .min(usage.input_tokens - cached);
         price_units(&[
-            (usage.input_tokens - cached, self.input),
+            (usage.input_tokens - cached - written, self.input),
             (cached, self.cached_input),
+            (written, self.cache_write_input),
             (usage.output_tokens, self.output),
         ])
     }
@@ -220,7 +242,8 @@ impl PriceTable {
     }
 
     /// Parses a TOML table: `[models."name"]` sections with `input`, `output` and optional
-    /// `cached_input` (dollars per million tokens, as numbers or exact decimal strings), and an
+    /// `cached_input` and `cache_write_input` (dollars per million tokens, as numbers or exact
+    /// decimal strings), and an
     /// optional `[default]` section of the same shape. Unknown keys are an error.
     pub fn from_toml_str(text: &str) -> Result<PriceTable, ConfigError> {
         let file: PriceFile = toml::from_str(text)
@@ -266,6 +289,8 @@ struct FilePrice {
     output: Amount,
     #[serde(default)]
     cached_input: Option<Amount>,
+    #[serde(default)]
+    cache_write_input: Option<Amount>,
 }
 
 #[derive(Deserialize)]
@@ -291,6 +316,9 @@ impl FilePrice {
         let mut price = Price::per_million(input, self.output.to_usd(model, "output")?);
         if let Some(c) = &self.cached_input {
             price = price.with_cached_input(c.to_usd(model, "cached_input")?);
+        }
+        if let Some(w) = &self.cache_write_input {
+            price = price.with_cache_write_input(w.to_usd(model, "cache_write_input")?);
         }
         Ok(price)
     }
@@ -324,6 +352,7 @@ mod tests {
             input_tokens: input,
             output_tokens: output,
             cached_input_tokens: cached,
+            cache_write_input_tokens: 0,
         }
     }
 
@@ -374,6 +403,38 @@ mod tests {
             let cost = table.get(model).unwrap().cost(&u);
             assert_eq!(cost.as_nanos(), nanos, "{model} {u:?}");
         }
+    }
+
+    #[test]
+    fn cache_writes_cost_their_own_price_one_and_a_quarter_input_unless_set() {
+        // Anthropic's Sonnet: $3 in, $15 out, $0.30 cache reads; writes $3.75 by default.
+        let p = Price::per_million(Usd::from_dollars(3), Usd::from_dollars(15))
+            .with_cached_input(Usd::from_cents(30));
+        assert_eq!(p.cache_write_input(), Usd::from_cents(375));
+        // 100k prompt tokens: 90k written to the cache, 10k read from it, none else; 500 out.
+        let written = Usage {
+            input_tokens: 100_000,
+            output_tokens: 500,
+            cached_input_tokens: 10_000,
+            cache_write_input_tokens: 90_000,
+        };
+        // 90k × 3.75 + 10k × 0.30 + 500 × 15 = 337,500 + 3,000 + 7,500 $/M = $0.348
+        assert_eq!(p.cost(&written), Usd::from_micros(348_000));
+        // The one-hour cache, twice the input price.
+        let hour = p.with_cache_write_input(Usd::from_dollars(6));
+        assert_eq!(hour.cost(&written), Usd::from_micros(550_500));
+        // Writes and reads above the input are clamped to it.
+        let over = Usage {
+            cache_write_input_tokens: 1_000_000,
+            ..written
+        };
+        assert_eq!(p.cost(&over), Usd::from_micros(348_000));
+        // From a table file.
+        let table = PriceTable::from_toml_str(
+            "[models.\"claude-sonnet-4-5\"]\ninput = 3\noutput = 15\ncached_input = 0.3\ncache_write_input = 6\n",
+        )
+        .unwrap();
+        assert_eq!(table.get("claude-sonnet-4-5"), Some(hour));
     }
 
     #[test]

@@ -982,6 +982,7 @@ impl OpenAiUsage {
                 .as_ref()
                 .and_then(|d| d.cached_tokens)
                 .unwrap_or(0),
+            cache_write_input_tokens: 0,
         }
     }
 }
@@ -1028,6 +1029,7 @@ impl AnthropicUsage {
             input_tokens: self.input_tokens.unwrap_or(0).saturating_add(cached),
             output_tokens: self.output_tokens.unwrap_or(0),
             cached_input_tokens: cached,
+            cache_write_input_tokens: 0,
         }
     }
 }
@@ -1134,6 +1136,7 @@ impl Answer {
             input_tokens: r.varint()?,
             output_tokens: r.varint()?,
             cached_input_tokens: r.varint()?,
+            cache_write_input_tokens: 0,
         };
         let answer = Answer::new(wire, id, model, created, text, finish, usage);
         let answer = match r.byte()? {
@@ -1196,6 +1199,7 @@ mod tests {
             input_tokens: 12,
             output_tokens: 5,
             cached_input_tokens: 2,
+            cache_write_input_tokens: 0,
         }
     }
 

@@ -86,6 +86,15 @@ fn usage(input: u64, output: u64, cached: u64) -> Option<Usage> {
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached,
+        cache_write_input_tokens: 0,
+    })
+}
+
+/// `usage` with `n` of its input tokens written to the provider's cache.
+fn written(usage: Option<Usage>, n: u64) -> Option<Usage> {
+    usage.map(|u| Usage {
+        cache_write_input_tokens: n,
+        ..u
     })
 }
 
@@ -109,8 +118,8 @@ async fn anthropic_stream_fills_the_report() {
     assert_eq!(s.content_events, 2);
     assert_eq!(s.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
     assert_eq!(s.finish, Some(FinishReason::Stop));
-    // input = 25 + 10 cache reads + 5 cache writes; cached = the reads.
-    assert_eq!(s.usage, usage(40, 15, 10));
+    // input = 25 + 10 cache reads + 5 cache writes; cached = the reads, written = the writes.
+    assert_eq!(s.usage, written(usage(40, 15, 10), 5));
     assert!(s.finished);
 }
 
@@ -245,7 +254,7 @@ async fn anthropic_error_after_content_is_stream_interrupted() {
     );
     assert!(!s.finished);
     // The input usage of message_start is kept for accounting.
-    assert_eq!(s.usage, usage(40, 1, 10));
+    assert_eq!(s.usage, written(usage(40, 1, 10), 5));
 }
 
 #[tokio::test]
@@ -352,7 +361,7 @@ async fn missing_finish_marker_is_an_error_not_a_truncation() {
     );
     let s = stream_of(vec![cut.into()]).await;
     assert_eq!(s.error.unwrap().0, FailureClass::StreamInterrupted);
-    assert_eq!(s.usage, usage(40, 15, 10));
+    assert_eq!(s.usage, written(usage(40, 15, 10), 5));
 
     // Before any content nothing reached the caller: Disconnected (retryable if idempotent).
     let s = stream_of(vec![b": keep-alive\n\n".to_vec()]).await;

@@ -103,6 +103,7 @@ pub(crate) fn to_core(v: &Value) -> Option<Usage> {
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached,
+        cache_write_input_tokens: 0,
     })
 }
 

@@ -210,6 +210,10 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Prompt tokens served from the provider's cache (billed at the cached price).
     pub cached_input_tokens: u64,
+    /// Prompt tokens written to the provider's cache (Anthropic's
+    /// `cache_creation_input_tokens`, billed above the input price); part of `input_tokens`,
+    /// as the cached ones are.
+    pub cache_write_input_tokens: u64,
 }
 
 impl Usage {
@@ -591,7 +595,7 @@ where
 ///         self
 ///     }
 /// }
-/// let a = Answer { text: "hi".into(), usage: Usage { input_tokens: 3, output_tokens: 1, cached_input_tokens: 0 } };
+/// let a = Answer { text: "hi".into(), usage: Usage { input_tokens: 3, output_tokens: 1, ..Usage::default() } };
 /// let a = a.on_complete(|c: Completion<'_>| assert_eq!(c.usage.unwrap().total(), 4));
 /// assert_eq!(a.text, "hi");
 /// ```
@@ -749,7 +753,11 @@ impl KeptUsage {
             small(u.output_tokens),
             small(u.cached_input_tokens),
         ) {
-            (Some(i), Some(o), Some(c)) => KeptUsage::Small([i, o, c]),
+            // Cache writes are rare (a prompt cache is written once and read after): kept
+            // boxed, so the usual usage stays in 16 bytes.
+            (Some(i), Some(o), Some(c)) if u.cache_write_input_tokens == 0 => {
+                KeptUsage::Small([i, o, c])
+            }
             _ => KeptUsage::Large(Box::new(u)),
         }
     }
@@ -761,6 +769,7 @@ impl KeptUsage {
                 input_tokens: (*i).into(),
                 output_tokens: (*o).into(),
                 cached_input_tokens: (*c).into(),
+                cache_write_input_tokens: 0,
             }),
             KeptUsage::Large(u) => Some(**u),
         }
@@ -878,6 +887,7 @@ mod tests {
             input_tokens: 2,
             output_tokens: 3,
             cached_input_tokens: 0,
+            cache_write_input_tokens: 0,
         });
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"hello");
@@ -893,7 +903,7 @@ mod tests {
             output in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
             cached in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
         ) {
-            let usage = Usage { input_tokens: input, output_tokens: output, cached_input_tokens: cached };
+            let usage = Usage { input_tokens: input, output_tokens: output, cached_input_tokens: cached, cache_write_input_tokens: 0 };
             let heard = Arc::new(Mutex::new(None));
             let sink = heard.clone();
             let mut resp = Response::new(http_body_util::Empty::<Bytes>::new());
@@ -1109,6 +1119,7 @@ mod tests {
                 input_tokens: 1,
                 output_tokens: 10,
                 cached_input_tokens: 0,
+                cache_write_input_tokens: 0,
             });
             assert_eq!(
                 r.time_to_first_token(),
@@ -1181,6 +1192,7 @@ mod tests {
                 input_tokens: 3,
                 output_tokens: 4,
                 cached_input_tokens: 1,
+                cache_write_input_tokens: 0,
             };
             r.record_answer(Some("second"), Some(usage), Some(FinishReason::Length));
             assert_eq!(r.model(), Some("first"));

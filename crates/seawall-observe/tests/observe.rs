@@ -67,6 +67,7 @@ async fn each_field_comes_from_the_layer_that_knows_it() {
             input_tokens: 12,
             output_tokens: 34,
             cached_input_tokens: 2,
+            cache_write_input_tokens: 0,
         });
         Ok::<_, Infallible>(resp)
     });
@@ -154,6 +155,7 @@ impl http_body::Body for Stream {
                 input_tokens: 5,
                 output_tokens: 5,
                 cached_input_tokens: 0,
+                cache_write_input_tokens: 0,
             });
             self.report.set_model("gpt-4o-mini-2024-07-18");
         }

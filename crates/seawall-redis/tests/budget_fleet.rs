@@ -36,6 +36,7 @@ fn answer(output: u64) -> Resp {
         input_tokens: 1_000,
         output_tokens: output,
         cached_input_tokens: 0,
+        cache_write_input_tokens: 0,
     });
     r
 }

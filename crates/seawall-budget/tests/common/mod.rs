@@ -41,6 +41,7 @@ pub fn usage(input: u64, output: u64, cached: u64) -> Usage {
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached,
+        cache_write_input_tokens: 0,
     }
 }
 

@@ -305,6 +305,7 @@ fn anthropic_usage(c: &mut JsonCursor<'_>) -> Option<Usage> {
         input_tokens: input.saturating_add(cached),
         output_tokens: output,
         cached_input_tokens: cached,
+        cache_write_input_tokens: 0,
     })
 }
 
@@ -626,7 +627,8 @@ mod tests {
             Usage {
                 input_tokens: 20,
                 output_tokens: 12,
-                cached_input_tokens: 4
+                cached_input_tokens: 4,
+                cache_write_input_tokens: 0,
             }
         );
         agree(Wire::OpenAiChat, OPENAI.as_bytes()).unwrap();
@@ -636,7 +638,8 @@ mod tests {
             Usage {
                 input_tokens: 8,
                 output_tokens: 2,
-                cached_input_tokens: 5
+                cached_input_tokens: 5,
+                cache_write_input_tokens: 0,
             }
         );
         agree(Wire::AnthropicMessages, ANTHROPIC.as_bytes()).unwrap();

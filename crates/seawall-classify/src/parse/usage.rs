@@ -91,10 +91,13 @@ impl RawUsage {
         let output = self
             .total
             .map_or(output, |total| output.max(total.saturating_sub(input)));
+        let cached = cached.min(input);
         Usage {
             input_tokens: input,
             output_tokens: output,
-            cached_input_tokens: cached.min(input),
+            cached_input_tokens: cached,
+            // Anthropic's cache writes, billed above the input price: part of the input.
+            cache_write_input_tokens: self.cache_creation.unwrap_or(0).min(input - cached),
         }
     }
 }

@@ -67,6 +67,7 @@ impl Reply {
                 input_tokens: total_in,
                 output_tokens: total_out,
                 cached_input_tokens: 0,
+                cache_write_input_tokens: 0,
             }),
             snapshot: None,
             hold: false,
