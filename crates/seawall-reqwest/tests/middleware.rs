@@ -1,6 +1,6 @@
 //! `SeawallMiddleware` in a real `reqwest_middleware::ClientWithMiddleware`, against the chaos
 //! upstream over loopback: server hints, quota, overloads, fallback, streams, streamed request
-//! bodies, and state shared by every call.
+//! bodies, state shared by every call, and a cache partitioned by the caller's key.
 
 mod common;
 
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{KEY, Mock, Raw, bounded, chat_body, ms, raw_server, retry, start};
+use seawall_cache::{CACHE_HEADER, CacheLayer, MemoryStore};
 use seawall_classify::ClassifyLayer;
 use seawall_core::{FailureClass, GiveUp, LlmError, ServedBy};
 use seawall_fallback::{FallbackLayer, Target};
@@ -253,6 +254,48 @@ async fn the_stacks_state_is_shared_by_every_call_through_the_middleware() {
             .await
             .unwrap();
         assert_eq!(third.status(), 200);
+        assert_eq!(mock.upstream.stats().requests, 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cache_in_the_middleware_answers_repeats_and_keeps_each_key_to_its_own_answers() {
+    bounded(async {
+        let mock = start(Profile::default()).await;
+        let stack = ServiceBuilder::new()
+            .layer(CacheLayer::new(MemoryStore::new()))
+            .layer(retry(3, ms(1)))
+            .layer(ClassifyLayer::new())
+            .service(NextService::new());
+        let client = client(stack);
+        let ask = |key: &'static str| {
+            client
+                .post(mock.chat_url())
+                .bearer_auth(key)
+                .header("content-type", "application/json")
+                .body(chat_body("gpt-4o-mini", false))
+                .send()
+        };
+        let cache = |resp: &reqwest::Response| {
+            resp.headers()
+                .get(CACHE_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+
+        let first = ask(KEY).await.unwrap();
+        assert_eq!(cache(&first).as_deref(), Some("miss"));
+        let first = first.text().await.unwrap();
+        let again = ask(KEY).await.unwrap();
+        assert_eq!(cache(&again).as_deref(), Some("hit"));
+        assert_eq!(again.text().await.unwrap(), first);
+        assert_eq!(mock.upstream.stats().requests, 1);
+
+        // Another credential is another tenant: its question goes upstream.
+        let other = ask("sk-e2e-another-tenant-0123").await.unwrap();
+        assert_eq!(cache(&other).as_deref(), Some("miss"));
+        assert_eq!(other.status(), 200);
         assert_eq!(mock.upstream.stats().requests, 2);
     })
     .await;

@@ -1,6 +1,6 @@
 //! The real async-openai client over a seawall stack (`OpenAiService`), against the chaos
 //! upstream over loopback: answers complete and streamed, server hints, overloads, quota, and
-//! a stream cut after its first content.
+//! a stream cut after its first content, and answers replayed from the cache.
 
 mod common;
 
@@ -13,6 +13,7 @@ use async_openai::types::chat::{
 };
 use common::{KEY, Mock, bounded, ms, retry, start};
 use futures_util::StreamExt;
+use seawall_cache::{CacheLayer, MemoryStore};
 use seawall_classify::ClassifyLayer;
 use seawall_core::{FailureClass, LlmError};
 use seawall_mock::{Count, Delay, ErrorRule, Profile};
@@ -216,6 +217,58 @@ async fn a_failure_without_an_upstream_answer_is_a_boxed_llm_error() {
             .downcast_ref::<LlmError>()
             .expect("downcasts to the LlmError");
         assert_eq!(e.class(), FailureClass::Connect);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cached_answer_reaches_async_openai_whole_and_as_a_stream_after_one_upstream_call() {
+    bounded(async {
+        let mock = start(Profile::default().per_token_latency(Delay::fixed(ms(1)))).await;
+        let service = ServiceBuilder::new()
+            .layer(OpenAiLayer::new())
+            .layer(CacheLayer::new(MemoryStore::new()))
+            .layer(retry(3, ms(1)))
+            .layer(StreamTimeoutLayer::new())
+            .layer(ClassifyLayer::new())
+            .service(ReqwestTransport::new(
+                ReqwestTransport::client_builder().build().unwrap(),
+            ));
+        let config = OpenAIConfig::new()
+            .with_api_base(mock.base_url())
+            .with_api_key(KEY);
+        let client = async_openai::Client::with_config(config).with_http_service(service);
+
+        let first = client.chat().create(request("gpt-4o-mini")).await.unwrap();
+        let again = client.chat().create(request("gpt-4o-mini")).await.unwrap();
+        let said = |a: &async_openai::types::chat::CreateChatCompletionResponse| {
+            a.choices[0].message.content.clone().unwrap_or_default()
+        };
+        assert!(!said(&first).is_empty());
+        assert_eq!(said(&again), said(&first));
+        assert_eq!(
+            again.usage, first.usage,
+            "the answer is replayed as it came"
+        );
+
+        // The same question streamed: async-openai parses the cache's replay as SSE chunks.
+        let mut stream = client
+            .chat()
+            .create_stream(request("gpt-4o-mini"))
+            .await
+            .unwrap();
+        let mut streamed = String::new();
+        let mut finished = None;
+        while let Some(chunk) = stream.next().await {
+            for choice in chunk.unwrap().choices {
+                streamed.push_str(choice.delta.content.as_deref().unwrap_or(""));
+                finished = finished.or(choice.finish_reason);
+            }
+        }
+        assert_eq!(streamed, said(&first));
+        assert!(finished.is_some(), "the replay ends with its finish reason");
+        let s = mock.upstream.stats();
+        assert_eq!(s.requests, 1, "one upstream call for three answers: {s:?}");
     })
     .await;
 }
