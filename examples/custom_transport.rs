@@ -199,6 +199,7 @@ impl Service<Ask> for FakeSdk {
                 output_tokens: text.len() as u64 / 4,
                 cached_input_tokens: 0,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             };
             Ok(Answer {
                 text,

@@ -103,6 +103,7 @@ async fn concurrent_calls_for_n_answers_never_push_spend_past_the_limit() {
         output_tokens: billed.output_tokens,
         cached_input_tokens: 0,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     });
     assert_eq!(spent, bill);
     assert_eq!(

@@ -58,6 +58,7 @@ impl Service<Ask> for Noop {
             output_tokens: 300,
             cached_input_tokens: 500,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         });
         std::future::ready(Ok(r))
     }

@@ -140,6 +140,7 @@ async fn simulate(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 output_tokens: out,
                 cached_input_tokens: 100,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             });
             Ok(resp)
         }

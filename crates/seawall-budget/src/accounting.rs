@@ -108,6 +108,8 @@ pub struct SpendRecord {
     pub cached_input_tokens: Option<u64>,
     /// Input tokens written to the provider's cache, reported (Anthropic's).
     pub cache_write_input_tokens: Option<u64>,
+    /// Of those, the ones kept for an hour (Anthropic's, at their own price).
+    pub cache_write_1h_input_tokens: Option<u64>,
     /// The cost charged, in dollars (for reading; sum `cost_nanos` for exact totals).
     pub cost_usd: f64,
     /// The cost charged, in nano-dollars.
@@ -438,6 +440,7 @@ mod tests {
             output_tokens: Some(i),
             cached_input_tokens: Some(0),
             cache_write_input_tokens: Some(0),
+            cache_write_1h_input_tokens: Some(0),
             cost_usd: 1e-6,
             cost_nanos: 1_000,
             reserved_nanos: 2_000,

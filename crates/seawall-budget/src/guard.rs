@@ -241,6 +241,7 @@ impl BudgetGuard {
             output_tokens: usage.map(|u| u.output_tokens),
             cached_input_tokens: usage.map(|u| u.cached_input_tokens),
             cache_write_input_tokens: usage.map(|u| u.cache_write_input_tokens),
+            cache_write_1h_input_tokens: usage.map(|u| u.cache_write_1h_input_tokens),
             cost_usd: cost.as_f64(),
             cost_nanos: cost.as_nanos(),
             reserved_nanos: reserved.as_nanos(),

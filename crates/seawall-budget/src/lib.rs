@@ -69,8 +69,11 @@
 //! attempt whose real cost exceeds its reservation is still charged in full, so spend can end
 //! above a limit by the under-estimates of the attempts in flight at that moment (and the
 //! next attempts are refused). [`CostBudgetBuilder::input_margin_percent`] reserves extra input to make
-//! that unlikely; a request type with an exact token count removes it. Cache-write surcharges
-//! (Anthropic's 1.25×) are not in [`seawall_core::Usage`] and so are not priced.
+//! that unlikely; a request type with an exact token count removes it. Prompt-cache writes
+//! are settled at their own prices (Anthropic's 1.25× the input price, 2× for the writes kept
+//! for an hour) but reserved at the input price, which cannot know what the provider will
+//! write: an attempt that writes its prompt settles above its reservation by that surcharge,
+//! which the same margin covers (25% for the five-minute cache, 100% for the hour-long one).
 //!
 //! # Example
 //!

@@ -15,11 +15,13 @@ const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 /// A model's prices, per million tokens: input, output, cached input and cache writes.
 ///
 /// A call's cost is `other input × input + cached input × cached_input + cache writes ×
-/// cache_write_input + output × output`, summed exactly in nano-dollar-per-million units and
-/// rounded *up* to the next nano-dollar once. Cached input defaults to the input price (no
-/// discount) until set; cache writes (Anthropic's `cache_creation_input_tokens`, which only a
-/// provider that bills them reports) default to 1.25 times the input price, Anthropic's price
-/// for its five-minute cache (its one-hour cache costs 2 times: set it for that).
+/// cache_write_input + hour-long cache writes × cache_write_1h_input + output × output`,
+/// summed exactly in nano-dollar-per-million units and rounded *up* to the next nano-dollar
+/// once. Cached input defaults to the input price (no discount) until set; cache writes
+/// (Anthropic's `cache_creation_input_tokens`, which only a provider that bills them reports)
+/// default to Anthropic's prices: 1.25 times the input price for its five-minute cache, 2
+/// times for the writes its usage reports as kept for an hour
+/// (`cache_creation.ephemeral_1h_input_tokens`).
 ///
 /// ```
 /// use seawall_budget::{Price, Usd};
@@ -34,6 +36,9 @@ const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 /// // 100 of the 600 written to the cache, at 1.25 × 2.5: 500 × 2.5 + 100 × 3.125 + ... = $0.0040625
 /// let written = Usage { cache_write_input_tokens: 100, ..used };
 /// assert_eq!(p.cost(&written), Usd::from_nanos(4_062_500));
+/// // 40 of those 100 kept for an hour, at 2 × 2.5: 0.0040625 + 40 × (5 - 3.125) / 1M = $0.0041375
+/// let hour = Usage { cache_write_1h_input_tokens: 40, ..written };
+/// assert_eq!(p.cost(&hour), Usd::from_nanos(4_137_500));
 /// // The estimate assumes no cache: 1000 × 2.5 + 500 × 10 = $0.0075
 /// assert_eq!(p.estimate(1_000, 500), Usd::from_micros(7_500));
 /// ```
@@ -43,17 +48,19 @@ pub struct Price {
     output: Usd,
     cached_input: Usd,
     cache_write_input: Usd,
+    cache_write_1h_input: Usd,
 }
 
 impl Price {
     /// Input and output prices per million tokens; cached input costs the input price, a
-    /// cache write 1.25 times it.
+    /// cache write 1.25 times it, an hour-long cache write 2 times.
     pub const fn per_million(input: Usd, output: Usd) -> Price {
         Price {
             input,
             output,
             cached_input: input,
             cache_write_input: input.percent(125),
+            cache_write_1h_input: input.percent(200),
         }
     }
 
@@ -79,6 +86,13 @@ impl Price {
         self
     }
 
+    /// Sets the price of input tokens written to the provider's cache for an hour, per
+    /// million (2 times the input price until set).
+    pub const fn with_cache_write_1h_input(mut self, cache_write_1h_input: Usd) -> Price {
+        self.cache_write_1h_input = cache_write_1h_input;
+        self
+    }
+
     /// The input price per million tokens.
     pub const fn input(&self) -> Usd {
         self.input
@@ -99,6 +113,11 @@ impl Price {
         self.cache_write_input
     }
 
+    /// The hour-long cache-write price per million tokens.
+    pub const fn cache_write_1h_input(&self) -> Usd {
+        self.cache_write_1h_input
+    }
+
     /// The most an attempt can cost: every input token uncached, every allowed output token
     /// used. Input is counted at the input price: a call that writes its prompt to the
     /// provider's cache settles that part at the cache-write price, above its estimate.
@@ -107,17 +126,19 @@ impl Price {
     }
 
     /// What the usage an upstream reported costs. `cached_input_tokens` and
-    /// `cache_write_input_tokens` are part of `input_tokens` (as [`Usage`] says); counts above
-    /// the input count are clamped.
+    /// `cache_write_input_tokens` are part of `input_tokens`, `cache_write_1h_input_tokens`
+    /// part of the writes (as [`Usage`] says); counts above what they are part of are clamped.
     pub fn cost(&self, usage: &Usage) -> Usd {
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
         let written = usage
             .cache_write_input_tokens
             .min(usage.input_tokens - cached);
+        let hour = usage.cache_write_1h_input_tokens.min(written);
         price_units(&[
             (usage.input_tokens - cached - written, self.input),
             (cached, self.cached_input),
-            (written, self.cache_write_input),
+            (written - hour, self.cache_write_input),
+            (hour, self.cache_write_1h_input),
             (usage.output_tokens, self.output),
         ])
     }
@@ -242,8 +263,8 @@ impl PriceTable {
     }
 
     /// Parses a TOML table: `[models."name"]` sections with `input`, `output` and optional
-    /// `cached_input` and `cache_write_input` (dollars per million tokens, as numbers or exact
-    /// decimal strings), and an
+    /// `cached_input`, `cache_write_input` and `cache_write_1h_input` (dollars per million
+    /// tokens, as numbers or exact decimal strings), and an
     /// optional `[default]` section of the same shape. Unknown keys are an error.
     pub fn from_toml_str(text: &str) -> Result<PriceTable, ConfigError> {
         let file: PriceFile = toml::from_str(text)
@@ -291,6 +312,8 @@ struct FilePrice {
     cached_input: Option<Amount>,
     #[serde(default)]
     cache_write_input: Option<Amount>,
+    #[serde(default)]
+    cache_write_1h_input: Option<Amount>,
 }
 
 #[derive(Deserialize)]
@@ -319,6 +342,9 @@ impl FilePrice {
         }
         if let Some(w) = &self.cache_write_input {
             price = price.with_cache_write_input(w.to_usd(model, "cache_write_input")?);
+        }
+        if let Some(w) = &self.cache_write_1h_input {
+            price = price.with_cache_write_1h_input(w.to_usd(model, "cache_write_1h_input")?);
         }
         Ok(price)
     }
@@ -353,6 +379,7 @@ mod tests {
             output_tokens: output,
             cached_input_tokens: cached,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         }
     }
 
@@ -406,35 +433,54 @@ mod tests {
     }
 
     #[test]
-    fn cache_writes_cost_their_own_price_one_and_a_quarter_input_unless_set() {
-        // Anthropic's Sonnet: $3 in, $15 out, $0.30 cache reads; writes $3.75 by default.
+    fn cache_writes_cost_one_and_a_quarter_input_and_hour_long_ones_twice_unless_set() {
+        // Anthropic's Sonnet: $3 in, $15 out, $0.30 cache reads; writes $3.75 and $6 by default.
         let p = Price::per_million(Usd::from_dollars(3), Usd::from_dollars(15))
             .with_cached_input(Usd::from_cents(30));
         assert_eq!(p.cache_write_input(), Usd::from_cents(375));
+        assert_eq!(p.cache_write_1h_input(), Usd::from_dollars(6));
         // 100k prompt tokens: 90k written to the cache, 10k read from it, none else; 500 out.
         let written = Usage {
             input_tokens: 100_000,
             output_tokens: 500,
             cached_input_tokens: 10_000,
             cache_write_input_tokens: 90_000,
+            cache_write_1h_input_tokens: 0,
         };
         // 90k × 3.75 + 10k × 0.30 + 500 × 15 = 337,500 + 3,000 + 7,500 $/M = $0.348
         assert_eq!(p.cost(&written), Usd::from_micros(348_000));
-        // The one-hour cache, twice the input price.
-        let hour = p.with_cache_write_input(Usd::from_dollars(6));
-        assert_eq!(hour.cost(&written), Usd::from_micros(550_500));
-        // Writes and reads above the input are clamped to it.
-        let over = Usage {
-            cache_write_input_tokens: 1_000_000,
+        // Every write kept for an hour, at twice the input price:
+        // 90k × 6 + 3,000 + 7,500 = $0.5505.
+        let hour = Usage {
+            cache_write_1h_input_tokens: 90_000,
             ..written
         };
-        assert_eq!(p.cost(&over), Usd::from_micros(348_000));
+        assert_eq!(p.cost(&hour), Usd::from_micros(550_500));
+        // A third of them: 60k × 3.75 + 30k × 6 + 10,500 = $0.4155.
+        let third = Usage {
+            cache_write_1h_input_tokens: 30_000,
+            ..written
+        };
+        assert_eq!(p.cost(&third), Usd::from_micros(415_500));
+        // Prices set apart.
+        let set = p
+            .with_cache_write_input(Usd::from_dollars(4))
+            .with_cache_write_1h_input(Usd::from_dollars(7));
+        // 60k × 4 + 30k × 7 + 10,500 = $0.4605.
+        assert_eq!(set.cost(&third), Usd::from_micros(460_500));
+        // Writes above the input, and hour-long writes above the writes, are clamped.
+        let over = Usage {
+            cache_write_input_tokens: 1_000_000,
+            cache_write_1h_input_tokens: 5_000_000,
+            ..written
+        };
+        assert_eq!(p.cost(&over), Usd::from_micros(550_500));
         // From a table file.
         let table = PriceTable::from_toml_str(
-            "[models.\"claude-sonnet-4-5\"]\ninput = 3\noutput = 15\ncached_input = 0.3\ncache_write_input = 6\n",
+            "[models.\"claude-sonnet-4-5\"]\ninput = 3\noutput = 15\ncached_input = 0.3\ncache_write_input = 4\ncache_write_1h_input = 7\n",
         )
         .unwrap();
-        assert_eq!(table.get("claude-sonnet-4-5"), Some(hour));
+        assert_eq!(table.get("claude-sonnet-4-5"), Some(set));
     }
 
     #[test]

@@ -983,6 +983,7 @@ impl OpenAiUsage {
                 .and_then(|d| d.cached_tokens)
                 .unwrap_or(0),
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         }
     }
 }
@@ -1030,6 +1031,7 @@ impl AnthropicUsage {
             output_tokens: self.output_tokens.unwrap_or(0),
             cached_input_tokens: cached,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         }
     }
 }
@@ -1137,6 +1139,7 @@ impl Answer {
             output_tokens: r.varint()?,
             cached_input_tokens: r.varint()?,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         };
         let answer = Answer::new(wire, id, model, created, text, finish, usage);
         let answer = match r.byte()? {
@@ -1200,6 +1203,7 @@ mod tests {
             output_tokens: 5,
             cached_input_tokens: 2,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         }
     }
 

@@ -150,6 +150,7 @@ async fn a_storable_answer_stored_unchecked_is_served_with_its_usage() {
         output_tokens: 3,
         cached_input_tokens: 0,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     };
     for _ in 0..2 {
         let (status, usage, body) = call(&svc).await;

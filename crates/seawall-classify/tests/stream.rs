@@ -87,6 +87,7 @@ fn usage(input: u64, output: u64, cached: u64) -> Option<Usage> {
         output_tokens: output,
         cached_input_tokens: cached,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     })
 }
 
@@ -528,6 +529,48 @@ async fn thought_tokens_counted_only_in_the_total_are_output() {
     let s = stream_of(vec![streamed.into()]).await;
     assert_eq!(s.usage, usage(20, 603, 0));
     assert!(s.error.is_none(), "{:?}", s.error);
+}
+
+#[tokio::test]
+async fn anthropic_cache_writes_kept_for_an_hour_are_read_apart_from_the_others() {
+    // 25 uncached + 10 read + 50 written, 30 of them for an hour (billed at twice the input).
+    let usage_json = r#""usage":{"input_tokens":25,"cache_read_input_tokens":10,"cache_creation_input_tokens":50,"cache_creation":{"ephemeral_5m_input_tokens":20,"ephemeral_1h_input_tokens":30},"output_tokens":15}"#;
+    let want = Some(Usage {
+        cache_write_input_tokens: 50,
+        cache_write_1h_input_tokens: 30,
+        ..usage(85, 15, 10).unwrap()
+    });
+    let whole = format!(
+        r#"{{"id":"msg_3","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"text","text":"Hi"}}],"stop_reason":"end_turn","stop_sequence":null,{usage_json}}}"#
+    );
+    // The same with a member the byte scan leaves to serde (an escaped key).
+    let by_serde = whole.replace(r#""role""#, r#""r\u006fle""#);
+    for body in [whole, by_serde] {
+        let s = summarize(
+            run(response(
+                200,
+                &[("content-type", "application/json")],
+                Chunks::one(body.clone()),
+            ))
+            .await
+            .unwrap(),
+        )
+        .await;
+        assert_eq!(s.usage, want, "{body}");
+    }
+    // Streamed: the counts come in `message_start`, the final output in `message_delta`.
+    let streamed = format!(
+        "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_3\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"stop_reason\":null,\"stop_sequence\":null,{}}}}}\n\n\
+         event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
+         event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"Hi\"}}}}\n\n\
+         event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+         event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":15}}}}\n\n\
+         event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+        usage_json.replace(r#""output_tokens":15"#, r#""output_tokens":1"#)
+    );
+    let s = stream_of(vec![streamed.into()]).await;
+    assert!(s.error.is_none(), "{:?}", s.error);
+    assert_eq!(s.usage, want);
 }
 
 #[tokio::test]

@@ -84,26 +84,28 @@ pub(crate) fn to_core(v: &Value) -> Option<Usage> {
     let m = v.as_object()?;
     let n = |k: &str| m.get(k).and_then(Value::as_u64);
     let output = n("completion_tokens").or_else(|| n("output_tokens"))?;
-    let (input, cached) = if let Some(p) = n("prompt_tokens") {
-        let cached = m
-            .get("prompt_tokens_details")
-            .and_then(|d| d.get("cached_tokens"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        (p, cached)
+    let nested =
+        |k: &str, member: &str| m.get(k).and_then(|d| d.get(member)).and_then(Value::as_u64);
+    let (input, cached, written, hour) = if let Some(p) = n("prompt_tokens") {
+        let cached = nested("prompt_tokens_details", "cached_tokens").unwrap_or(0);
+        (p, cached.min(p), 0, 0)
     } else {
+        // Anthropic's: cache reads and writes (the hour-long ones among them) beside the input.
         let read = n("cache_read_input_tokens").unwrap_or(0);
+        let written = n("cache_creation_input_tokens").unwrap_or(0);
         let input = n("input_tokens")
             .unwrap_or(0)
             .saturating_add(read)
-            .saturating_add(n("cache_creation_input_tokens").unwrap_or(0));
-        (input, read)
+            .saturating_add(written);
+        let hour = nested("cache_creation", "ephemeral_1h_input_tokens").unwrap_or(0);
+        (input, read, written.min(input - read), hour.min(written))
     };
     Some(Usage {
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached,
-        cache_write_input_tokens: 0,
+        cache_write_input_tokens: written,
+        cache_write_1h_input_tokens: hour,
     })
 }
 
@@ -134,6 +136,30 @@ mod tests {
                 core.cached_input_tokens
             ),
             (30, 12, 3)
+        );
+    }
+
+    #[test]
+    fn anthropic_cache_reads_and_writes_add_up_across_attempts_into_the_core_usage() {
+        let mut a = json!({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100,
+                           "cache_creation_input_tokens": 50,
+                           "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 30}});
+        add(
+            &mut a,
+            &json!({"input_tokens": 12, "output_tokens": 7, "cache_read_input_tokens": 150,
+                    "cache_creation_input_tokens": 0,
+                    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}}),
+        );
+        let core = to_core(&a).unwrap();
+        assert_eq!(
+            (
+                core.input_tokens,
+                core.output_tokens,
+                core.cached_input_tokens,
+                core.cache_write_input_tokens,
+                core.cache_write_1h_input_tokens,
+            ),
+            (22 + 250 + 50, 12, 250, 50, 30)
         );
     }
 

@@ -214,6 +214,10 @@ pub struct Usage {
     /// `cache_creation_input_tokens`, billed above the input price); part of `input_tokens`,
     /// as the cached ones are.
     pub cache_write_input_tokens: u64,
+    /// Of the cache writes, those kept for an hour (Anthropic's
+    /// `cache_creation.ephemeral_1h_input_tokens`, billed at twice the input price where its
+    /// five-minute writes cost 1.25 times); part of `cache_write_input_tokens`.
+    pub cache_write_1h_input_tokens: u64,
 }
 
 impl Usage {
@@ -755,7 +759,9 @@ impl KeptUsage {
         ) {
             // Cache writes are rare (a prompt cache is written once and read after): kept
             // boxed, so the usual usage stays in 16 bytes.
-            (Some(i), Some(o), Some(c)) if u.cache_write_input_tokens == 0 => {
+            (Some(i), Some(o), Some(c))
+                if u.cache_write_input_tokens == 0 && u.cache_write_1h_input_tokens == 0 =>
+            {
                 KeptUsage::Small([i, o, c])
             }
             _ => KeptUsage::Large(Box::new(u)),
@@ -770,6 +776,7 @@ impl KeptUsage {
                 output_tokens: (*o).into(),
                 cached_input_tokens: (*c).into(),
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             }),
             KeptUsage::Large(u) => Some(**u),
         }
@@ -888,6 +895,7 @@ mod tests {
             output_tokens: 3,
             cached_input_tokens: 0,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         });
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"hello");
@@ -903,7 +911,7 @@ mod tests {
             output in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
             cached in proptest::prop_oneof![0..=u64::from(u32::MAX), proptest::num::u64::ANY],
         ) {
-            let usage = Usage { input_tokens: input, output_tokens: output, cached_input_tokens: cached, cache_write_input_tokens: 0 };
+            let usage = Usage { input_tokens: input, output_tokens: output, cached_input_tokens: cached, cache_write_input_tokens: 0, cache_write_1h_input_tokens: 0 };
             let heard = Arc::new(Mutex::new(None));
             let sink = heard.clone();
             let mut resp = Response::new(http_body_util::Empty::<Bytes>::new());
@@ -1120,6 +1128,7 @@ mod tests {
                 output_tokens: 10,
                 cached_input_tokens: 0,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             });
             assert_eq!(
                 r.time_to_first_token(),
@@ -1193,6 +1202,7 @@ mod tests {
                 output_tokens: 4,
                 cached_input_tokens: 1,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             };
             r.record_answer(Some("second"), Some(usage), Some(FinishReason::Length));
             assert_eq!(r.model(), Some("first"));

@@ -388,6 +388,7 @@ mod tests {
             output_tokens: 40,
             cached_input_tokens: 0,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         };
         let n = s.completed(Duration::from_secs(1), Some(usage), Instant::now());
         assert_eq!(n, Some(7));

@@ -135,11 +135,15 @@ fn ser_usage<S: serde::Serializer>(u: &Option<Usage>, s: S) -> Result<S::Ok, S::
     use serde::ser::SerializeStruct;
     match u {
         Some(u) => {
-            let mut st = s.serialize_struct("Usage", 4)?;
+            let mut st = s.serialize_struct("Usage", 5)?;
             st.serialize_field("input_tokens", &u.input_tokens)?;
             st.serialize_field("output_tokens", &u.output_tokens)?;
             st.serialize_field("cached_input_tokens", &u.cached_input_tokens)?;
             st.serialize_field("cache_write_input_tokens", &u.cache_write_input_tokens)?;
+            st.serialize_field(
+                "cache_write_1h_input_tokens",
+                &u.cache_write_1h_input_tokens,
+            )?;
             st.end()
         }
         None => s.serialize_none(),

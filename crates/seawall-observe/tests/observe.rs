@@ -68,6 +68,7 @@ async fn each_field_comes_from_the_layer_that_knows_it() {
             output_tokens: 34,
             cached_input_tokens: 2,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         });
         Ok::<_, Infallible>(resp)
     });
@@ -156,6 +157,7 @@ impl http_body::Body for Stream {
                 output_tokens: 5,
                 cached_input_tokens: 0,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             });
             self.report.set_model("gpt-4o-mini-2024-07-18");
         }

@@ -37,6 +37,7 @@ fn answer(output: u64) -> Resp {
         output_tokens: output,
         cached_input_tokens: 0,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     });
     r
 }

@@ -109,6 +109,7 @@ async fn entries_carry_their_ttl_and_a_compact_encoding() {
             output_tokens: 4,
             cached_input_tokens: 0,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         },
     ));
     store

@@ -229,6 +229,7 @@ async fn settlement_gives_back_unused_tokens_and_carries_an_overrun_as_debt_for_
             output_tokens: used_out,
             cached_input_tokens: 0,
             cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
         }));
         req
     };

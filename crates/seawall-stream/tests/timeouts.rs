@@ -420,6 +420,7 @@ async fn with_a_report_the_classifier_decides_content_finish_and_tpot() {
         output_tokens: 5,
         cached_input_tokens: 0,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     });
     report.set_finish_reason(FinishReason::Length);
     drop(tx); // no [DONE]: with a classifier stacked, completeness is its job

@@ -42,6 +42,7 @@ pub fn usage(input: u64, output: u64, cached: u64) -> Usage {
         output_tokens: output,
         cached_input_tokens: cached,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     }
 }
 

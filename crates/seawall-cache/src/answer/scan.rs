@@ -306,6 +306,7 @@ fn anthropic_usage(c: &mut JsonCursor<'_>) -> Option<Usage> {
         output_tokens: output,
         cached_input_tokens: cached,
         cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
     })
 }
 
@@ -629,6 +630,7 @@ mod tests {
                 output_tokens: 12,
                 cached_input_tokens: 4,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             }
         );
         agree(Wire::OpenAiChat, OPENAI.as_bytes()).unwrap();
@@ -640,6 +642,7 @@ mod tests {
                 output_tokens: 2,
                 cached_input_tokens: 5,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             }
         );
         agree(Wire::AnthropicMessages, ANTHROPIC.as_bytes()).unwrap();

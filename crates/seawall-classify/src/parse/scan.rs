@@ -406,12 +406,17 @@ pub(super) fn usage(s: &mut JsonCursor<'_>) -> Option<RawUsage> {
             b"total_tokens" => (9, &mut raw.total),
             b"prompt_tokens_details" => {
                 seen.first(7)?;
-                prompt_detail = details(s)?;
+                prompt_detail = details(s, b"cached_tokens")?;
                 return Some(());
             }
             b"input_tokens_details" => {
                 seen.first(8)?;
-                input_detail = details(s)?;
+                input_detail = details(s, b"cached_tokens")?;
+                return Some(());
+            }
+            b"cache_creation" => {
+                seen.first(10)?;
+                raw.cache_creation_1h = details(s, b"ephemeral_1h_input_tokens")?;
                 return Some(());
             }
             _ => return s.skip(3),
@@ -425,10 +430,11 @@ pub(super) fn usage(s: &mut JsonCursor<'_>) -> Option<RawUsage> {
     Some(raw)
 }
 
-/// `cached_tokens` of a details object, or of `null`.
+/// The count `member` of a details object (`cached_tokens`, `ephemeral_1h_input_tokens`), or
+/// of `null`.
 // The outer `None`: not sure (serde decides); the inner one: `null`.
 #[allow(clippy::option_option)]
-fn details(s: &mut JsonCursor<'_>) -> Option<Option<u64>> {
+fn details(s: &mut JsonCursor<'_>, member: &[u8]) -> Option<Option<u64>> {
     if s.null()? {
         return Some(None);
     }
@@ -437,13 +443,13 @@ fn details(s: &mut JsonCursor<'_>) -> Option<Option<u64>> {
     }
     let mut seen = Seen::default();
     let mut cached = None;
-    s.object(|s, name| match name {
-        b"cached_tokens" => {
-            seen.first(0)?;
-            cached = s.count_or_null()?;
-            Some(())
+    s.object(|s, name| {
+        if name != member {
+            return s.skip(4);
         }
-        _ => s.skip(4),
+        seen.first(0)?;
+        cached = s.count_or_null()?;
+        Some(())
     })?;
     Some(cached)
 }
@@ -470,7 +476,7 @@ mod tests {
     }
 
     const OPENAI: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, world!","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":27,"completion_tokens":4,"total_tokens":31,"prompt_tokens_details":{"cached_tokens":3,"audio_tokens":0}}}"#;
-    const ANTHROPIC: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_read_input_tokens":4,"cache_creation_input_tokens":0,"output_tokens":6}}"#;
+    const ANTHROPIC: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_read_input_tokens":4,"cache_creation_input_tokens":30,"cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":20},"output_tokens":6}}"#;
     const RESPONSES: &str = r#"{"object":"response","response":{"usage":{"input_tokens":5,"output_tokens":7,"input_tokens_details":{"cached_tokens":1}}},"model":"gpt-4.1"}"#;
     /// A whole Responses API answer, as `POST /v1/responses` returns it.
     const RESPONSE_OBJECT: &str = r#"{"id":"resp_1","object":"response","created_at":1741476542,"status":"incomplete","error":null,"incomplete_details":{"reason":"max_output_tokens"},"model":"gpt-4.1-2025-04-14","output":[{"type":"message","id":"msg_1","status":"incomplete","role":"assistant","content":[{"type":"output_text","text":"In a","annotations":[]}]}],"usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":39}}"#;
@@ -528,6 +534,8 @@ mod tests {
             Just("completion_tokens"),
             Just("cache_read_input_tokens"),
             Just("cache_creation_input_tokens"),
+            Just("cache_creation"),
+            Just("ephemeral_1h_input_tokens"),
             Just("prompt_tokens_details"),
             Just("input_tokens_details"),
             Just("prompt_cache_hit_tokens"),

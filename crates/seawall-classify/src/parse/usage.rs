@@ -21,6 +21,9 @@ pub(super) struct RawUsage {
     pub(super) cache_read: Option<u64>,
     /// Anthropic `cache_creation_input_tokens` (not included in `input_tokens`).
     pub(super) cache_creation: Option<u64>,
+    /// Anthropic `cache_creation.ephemeral_1h_input_tokens`: the writes kept for an hour,
+    /// part of `cache_creation_input_tokens`.
+    pub(super) cache_creation_1h: Option<u64>,
     /// OpenAI `prompt_tokens_details.cached_tokens`, Responses API
     /// `input_tokens_details.cached_tokens`, DeepSeek `prompt_cache_hit_tokens`.
     pub(super) cached_detail: Option<u64>,
@@ -35,17 +38,16 @@ impl RawUsage {
             return None;
         }
         let n = |k: &str| v.get(k).and_then(V::as_u64);
-        let detail = |k: &str| {
-            v.get(k)
-                .and_then(|d| d.get("cached_tokens"))
-                .and_then(V::as_u64)
-        };
+        let nested =
+            |k: &str, member: &str| v.get(k).and_then(|d| d.get(member)).and_then(V::as_u64);
+        let detail = |k: &str| nested(k, "cached_tokens");
         let raw = RawUsage {
             prompt: n("prompt_tokens"),
             input: n("input_tokens"),
             output: n("completion_tokens").or_else(|| n("output_tokens")),
             cache_read: n("cache_read_input_tokens"),
             cache_creation: n("cache_creation_input_tokens"),
+            cache_creation_1h: nested("cache_creation", "ephemeral_1h_input_tokens"),
             cached_detail: detail("prompt_tokens_details")
                 .or_else(|| detail("input_tokens_details"))
                 .or_else(|| n("prompt_cache_hit_tokens")),
@@ -65,6 +67,7 @@ impl RawUsage {
         keep(&mut self.output, newer.output);
         keep(&mut self.cache_read, newer.cache_read);
         keep(&mut self.cache_creation, newer.cache_creation);
+        keep(&mut self.cache_creation_1h, newer.cache_creation_1h);
         keep(&mut self.cached_detail, newer.cached_detail);
         keep(&mut self.total, newer.total);
     }
@@ -92,12 +95,15 @@ impl RawUsage {
             .total
             .map_or(output, |total| output.max(total.saturating_sub(input)));
         let cached = cached.min(input);
+        // Anthropic's cache writes, billed above the input price: part of the input. The
+        // hour-long ones are part of the writes.
+        let written = self.cache_creation.unwrap_or(0).min(input - cached);
         Usage {
             input_tokens: input,
             output_tokens: output,
             cached_input_tokens: cached,
-            // Anthropic's cache writes, billed above the input price: part of the input.
-            cache_write_input_tokens: self.cache_creation.unwrap_or(0).min(input - cached),
+            cache_write_input_tokens: written,
+            cache_write_1h_input_tokens: self.cache_creation_1h.unwrap_or(0).min(written),
         }
     }
 }
@@ -111,6 +117,7 @@ pub(super) struct UsageWire {
     output_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
+    cache_creation: Option<CacheCreationWire>,
     prompt_tokens_details: Option<DetailsWire>,
     input_tokens_details: Option<DetailsWire>,
     prompt_cache_hit_tokens: Option<u64>,
@@ -123,6 +130,12 @@ pub(super) struct DetailsWire {
     cached_tokens: Option<u64>,
 }
 
+#[derive(serde::Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+pub(super) struct CacheCreationWire {
+    ephemeral_1h_input_tokens: Option<u64>,
+}
+
 impl UsageWire {
     /// The same reading as [`RawUsage::from_value`], from the typed fields.
     pub(super) fn raw(self) -> Option<RawUsage> {
@@ -133,6 +146,9 @@ impl UsageWire {
             output: self.completion_tokens.or(self.output_tokens),
             cache_read: self.cache_read_input_tokens,
             cache_creation: self.cache_creation_input_tokens,
+            cache_creation_1h: self
+                .cache_creation
+                .and_then(|c| c.ephemeral_1h_input_tokens),
             cached_detail: detail(self.prompt_tokens_details)
                 .or(detail(self.input_tokens_details))
                 .or(self.prompt_cache_hit_tokens),

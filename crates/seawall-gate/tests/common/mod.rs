@@ -68,6 +68,7 @@ impl Reply {
                 output_tokens: total_out,
                 cached_input_tokens: 0,
                 cache_write_input_tokens: 0,
+                cache_write_1h_input_tokens: 0,
             }),
             snapshot: None,
             hold: false,
