@@ -312,6 +312,46 @@ where
     }
 }
 
+impl<B> Waiting<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// Reads the body on to its first content: the committed response, a failure, or the
+    /// state stored to wait for more (and the timer armed).
+    fn advance<F>(
+        mut self,
+        mut state: Pin<&mut State<F, B>>,
+        timer: &mut Timer,
+        call: &mut Call,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<TimedBody<B>>, LlmError>> {
+        match self.poll_content(cx, call.config.max_buffer()) {
+            Poll::Ready(Ok(step)) => {
+                state.set(State::Done);
+                let timer = std::mem::take(timer);
+                return Poll::Ready(Ok(self.commit(step, timer, call)));
+            }
+            Poll::Ready(Err(e)) => {
+                state.set(State::Done);
+                return Poll::Ready(Err(e));
+            }
+            Poll::Pending => {}
+        }
+        let due = self.deadline(call);
+        state.set(State::Body {
+            waiting: Some(self),
+        });
+        match timer.poll_at(due, cx) {
+            Poll::Ready(reason) => {
+                state.set(State::Done);
+                Poll::Ready(Err(call.timeout(reason)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 impl<F, B, E> Future for ResponseFuture<F, B>
 where
     F: Future<Output = Result<Response<B>, E>>,
@@ -323,63 +363,38 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Head { fut } => {
-                    match fut.poll(cx) {
-                        Poll::Ready(Ok(resp)) => {
-                            let waiting = Waiting::new(resp, this.call);
-                            this.state.set(State::Body {
-                                waiting: Some(waiting),
-                            });
-                            continue;
-                        }
-                        Poll::Ready(Err(e)) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Err(e.into()));
-                        }
-                        Poll::Pending => {}
-                    }
-                    return match this.timer.poll_at(this.call.head_deadline(), cx) {
-                        Poll::Ready(reason) => {
-                            this.state.set(State::Done);
-                            Poll::Ready(Err(this.call.timeout(reason)))
-                        }
-                        Poll::Pending => Poll::Pending,
-                    };
+        match this.state.as_mut().project() {
+            StateProj::Head { fut } => match fut.poll(cx) {
+                // The body's first frame is usually there already (a whole answer, a stream's
+                // first event): it is read before the waiting state is stored, which is then
+                // moved in only when it has to wait.
+                Poll::Ready(Ok(resp)) => {
+                    let waiting = Waiting::new(resp, this.call);
+                    waiting.advance(this.state, this.timer, this.call, cx)
                 }
-                StateProj::Body { waiting } => {
-                    let Some(mut w) = waiting.take() else {
-                        seawall_core::polled_after_completion();
-                    };
-                    match w.poll_content(cx, this.call.config.max_buffer()) {
-                        Poll::Ready(Ok(step)) => {
-                            this.state.set(State::Done);
-                            let timer = std::mem::take(this.timer);
-                            return Poll::Ready(Ok(w.commit(step, timer, this.call)));
-                        }
-                        Poll::Ready(Err(e)) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Err(e));
-                        }
-                        Poll::Pending => {}
-                    }
-                    let due = w.deadline(this.call);
-                    *waiting = Some(w);
-                    return match this.timer.poll_at(due, cx) {
-                        Poll::Ready(reason) => {
-                            this.state.set(State::Done);
-                            Poll::Ready(Err(this.call.timeout(reason)))
-                        }
-                        Poll::Pending => Poll::Pending,
-                    };
-                }
-                StateProj::Expired => {
+                Poll::Ready(Err(e)) => {
                     this.state.set(State::Done);
-                    return Poll::Ready(Err(this.call.timeout(Reason::Deadline)));
+                    Poll::Ready(Err(e.into()))
                 }
-                StateProj::Done => seawall_core::polled_after_completion(),
+                Poll::Pending => match this.timer.poll_at(this.call.head_deadline(), cx) {
+                    Poll::Ready(reason) => {
+                        this.state.set(State::Done);
+                        Poll::Ready(Err(this.call.timeout(reason)))
+                    }
+                    Poll::Pending => Poll::Pending,
+                },
+            },
+            StateProj::Body { waiting } => {
+                let Some(w) = waiting.take() else {
+                    seawall_core::polled_after_completion();
+                };
+                w.advance(this.state, this.timer, this.call, cx)
             }
+            StateProj::Expired => {
+                this.state.set(State::Done);
+                Poll::Ready(Err(this.call.timeout(Reason::Deadline)))
+            }
+            StateProj::Done => seawall_core::polled_after_completion(),
         }
     }
 }
