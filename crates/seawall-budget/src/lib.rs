@@ -74,6 +74,9 @@
 //! for an hour) but reserved at the input price, which cannot know what the provider will
 //! write: an attempt that writes its prompt settles above its reservation by that surcharge,
 //! which the same margin covers (25% for the five-minute cache, 100% for the hour-long one).
+//! A model with long-context prices ([`Price::with_long_context`]) is reserved at the prices
+//! its estimated input falls under: a prompt estimated just under the threshold that turns
+//! out above it settles at the higher prices.
 //!
 //! # Example
 //!

@@ -12,7 +12,8 @@ use seawall_core::ConfigError;
 
 const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 
-/// A model's prices, per million tokens: input, output, cached input and cache writes.
+/// A model's prices, per million tokens: input, output, cached input and cache writes, and
+/// optionally other prices for prompts past a long-context threshold.
 ///
 /// A call's cost is `other input × input + cached input × cached_input + cache writes ×
 /// cache_write_input + hour-long cache writes × cache_write_1h_input + output × output`,
@@ -22,6 +23,13 @@ const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 /// default to Anthropic's prices: 1.25 times the input price for its five-minute cache, 2
 /// times for the writes its usage reports as kept for an hour
 /// (`cache_creation.ephemeral_1h_input_tokens`).
+///
+/// Some models bill a whole call at higher prices once its prompt passes a size: Gemini 2.5
+/// Pro above 200,000 input tokens, Claude Sonnet's one-million-token window above 200,000
+/// input tokens (cache reads and writes counted in). [`with_long_context`](Self::with_long_context)
+/// gives such a model its second set of prices, used for every token of a call whose input
+/// is above the threshold, in its reservation (by the estimated input) and in its cost (by
+/// the reported input).
 ///
 /// ```
 /// use seawall_budget::{Price, Usd};
@@ -44,6 +52,14 @@ const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Price {
+    rates: Rates,
+    /// The prices of calls whose input is above a number of tokens.
+    long: Option<LongContext>,
+}
+
+/// One set of prices per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Rates {
     input: Usd,
     output: Usd,
     cached_input: Usd,
@@ -51,16 +67,25 @@ pub struct Price {
     cache_write_1h_input: Usd,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct LongContext {
+    above_input_tokens: u64,
+    rates: Rates,
+}
+
 impl Price {
     /// Input and output prices per million tokens; cached input costs the input price, a
     /// cache write 1.25 times it, an hour-long cache write 2 times.
     pub const fn per_million(input: Usd, output: Usd) -> Price {
         Price {
-            input,
-            output,
-            cached_input: input,
-            cache_write_input: input.percent(125),
-            cache_write_1h_input: input.percent(200),
+            rates: Rates {
+                input,
+                output,
+                cached_input: input,
+                cache_write_input: input.percent(125),
+                cache_write_1h_input: input.percent(200),
+            },
+            long: None,
         }
     }
 
@@ -75,71 +100,105 @@ impl Price {
 
     /// Sets the price of cached input tokens, per million.
     pub const fn with_cached_input(mut self, cached_input: Usd) -> Price {
-        self.cached_input = cached_input;
+        self.rates.cached_input = cached_input;
         self
     }
 
     /// Sets the price of input tokens written to the provider's cache, per million (1.25
     /// times the input price until set).
     pub const fn with_cache_write_input(mut self, cache_write_input: Usd) -> Price {
-        self.cache_write_input = cache_write_input;
+        self.rates.cache_write_input = cache_write_input;
         self
     }
 
     /// Sets the price of input tokens written to the provider's cache for an hour, per
     /// million (2 times the input price until set).
     pub const fn with_cache_write_1h_input(mut self, cache_write_1h_input: Usd) -> Price {
-        self.cache_write_1h_input = cache_write_1h_input;
+        self.rates.cache_write_1h_input = cache_write_1h_input;
         self
     }
 
     /// The input price per million tokens.
     pub const fn input(&self) -> Usd {
-        self.input
+        self.rates.input
     }
 
     /// The output price per million tokens.
     pub const fn output(&self) -> Usd {
-        self.output
+        self.rates.output
     }
 
     /// The cached-input price per million tokens.
     pub const fn cached_input(&self) -> Usd {
-        self.cached_input
+        self.rates.cached_input
     }
 
     /// The cache-write price per million tokens.
     pub const fn cache_write_input(&self) -> Usd {
-        self.cache_write_input
+        self.rates.cache_write_input
     }
 
     /// The hour-long cache-write price per million tokens.
     pub const fn cache_write_1h_input(&self) -> Usd {
-        self.cache_write_1h_input
+        self.rates.cache_write_1h_input
+    }
+
+    /// Bills every token of a call whose input is above `above_input_tokens` at `long`'s
+    /// prices (its own long-context prices, if any, are not used).
+    pub const fn with_long_context(mut self, above_input_tokens: u64, long: Price) -> Price {
+        self.long = Some(LongContext {
+            above_input_tokens,
+            rates: long.rates,
+        });
+        self
+    }
+
+    /// The long-context threshold and prices, if set.
+    pub const fn long_context(&self) -> Option<(u64, Price)> {
+        match self.long {
+            Some(l) => Some((
+                l.above_input_tokens,
+                Price {
+                    rates: l.rates,
+                    long: None,
+                },
+            )),
+            None => None,
+        }
+    }
+
+    /// The prices of a call with `input_tokens` of input.
+    fn rates(&self, input_tokens: u64) -> &Rates {
+        match &self.long {
+            Some(l) if input_tokens > l.above_input_tokens => &l.rates,
+            _ => &self.rates,
+        }
     }
 
     /// The most an attempt can cost: every input token uncached, every allowed output token
     /// used. Input is counted at the input price: a call that writes its prompt to the
     /// provider's cache settles that part at the cache-write price, above its estimate.
     pub fn estimate(&self, input_tokens: u64, max_output_tokens: u64) -> Usd {
-        price_units(&[(input_tokens, self.input), (max_output_tokens, self.output)])
+        let r = self.rates(input_tokens);
+        price_units(&[(input_tokens, r.input), (max_output_tokens, r.output)])
     }
 
     /// What the usage an upstream reported costs. `cached_input_tokens` and
     /// `cache_write_input_tokens` are part of `input_tokens`, `cache_write_1h_input_tokens`
     /// part of the writes (as [`Usage`] says); counts above what they are part of are clamped.
     pub fn cost(&self, usage: &Usage) -> Usd {
+        let r = self.rates(usage.input_tokens);
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
         let written = usage
             .cache_write_input_tokens
             .min(usage.input_tokens - cached);
         let hour = usage.cache_write_1h_input_tokens.min(written);
         price_units(&[
-            (usage.input_tokens - cached - written, self.input),
-            (cached, self.cached_input),
-            (written - hour, self.cache_write_input),
-            (hour, self.cache_write_1h_input),
-            (usage.output_tokens, self.output),
+            (usage.input_tokens - cached - written, r.input),
+            (cached, r.cached_input),
+            (written - hour, r.cache_write_input),
+            (hour, r.cache_write_1h_input),
+            (usage.output_tokens, r.output),
         ])
     }
 }
@@ -264,7 +323,8 @@ impl PriceTable {
 
     /// Parses a TOML table: `[models."name"]` sections with `input`, `output` and optional
     /// `cached_input`, `cache_write_input` and `cache_write_1h_input` (dollars per million
-    /// tokens, as numbers or exact decimal strings), and an
+    /// tokens, as numbers or exact decimal strings), an optional `long_context` table of the
+    /// same prices with `above_input_tokens` (see [`Price::with_long_context`]), and an
     /// optional `[default]` section of the same shape. Unknown keys are an error.
     pub fn from_toml_str(text: &str) -> Result<PriceTable, ConfigError> {
         let file: PriceFile = toml::from_str(text)
@@ -314,6 +374,11 @@ struct FilePrice {
     cache_write_input: Option<Amount>,
     #[serde(default)]
     cache_write_1h_input: Option<Amount>,
+    /// Only in a `long_context` table: the input size it starts above.
+    #[serde(default)]
+    above_input_tokens: Option<u64>,
+    #[serde(default)]
+    long_context: Option<Box<FilePrice>>,
 }
 
 #[derive(Deserialize)]
@@ -335,6 +400,27 @@ impl Amount {
 
 impl FilePrice {
     fn to_price(&self, model: &str) -> Result<Price, ConfigError> {
+        let invalid = |what: &str| ConfigError::new("prices", format!("model {model:?}: {what}"));
+        if self.above_input_tokens.is_some() {
+            return Err(invalid(
+                "above_input_tokens belongs in its long_context table",
+            ));
+        }
+        let price = self.rates(model)?;
+        let Some(long) = &self.long_context else {
+            return Ok(price);
+        };
+        let Some(above) = long.above_input_tokens else {
+            return Err(invalid("long_context needs above_input_tokens"));
+        };
+        if long.long_context.is_some() {
+            return Err(invalid("long_context cannot hold another one"));
+        }
+        Ok(price.with_long_context(above, long.rates(model)?))
+    }
+
+    /// The table's prices, without a long-context part.
+    fn rates(&self, model: &str) -> Result<Price, ConfigError> {
         let input = self.input.to_usd(model, "input")?;
         let mut price = Price::per_million(input, self.output.to_usd(model, "output")?);
         if let Some(c) = &self.cached_input {
@@ -484,6 +570,63 @@ mod tests {
     }
 
     #[test]
+    fn a_call_above_the_long_context_threshold_pays_the_long_prices_for_every_token() {
+        // Gemini 2.5 Pro: $1.25 / $10, and $2.50 / $15 for prompts above 200,000 tokens.
+        let long = Price::per_million(Usd::from_cents(250), Usd::from_dollars(15));
+        let p = Price::per_million(Usd::from_cents(125), Usd::from_dollars(10))
+            .with_long_context(200_000, long);
+        assert_eq!(p.long_context(), Some((200_000, long)));
+        // At the threshold: 200,000 × 1.25 + 1,000 × 10 = $0.26.
+        assert_eq!(p.cost(&usage(200_000, 1_000, 0)), Usd::from_micros(260_000));
+        assert_eq!(p.estimate(200_000, 1_000), Usd::from_micros(260_000));
+        // One token above: 200,001 × 2.5 + 1,000 × 15 = $0.5150025, reserved and charged.
+        assert_eq!(
+            p.cost(&usage(200_001, 1_000, 0)),
+            Usd::from_nanos(515_002_500)
+        );
+        assert_eq!(p.estimate(200_001, 1_000), Usd::from_nanos(515_002_500));
+
+        // Claude Sonnet's one-million window: cache reads and writes count toward the
+        // threshold and have long prices of their own.
+        let sonnet = Price::per_million(Usd::from_dollars(3), Usd::from_dollars(15))
+            .with_cached_input(Usd::from_cents(30))
+            .with_long_context(
+                200_000,
+                Price::per_million(Usd::from_dollars(6), Usd::from_cents(2_250))
+                    .with_cached_input(Usd::from_cents(60)),
+            );
+        // 250k in: 200k read from the cache, 40k written (10k of them for an hour), 10k
+        // else; 100 out. 10k × 6 + 200k × 0.6 + 30k × 7.5 + 10k × 12 + 100 × 22.5 = $0.52725.
+        let u = Usage {
+            cache_write_input_tokens: 40_000,
+            cache_write_1h_input_tokens: 10_000,
+            ..usage(250_000, 100, 200_000)
+        };
+        assert_eq!(sonnet.cost(&u), Usd::from_micros(527_250));
+
+        // From a table file, and what a table file may not say.
+        let table = PriceTable::from_toml_str(
+            "[models.\"gemini-2.5-pro\"]\ninput = 1.25\noutput = 10\n\
+             [models.\"gemini-2.5-pro\".long_context]\nabove_input_tokens = 200000\ninput = 2.5\noutput = 15\n",
+        )
+        .unwrap();
+        assert_eq!(table.get("gemini-2.5-pro"), Some(p));
+        for bad in [
+            "[models.m]\ninput = 1\noutput = 1\nabove_input_tokens = 5\n",
+            "[models.m]\ninput = 1\noutput = 1\n[models.m.long_context]\ninput = 2\noutput = 2\n",
+            "[models.m]\ninput = 1\noutput = 1\n[models.m.long_context]\nabove_input_tokens = 5\ninput = 2\noutput = 2\n\
+             [models.m.long_context.long_context]\nabove_input_tokens = 9\ninput = 3\noutput = 3\n",
+        ] {
+            let err = PriceTable::from_toml_str(bad).unwrap_err();
+            assert!(
+                format!("{err:#}").contains("above_input_tokens")
+                    || format!("{err:#}").contains("long_context"),
+                "{err:#}"
+            );
+        }
+    }
+
+    #[test]
     fn cached_above_input_is_clamped_and_huge_usage_saturates() {
         let p = Price::per_million(Usd::from_dollars(1), Usd::from_dollars(2))
             .with_cached_input(Usd::ZERO);
@@ -569,21 +712,35 @@ mod tests {
 
     proptest::proptest! {
         /// The estimate is an upper bound of the cost of any usage within its bounds, and both
-        /// agree with a naive rational computation.
+        /// agree with a naive rational computation, with long-context prices (at least the
+        /// others, as providers' are) above a threshold anywhere.
         #[test]
         fn estimate_bounds_cost(
             pin in 0u64..100_000_000_000, pout in 0u64..100_000_000_000, pcache in 0u64..100_000_000_000,
+            more in (0u64..100_000_000_000, 0u64..100_000_000_000, 0u64..100_000_000_000),
+            above in proptest::option::of(0u64..2_000_000),
             est_in in 0u64..2_000_000, max_out in 0u64..200_000,
             used_in in 0u64..2_000_000, used_out in 0u64..200_000, cached in 0u64..2_000_000,
         ) {
             let pcache = pcache.min(pin);
-            let p = Price::per_million(Usd::from_nanos(pin), Usd::from_nanos(pout))
+            let base = Price::per_million(Usd::from_nanos(pin), Usd::from_nanos(pout))
                 .with_cached_input(Usd::from_nanos(pcache));
+            let (lin, lout, lcache) = (pin + more.0, pout + more.1, (pcache + more.2).min(pin + more.0));
+            let long = Price::per_million(Usd::from_nanos(lin), Usd::from_nanos(lout))
+                .with_cached_input(Usd::from_nanos(lcache));
+            let p = match above {
+                Some(above) => base.with_long_context(above, long),
+                None => base,
+            };
             let used_in = used_in.min(est_in);
             let used_out = used_out.min(max_out);
             let u = usage(used_in, used_out, cached);
             let cost = p.cost(&u);
             proptest::prop_assert!(cost <= p.estimate(est_in, max_out));
+            let (pin, pout, pcache) = match above {
+                Some(above) if used_in > above => (lin, lout, lcache),
+                _ => (pin, pout, pcache),
+            };
             let c = cached.min(used_in);
             let exact = u128::from(used_in - c) * u128::from(pin)
                 + u128::from(c) * u128::from(pcache)
