@@ -13,7 +13,7 @@ use crate::budget::Scope;
 use crate::config::Settlement;
 use crate::local::KeyList;
 use crate::money::Usd;
-use crate::price::Price;
+use crate::price::{Price, Rates};
 use crate::state::{Core, ThreadCore};
 use crate::store::{Charge, Exceeded, Refusal, Settled, SoftLimitCrossed};
 use crate::time::Timestamp;
@@ -29,7 +29,10 @@ pub struct BudgetGuard {
     /// Each budget's key; `None` when no budget is keyed.
     keys: Option<KeyList>,
     model: Option<Arc<str>>,
-    price: Price,
+    /// The model's prices; past `long_above` input tokens, its long-context prices apply,
+    /// looked up again (kept apart, a guard moves with every response: see `Price::base`).
+    price: Rates,
+    long_above: Option<u64>,
     reserved: Usd,
     id: u64,
     time: Timestamp,
@@ -61,7 +64,8 @@ impl BudgetGuard {
             core,
             keys: None,
             model: None,
-            price: Price::per_million(Usd::ZERO, Usd::ZERO),
+            price: Price::per_million(Usd::ZERO, Usd::ZERO).base().0,
+            long_above: None,
             reserved: Usd::ZERO,
             id: 0,
             started,
@@ -75,8 +79,8 @@ impl BudgetGuard {
         self.model = model;
     }
 
-    pub(crate) fn set_price(&mut self, price: Price) {
-        self.price = price;
+    pub(crate) fn set_price(&mut self, price: &Price) {
+        (self.price, self.long_above) = price.base();
     }
 
     pub(crate) fn set_reservation(&mut self, keys: Option<KeyList>, amount: Usd) {
@@ -153,13 +157,23 @@ impl BudgetGuard {
         self.finish(AttemptOutcome::Failed(class), None);
     }
 
+    /// What `u` costs at the model's prices.
+    fn cost(&self, u: &Usage) -> Usd {
+        let long = self.long_above.is_some_and(|above| u.input_tokens > above);
+        // The table cannot change: the same lookup finds the price the attempt was priced at.
+        match long.then(|| self.core.prices.price_of(self.model.as_deref())) {
+            Some(Some(price)) => price.cost(u),
+            _ => self.price.cost(u),
+        }
+    }
+
     fn finish(&mut self, outcome: AttemptOutcome, usage: Option<Usage>) {
         if !self.armed {
             return;
         }
         self.armed = false;
         let (cost, charged) = match usage {
-            Some(u) => (self.price.cost(&u), Charged::Usage),
+            Some(u) => (self.cost(&u), Charged::Usage),
             None => {
                 let settlement = match outcome {
                     AttemptOutcome::Ok => Settlement::ChargeEstimate,

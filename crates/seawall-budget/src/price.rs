@@ -59,7 +59,7 @@ pub struct Price {
 
 /// One set of prices per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Rates {
+pub(crate) struct Rates {
     input: Usd,
     output: Usd,
     cached_input: Usd,
@@ -187,18 +187,33 @@ impl Price {
     /// `cache_write_input_tokens` are part of `input_tokens`, `cache_write_1h_input_tokens`
     /// part of the writes (as [`Usage`] says); counts above what they are part of are clamped.
     pub fn cost(&self, usage: &Usage) -> Usd {
-        let r = self.rates(usage.input_tokens);
+        self.rates(usage.input_tokens).cost(usage)
+    }
+}
+
+impl Price {
+    /// The prices without their long-context part, and the threshold of that part: what a
+    /// budget's guard keeps of a price (the whole of it is a lookup away when a call's input
+    /// passes the threshold).
+    pub(crate) fn base(&self) -> (Rates, Option<u64>) {
+        (self.rates, self.long.map(|l| l.above_input_tokens))
+    }
+}
+
+impl Rates {
+    /// What `usage` costs at these prices ([`Price::cost`]).
+    pub(crate) fn cost(&self, usage: &Usage) -> Usd {
         let cached = usage.cached_input_tokens.min(usage.input_tokens);
         let written = usage
             .cache_write_input_tokens
             .min(usage.input_tokens - cached);
         let hour = usage.cache_write_1h_input_tokens.min(written);
         price_units(&[
-            (usage.input_tokens - cached - written, r.input),
-            (cached, r.cached_input),
-            (written - hour, r.cache_write_input),
-            (hour, r.cache_write_1h_input),
-            (usage.output_tokens, r.output),
+            (usage.input_tokens - cached - written, self.input),
+            (cached, self.cached_input),
+            (written - hour, self.cache_write_input),
+            (hour, self.cache_write_1h_input),
+            (usage.output_tokens, self.output),
         ])
     }
 }

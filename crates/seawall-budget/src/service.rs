@@ -170,7 +170,7 @@ where
         let err = LlmError::new(FailureClass::BudgetExceeded, msg).with_code("unpriced_model");
         return Err(guard.reject(err));
     };
-    guard.set_price(price);
+    guard.set_price(&price);
     let max_output = match (sizes.max_output_tokens, core.missing_max) {
         (Some(n), _) => n,
         (None, MissingMaxOutput::Default(n)) => {

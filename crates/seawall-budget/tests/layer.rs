@@ -102,6 +102,40 @@ async fn estimate_and_settle_per_model() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_prompt_past_the_long_context_threshold_is_reserved_and_charged_at_the_long_prices() {
+    // $1.25 / $10, and $2.50 / $15 above 200,000 input tokens (Gemini 2.5 Pro's prices).
+    let price = Price::per_million(Usd::from_cents(125), Usd::from_dollars(10)).with_long_context(
+        200_000,
+        Price::per_million(Usd::from_cents(250), Usd::from_dollars(15)),
+    );
+    let sink = Arc::new(MemorySink::new());
+    let layer = CostBudgetLayer::builder(PriceTable::new().with("gemini-2.5-pro", price))
+        .budget(Budget::total("all", Usd::from_dollars(10)))
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    // The upstream reports 250,000 input tokens whatever was estimated.
+    let mut svc = layer.layer(transport(Arc::default(), |_| {
+        Ok(done(usage(250_000, 1_000, 0)))
+    }));
+    // Estimated above the threshold, and (an under-estimate) below it.
+    for estimated in [300_000, 100_000] {
+        call(&mut svc, Ask::new("gemini-2.5-pro", estimated, 1_000))
+            .await
+            .unwrap();
+    }
+    let records = sink.records();
+    let reserved: Vec<_> = records.iter().map(|r| r.reserved_nanos).collect();
+    // 300,000 × 2.5 + 1,000 × 15 = $0.765; 100,000 × 1.25 + 1,000 × 10 = $0.135.
+    assert_eq!(reserved, [765_000_000, 135_000_000]);
+    // Both charged what was billed: 250,000 × 2.5 + 1,000 × 15 = $0.64.
+    let costs: Vec<_> = records.iter().map(|r| r.cost_nanos).collect();
+    assert_eq!(costs, [640_000_000, 640_000_000]);
+    let all = layer.spend("all", None).unwrap();
+    assert_eq!(all.spent, Usd::from_nanos(1_280_000_000));
+}
+
+#[tokio::test(start_paused = true)]
 async fn refuses_at_the_limit_and_admits_up_to_it_exactly() {
     let layer = CostBudgetLayer::builder(prices())
         .budget(Budget::total("all", Usd::from_nanos(2 * EST)))
