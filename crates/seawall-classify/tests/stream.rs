@@ -77,6 +77,16 @@ async fn summarize(resp: http::Response<seawall_classify::ClassifiedBody<Chunks>
     }
 }
 
+/// What the classifier makes of a whole JSON answer.
+async fn json_of(body: String) -> Summary {
+    let resp = response(
+        200,
+        &[("content-type", "application/json")],
+        Chunks::one(body),
+    );
+    summarize(run(resp).await.unwrap()).await
+}
+
 async fn stream_of(chunks: Vec<Vec<u8>>) -> Summary {
     summarize(run(sse_response(Chunks::new(chunks))).await.unwrap()).await
 }
@@ -513,16 +523,7 @@ async fn thought_tokens_counted_only_in_the_total_are_output() {
     // OpenAI proper: the total is the sum; nothing changes.
     let openai = gemini.replace("623", "218");
     for (body, output) in [(gemini.to_owned(), 603), (by_serde, 603), (openai, 198)] {
-        let s = summarize(
-            run(response(
-                200,
-                &[("content-type", "application/json")],
-                Chunks::one(body.clone()),
-            ))
-            .await
-            .unwrap(),
-        )
-        .await;
+        let s = json_of(body.clone()).await;
         assert_eq!(s.usage, usage(20, output, 0), "{body}");
     }
     let streamed = "data: {\"id\":\"g\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gemini-2.5-flash\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"36\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":198,\"total_tokens\":623}}\n\ndata: [DONE]\n\n";
@@ -546,16 +547,7 @@ async fn anthropic_cache_writes_kept_for_an_hour_are_read_apart_from_the_others(
     // The same with a member the byte scan leaves to serde (an escaped key).
     let by_serde = whole.replace(r#""role""#, r#""r\u006fle""#);
     for body in [whole, by_serde] {
-        let s = summarize(
-            run(response(
-                200,
-                &[("content-type", "application/json")],
-                Chunks::one(body.clone()),
-            ))
-            .await
-            .unwrap(),
-        )
-        .await;
+        let s = json_of(body.clone()).await;
         assert_eq!(s.usage, want, "{body}");
     }
     // Streamed: the counts come in `message_start`, the final output in `message_delta`.

@@ -10,6 +10,7 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::types::chat::{
     ChatCompletionRequestUserMessage, CreateChatCompletionRequest, CreateChatCompletionRequestArgs,
+    FinishReason,
 };
 use common::{KEY, Mock, bounded, ms, retry, start};
 use futures_util::StreamExt;
@@ -29,13 +30,20 @@ fn client(mock: &Mock, retry: BackoffRetryLayer) -> async_openai::Client<OpenAIC
         .layer(retry)
         .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::new())
-        .service(ReqwestTransport::new(
-            ReqwestTransport::client_builder().build().unwrap(),
-        ));
-    let config = OpenAIConfig::new()
+        .service(reqwest_transport());
+    async_openai::Client::with_config(config(mock)).with_http_service(service)
+}
+
+/// The user's reqwest client as the transport.
+fn reqwest_transport() -> ReqwestTransport {
+    ReqwestTransport::new(ReqwestTransport::client_builder().build().unwrap())
+}
+
+/// async-openai's configuration for the mock.
+fn config(mock: &Mock) -> OpenAIConfig {
+    OpenAIConfig::new()
         .with_api_base(mock.base_url())
-        .with_api_key(KEY);
-    async_openai::Client::with_config(config).with_http_service(service)
+        .with_api_key(KEY)
 }
 
 fn request(model: &str) -> CreateChatCompletionRequest {
@@ -45,6 +53,43 @@ fn request(model: &str) -> CreateChatCompletionRequest {
         .messages([ChatCompletionRequestUserMessage::from("Say hello").into()])
         .build()
         .unwrap()
+}
+
+/// What a streamed chat completion gave: its content, its finish reason if one came, and the
+/// error that ended it, if one did.
+struct Streamed {
+    content: String,
+    finish: Option<FinishReason>,
+    error: Option<OpenAIError>,
+}
+
+async fn stream(client: &async_openai::Client<OpenAIConfig>) -> Streamed {
+    let mut stream = client
+        .chat()
+        .create_stream(request("gpt-4o-mini"))
+        .await
+        .unwrap();
+    let mut out = Streamed {
+        content: String::new(),
+        finish: None,
+        error: None,
+    };
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => {
+                for choice in chunk.choices {
+                    out.content
+                        .push_str(choice.delta.content.as_deref().unwrap_or(""));
+                    out.finish = out.finish.or(choice.finish_reason);
+                }
+            }
+            Err(e) => {
+                out.error = Some(e);
+                break;
+            }
+        }
+    }
+    out
 }
 
 #[tokio::test]
@@ -62,19 +107,9 @@ async fn a_chat_completion_is_answered_complete_and_streamed() {
             .unwrap_or_default();
         assert!(!content.is_empty());
 
-        let mut stream = client
-            .chat()
-            .create_stream(request("gpt-4o-mini"))
-            .await
-            .unwrap();
-        let mut streamed = String::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.unwrap();
-            for choice in chunk.choices {
-                streamed.push_str(choice.delta.content.as_deref().unwrap_or(""));
-            }
-        }
-        assert!(!streamed.is_empty());
+        let streamed = stream(&client).await;
+        assert!(streamed.error.is_none(), "{:?}", streamed.error);
+        assert!(!streamed.content.is_empty());
         let s = mock.upstream.stats();
         assert_eq!((s.requests, s.ok, s.streams_completed), (2, 2, 1), "{s:?}");
     })
@@ -154,26 +189,7 @@ async fn a_stream_cut_after_content_yields_the_content_then_an_error_and_is_not_
         .await;
         let client = client(&mock, retry(3, ms(1)));
 
-        let mut stream = client
-            .chat()
-            .create_stream(request("gpt-4o-mini"))
-            .await
-            .unwrap();
-        let mut content = String::new();
-        let mut error = None;
-        while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(chunk) => {
-                    for choice in chunk.choices {
-                        content.push_str(choice.delta.content.as_deref().unwrap_or(""));
-                    }
-                }
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
-            }
-        }
+        let Streamed { content, error, .. } = stream(&client).await;
         assert!(!content.is_empty(), "the content came first");
         let error = error.expect("then an error, never a silent truncation");
         assert!(matches!(error, OpenAIError::StreamError(_)), "{error:?}");
@@ -231,13 +247,8 @@ async fn a_cached_answer_reaches_async_openai_whole_and_as_a_stream_after_one_up
             .layer(retry(3, ms(1)))
             .layer(StreamTimeoutLayer::new())
             .layer(ClassifyLayer::new())
-            .service(ReqwestTransport::new(
-                ReqwestTransport::client_builder().build().unwrap(),
-            ));
-        let config = OpenAIConfig::new()
-            .with_api_base(mock.base_url())
-            .with_api_key(KEY);
-        let client = async_openai::Client::with_config(config).with_http_service(service);
+            .service(reqwest_transport());
+        let client = async_openai::Client::with_config(config(&mock)).with_http_service(service);
 
         let first = client.chat().create(request("gpt-4o-mini")).await.unwrap();
         let again = client.chat().create(request("gpt-4o-mini")).await.unwrap();
@@ -252,21 +263,13 @@ async fn a_cached_answer_reaches_async_openai_whole_and_as_a_stream_after_one_up
         );
 
         // The same question streamed: async-openai parses the cache's replay as SSE chunks.
-        let mut stream = client
-            .chat()
-            .create_stream(request("gpt-4o-mini"))
-            .await
-            .unwrap();
-        let mut streamed = String::new();
-        let mut finished = None;
-        while let Some(chunk) = stream.next().await {
-            for choice in chunk.unwrap().choices {
-                streamed.push_str(choice.delta.content.as_deref().unwrap_or(""));
-                finished = finished.or(choice.finish_reason);
-            }
-        }
-        assert_eq!(streamed, said(&first));
-        assert!(finished.is_some(), "the replay ends with its finish reason");
+        let streamed = stream(&client).await;
+        assert!(streamed.error.is_none(), "{:?}", streamed.error);
+        assert_eq!(streamed.content, said(&first));
+        assert!(
+            streamed.finish.is_some(),
+            "the replay ends with its finish reason"
+        );
         let s = mock.upstream.stats();
         assert_eq!(s.requests, 1, "one upstream call for three answers: {s:?}");
     })
