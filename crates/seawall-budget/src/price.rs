@@ -762,5 +762,35 @@ mod tests {
                 + u128::from(used_out) * u128::from(pout);
             proptest::prop_assert_eq!(u128::from(cost.as_nanos()), exact.div_ceil(1_000_000));
         }
+
+        /// Cache writes, and the hour-long ones among them, are each priced once at their own
+        /// price, whatever the counts (above the input, above the writes), as a naive rational
+        /// computation of the clamped counts prices them.
+        #[test]
+        fn cache_writes_are_priced_once_each_at_their_own_price(
+            prices in proptest::array::uniform5(0u64..100_000_000_000),
+            used_in in 0u64..2_000_000, used_out in 0u64..200_000,
+            cached in 0u64..3_000_000, written in 0u64..3_000_000, hour in 0u64..3_000_000,
+        ) {
+            let [pin, pout, pcache, pwrite, phour] = prices;
+            let p = Price::per_million(Usd::from_nanos(pin), Usd::from_nanos(pout))
+                .with_cached_input(Usd::from_nanos(pcache))
+                .with_cache_write_input(Usd::from_nanos(pwrite))
+                .with_cache_write_1h_input(Usd::from_nanos(phour));
+            let u = Usage {
+                cache_write_input_tokens: written,
+                cache_write_1h_input_tokens: hour,
+                ..usage(used_in, used_out, cached)
+            };
+            let c = cached.min(used_in);
+            let w = written.min(used_in - c);
+            let h = hour.min(w);
+            let exact = u128::from(used_in - c - w) * u128::from(pin)
+                + u128::from(c) * u128::from(pcache)
+                + u128::from(w - h) * u128::from(pwrite)
+                + u128::from(h) * u128::from(phour)
+                + u128::from(used_out) * u128::from(pout);
+            proptest::prop_assert_eq!(u128::from(p.cost(&u).as_nanos()), exact.div_ceil(1_000_000));
+        }
     }
 }
