@@ -76,7 +76,9 @@
 //! which the same margin covers (25% for the five-minute cache, 100% for the hour-long one).
 //! A model with long-context prices ([`Price::with_long_context`]) is reserved at the prices
 //! its estimated input falls under: a prompt estimated just under the threshold that turns
-//! out above it settles at the higher prices.
+//! out above it settles at the higher prices. Prices are per model, not per service tier:
+//! calls sent to OpenAI with `"service_tier": "priority"` are billed above the standard
+//! prices (and `"flex"` below), so a table for them should carry the tier's prices.
 //!
 //! # Example
 //!
