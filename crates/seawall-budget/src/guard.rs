@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use seawall_core::{
     AdmitGuard, CallContext, Completion, FailureClass, LlmError, LlmRequest, OnComplete, Outcome,
-    Usage,
+    ServiceTier, Usage,
 };
 
 use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
@@ -33,6 +33,8 @@ pub struct BudgetGuard {
     /// looked up again (kept apart, a guard moves with every response: see `Price::base`).
     price: Rates,
     long_above: Option<u64>,
+    /// The service tier the price is of, to find the same price again.
+    tier: Option<ServiceTier>,
     reserved: Usd,
     id: u64,
     time: Timestamp,
@@ -66,6 +68,7 @@ impl BudgetGuard {
             model: None,
             price: Price::per_million(Usd::ZERO, Usd::ZERO).base().0,
             long_above: None,
+            tier: None,
             reserved: Usd::ZERO,
             id: 0,
             started,
@@ -79,8 +82,9 @@ impl BudgetGuard {
         self.model = model;
     }
 
-    pub(crate) fn set_price(&mut self, price: &Price) {
+    pub(crate) fn set_price(&mut self, price: &Price, tier: Option<ServiceTier>) {
         (self.price, self.long_above) = price.base();
+        self.tier = tier;
     }
 
     pub(crate) fn set_reservation(&mut self, keys: Option<KeyList>, amount: Usd) {
@@ -161,7 +165,7 @@ impl BudgetGuard {
     fn cost(&self, u: &Usage) -> Usd {
         let long = self.long_above.is_some_and(|above| u.input_tokens > above);
         // The table cannot change: the same lookup finds the price the attempt was priced at.
-        match long.then(|| self.core.prices.price_of(self.model.as_deref())) {
+        match long.then(|| self.core.prices.price_of(self.model.as_deref(), self.tier)) {
             Some(Some(price)) => price.cost(u),
             _ => self.price.cost(u),
         }

@@ -76,9 +76,11 @@
 //! which the same margin covers (25% for the five-minute cache, 100% for the hour-long one).
 //! A model with long-context prices ([`Price::with_long_context`]) is reserved at the prices
 //! its estimated input falls under: a prompt estimated just under the threshold that turns
-//! out above it settles at the higher prices. Prices are per model, not per service tier:
-//! calls sent to OpenAI with `"service_tier": "priority"` are billed above the standard
-//! prices (and `"flex"` below), so a table for them should carry the tier's prices.
+//! out above it settles at the higher prices. OpenAI bills a request that asks for
+//! `"service_tier": "priority"` above the standard prices and one for `"flex"` below them:
+//! a table with the tiers' prices ([`PriceTable::insert_tier`]) prices each request by the
+//! tier it asks for. A priority request OpenAI serves at the standard tier when its priority
+//! capacity is spent is charged the priority prices: more than it is billed, never less.
 //!
 //! # Example
 //!

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use seawall_core::{ModelMap, TableFormat, Usage, read_table_file};
+use seawall_core::{ModelMap, ServiceTier, TableFormat, Usage, read_table_file};
 use serde::Deserialize;
 
 use crate::money::Usd;
@@ -264,6 +264,9 @@ fn price_units(parts: &[(u64, Usd)]) -> Usd {
 pub struct PriceTable {
     models: ModelMap<Price>,
     default: Option<Price>,
+    /// Prices of OpenAI's priority and flex tiers, by model; empty unless set.
+    priority: ModelMap<Price>,
+    flex: ModelMap<Price>,
 }
 
 impl PriceTable {
@@ -296,6 +299,41 @@ impl PriceTable {
         self
     }
 
+    /// Sets the price of `model` (a name or a pattern) for requests that ask for `tier`
+    /// (OpenAI's `"service_tier": "priority"` or `"flex"`). A request for a tier its model has
+    /// no price for is priced as any other; a table with no tier prices never reads a
+    /// request's tier.
+    pub fn insert_tier(&mut self, model: &str, tier: ServiceTier, price: Price) -> &mut Self {
+        match tier {
+            ServiceTier::Priority => self.priority.insert(model, price),
+            ServiceTier::Flex => self.flex.insert(model, price),
+        };
+        self
+    }
+
+    /// [`PriceTable::insert_tier`], by value.
+    pub fn with_tier(mut self, model: &str, tier: ServiceTier, price: Price) -> Self {
+        self.insert_tier(model, tier, price);
+        self
+    }
+
+    /// The price of `model` for requests that ask for `tier`, if the table sets one.
+    pub fn get_tier(&self, model: &str, tier: ServiceTier) -> Option<Price> {
+        self.tier(tier).get(model).copied()
+    }
+
+    fn tier(&self, tier: ServiceTier) -> &ModelMap<Price> {
+        match tier {
+            ServiceTier::Priority => &self.priority,
+            ServiceTier::Flex => &self.flex,
+        }
+    }
+
+    /// Whether any tier has a price: only then is a request's tier read.
+    pub(crate) fn has_tiers(&self) -> bool {
+        !(self.priority.is_empty() && self.flex.is_empty())
+    }
+
     /// The default price, if set.
     pub fn default_price(&self) -> Option<Price> {
         self.default
@@ -316,8 +354,14 @@ impl PriceTable {
         self.len() == 0
     }
 
-    /// The price of `model`, or the default (without cloning the table's copy of the name).
-    pub(crate) fn price_of(&self, model: Option<&str>) -> Option<Price> {
+    /// The price of `model` in `tier`, else of `model`, else the default (without cloning
+    /// the table's copy of the name).
+    pub(crate) fn price_of(&self, model: Option<&str>, tier: Option<ServiceTier>) -> Option<Price> {
+        if let (Some(tier), Some(model)) = (tier, model) {
+            if let Some(price) = self.tier(tier).get(model) {
+                return Some(*price);
+            }
+        }
         match model.and_then(|m| self.models.get(m)) {
             Some(price) => Some(*price),
             None => self.default,
@@ -339,8 +383,10 @@ impl PriceTable {
     /// Parses a TOML table: `[models."name"]` sections with `input`, `output` and optional
     /// `cached_input`, `cache_write_input` and `cache_write_1h_input` (dollars per million
     /// tokens, as numbers or exact decimal strings), an optional `long_context` table of the
-    /// same prices with `above_input_tokens` (see [`Price::with_long_context`]), and an
-    /// optional `[default]` section of the same shape. Unknown keys are an error.
+    /// same prices with `above_input_tokens` (see [`Price::with_long_context`]), optional
+    /// `priority` and `flex` tables of the same shape (OpenAI's service tiers, see
+    /// [`insert_tier`](Self::insert_tier)), and an optional `[default]` section of the same
+    /// shape without tiers. Unknown keys are an error.
     pub fn from_toml_str(text: &str) -> Result<PriceTable, ConfigError> {
         let file: PriceFile = toml::from_str(text)
             .map_err(|e| ConfigError::new("prices", "invalid price table (TOML)").with_source(e))?;
@@ -394,6 +440,11 @@ struct FilePrice {
     above_input_tokens: Option<u64>,
     #[serde(default)]
     long_context: Option<Box<FilePrice>>,
+    /// The model's prices for OpenAI's priority and flex tiers.
+    #[serde(default)]
+    priority: Option<Box<FilePrice>>,
+    #[serde(default)]
+    flex: Option<Box<FilePrice>>,
 }
 
 #[derive(Deserialize)]
@@ -428,10 +479,33 @@ impl FilePrice {
         let Some(above) = long.above_input_tokens else {
             return Err(invalid("long_context needs above_input_tokens"));
         };
-        if long.long_context.is_some() {
-            return Err(invalid("long_context cannot hold another one"));
+        if long.long_context.is_some() || long.has_tiers() {
+            return Err(invalid("long_context cannot hold another one, or tiers"));
         }
         Ok(price.with_long_context(above, long.rates(model)?))
+    }
+
+    fn has_tiers(&self) -> bool {
+        self.priority.is_some() || self.flex.is_some()
+    }
+
+    /// The tiers' prices: each a price as `to_price` reads it, without tiers of its own.
+    fn tiers(&self, model: &str) -> Result<Vec<(ServiceTier, Price)>, ConfigError> {
+        let mut out = Vec::new();
+        for (tier, name, p) in [
+            (ServiceTier::Priority, "priority", &self.priority),
+            (ServiceTier::Flex, "flex", &self.flex),
+        ] {
+            let Some(p) = p else { continue };
+            if p.has_tiers() {
+                return Err(ConfigError::new(
+                    "prices",
+                    format!("model {model:?}: the {name} table cannot hold tiers of its own"),
+                ));
+            }
+            out.push((tier, p.to_price(model)?));
+        }
+        Ok(out)
     }
 
     /// The table's prices, without a long-context part.
@@ -462,8 +536,17 @@ impl PriceFile {
                 ));
             }
             table.insert(model, p.to_price(model)?);
+            for (tier, price) in p.tiers(model)? {
+                table.insert_tier(model, tier, price);
+            }
         }
         if let Some(d) = &self.default {
+            if d.has_tiers() {
+                return Err(ConfigError::new(
+                    "prices",
+                    "the default price cannot have tiers: list the models that do",
+                ));
+            }
             table.set_default(Some(d.to_price("default")?));
         }
         Ok(table)
@@ -682,6 +765,42 @@ mod tests {
             Usd::from_nanos(75_000_000)
         );
         assert_eq!(toml.default_price(), None);
+    }
+
+    #[test]
+    fn tier_prices_come_from_the_models_priority_and_flex_tables() {
+        let table = PriceTable::from_toml_str(
+            "[models.\"gpt-5*\"]\ninput = 1.25\noutput = 10\n\
+             [models.\"gpt-5*\".priority]\ninput = 2.5\noutput = 20\n\
+             [models.\"gpt-5*\".flex]\ninput = 0.625\noutput = 5\ncached_input = 0.0625\n",
+        )
+        .unwrap();
+        let standard = Price::per_million(Usd::from_cents(125), Usd::from_dollars(10));
+        assert_eq!(table.get("gpt-5-mini"), Some(standard));
+        assert_eq!(
+            table.get_tier("gpt-5-mini", ServiceTier::Priority),
+            Some(Price::per_million(
+                Usd::from_cents(250),
+                Usd::from_dollars(20)
+            ))
+        );
+        let flex = table.get_tier("gpt-5", ServiceTier::Flex).unwrap();
+        assert_eq!(flex.cached_input(), Usd::from_nanos(62_500_000));
+        assert!(table.has_tiers());
+        assert_eq!(
+            table.price_of(Some("gpt-5"), Some(ServiceTier::Flex)),
+            Some(flex)
+        );
+        assert_eq!(table.price_of(Some("gpt-5"), None), Some(standard));
+        assert!(!PriceTable::new().with("m", standard).has_tiers());
+        for bad in [
+            "[default]\ninput = 1\noutput = 1\n[default.priority]\ninput = 2\noutput = 2\n",
+            "[models.m]\ninput = 1\noutput = 1\n[models.m.priority]\ninput = 2\noutput = 2\n\
+             [models.m.priority.flex]\ninput = 3\noutput = 3\n",
+        ] {
+            let err = format!("{:#}", PriceTable::from_toml_str(bad).unwrap_err());
+            assert!(err.contains("tiers"), "{err}");
+        }
     }
 
     #[test]

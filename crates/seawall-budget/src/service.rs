@@ -160,7 +160,13 @@ where
     // per-thread cache): no allocation.
     guard.set_model(req.model_shared());
     let model = guard.model().map(|m| &**m);
-    let Some(price) = core.prices.price_of(model) else {
+    // Read only when some tier has prices of its own: the body is read again for it.
+    let tier = core
+        .prices
+        .has_tiers()
+        .then(|| req.service_tier())
+        .flatten();
+    let Some(price) = core.prices.price_of(model, tier) else {
         let msg = match model {
             Some(m) => format!(
                 "no price for model {m:?}: add it to the price table, or give the table a default price"
@@ -170,7 +176,7 @@ where
         let err = LlmError::new(FailureClass::BudgetExceeded, msg).with_code("unpriced_model");
         return Err(guard.reject(err));
     };
-    guard.set_price(&price);
+    guard.set_price(&price, tier);
     let max_output = match (sizes.max_output_tokens, core.missing_max) {
         (Some(n), _) => n,
         (None, MissingMaxOutput::Default(n)) => {

@@ -15,7 +15,7 @@ use common::*;
 use http_body::Frame;
 use http_body_util::BodyExt;
 use seawall_budget::*;
-use seawall_core::{CallContext, FailureClass, LlmError, LlmRequest, PartEstimate};
+use seawall_core::{CallContext, FailureClass, LlmError, LlmRequest, PartEstimate, ServiceTier};
 use tower::Layer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -949,6 +949,71 @@ async fn http_requests_keyed_by_api_key_fingerprint() {
         "{shown}"
     );
     call(&mut svc, req("sk-secret-two-123456")).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_for_a_service_tier_is_reserved_and_charged_at_that_tiers_prices() {
+    // gpt-5: $1.25 / $10 standard, $2.50 / $20 priority, $0.625 / $5 flex.
+    let table = PriceTable::new()
+        .with(
+            "gpt-5",
+            Price::per_million(Usd::from_cents(125), Usd::from_dollars(10)),
+        )
+        .with_tier(
+            "gpt-5",
+            ServiceTier::Priority,
+            Price::per_million(Usd::from_cents(250), Usd::from_dollars(20)),
+        )
+        .with_tier(
+            "gpt-5",
+            ServiceTier::Flex,
+            Price::per_million(Usd::from_nanos(625_000_000), Usd::from_dollars(5)),
+        )
+        .with(
+            "gpt-4o",
+            Price::per_million(Usd::from_cents(250), Usd::from_dollars(10)),
+        );
+    let sink = Arc::new(MemorySink::new());
+    let layer = CostBudgetLayer::builder(table)
+        .budget(Budget::total("all", Usd::from_dollars(10)))
+        .sink(sink.clone())
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(tower::service_fn(|_req: http::Request<Bytes>| async {
+        Ok::<_, LlmError>(done(usage(1_000, 100, 0)))
+    }));
+    let req = |model: &str, tier: &str| {
+        let body = format!(
+            r#"{{"model":"{model}","max_tokens":100,{tier}"messages":[{{"role":"user","content":"hello"}}]}}"#
+        );
+        http::Request::post("https://api.openai.com/v1/chat/completions")
+            .body(Bytes::from(body))
+            .unwrap()
+    };
+    for (model, tier) in [
+        ("gpt-5", r#""service_tier":"priority","#),
+        ("gpt-5", r#""service_tier":"flex","#),
+        ("gpt-5", r#""service_tier":"auto","#),
+        ("gpt-5", ""),
+        // A model without tier prices is priced as any other.
+        ("gpt-4o", r#""service_tier":"priority","#),
+    ] {
+        call(&mut svc, req(model, tier)).await.unwrap();
+    }
+    // 1,000 in and 100 out: 1,000 × 2.5 + 100 × 20, 1,000 × 0.625 + 100 × 5, then
+    // 1,000 × 1.25 + 100 × 10 twice, and gpt-4o's 1,000 × 2.5 + 100 × 10.
+    let costs: Vec<_> = sink.records().iter().map(|r| r.cost_nanos).collect();
+    assert_eq!(
+        costs,
+        [4_500_000, 1_125_000, 2_250_000, 2_250_000, 3_500_000]
+    );
+    // Each reserved at its tier's prices too (the estimate of "hello" is a few tokens).
+    let reserved: Vec<_> = sink.records().iter().map(|r| r.reserved_nanos).collect();
+    assert!(
+        reserved[0] > reserved[2] && reserved[2] > reserved[1],
+        "{reserved:?}"
+    );
+    assert_eq!(reserved[2], reserved[3]);
 }
 
 #[test]

@@ -76,7 +76,7 @@ pub use ratelimit::{RateLimitSnapshot, RateLimitWindow};
 pub use ratelimit_headers::{ANTHROPIC_RATE_LIMIT_HEADERS, OPENAI_RATE_LIMIT_HEADERS};
 pub use request::{
     Idempotent, KeptRequest, LlmRequest, MediaParts, PROMPT_FIELDS, PartEstimate, Prepared,
-    Provider, RequestMeta, RequestSizes, Standby,
+    Provider, RequestMeta, RequestSizes, ServiceTier, Standby,
 };
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome,

@@ -122,6 +122,12 @@ pub trait LlmRequest {
         false
     }
 
+    /// The service tier the request asks for (OpenAI's `service_tier`), if it names one that
+    /// is billed apart. Read only by a budget whose prices have tiers; the default says none.
+    fn service_tier(&self) -> Option<ServiceTier> {
+        None
+    }
+
     /// [`prepare`](Self::prepare)s the request and reads what most layers read at the start of
     /// `call`: its [`sizes`](Self::sizes) and whether it [streams](Self::is_streaming). The
     /// default calls the three; an HTTP request reads them from its [`RequestMeta`] in one
@@ -199,6 +205,41 @@ pub trait LlmRequest {
     /// puts the one a timeout header asks for), if any.
     fn deadline(&self) -> Option<Deadline> {
         self.extensions()?.get().copied()
+    }
+}
+
+/// A service tier billed at its own prices: OpenAI's `"service_tier"` of a request. `auto`
+/// and `default` (and a request that names none) are the standard prices; `auto` runs at the
+/// tier the project is set to, standard unless changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceTier {
+    /// `"priority"`: faster, billed above the standard prices.
+    Priority,
+    /// `"flex"`: slower and may be refused when busy, billed below them.
+    Flex,
+}
+
+impl ServiceTier {
+    /// The tier `name` (`"priority"`, `"flex"`) names; `None` for the standard ones and any
+    /// other.
+    pub fn from_name(name: &str) -> Option<ServiceTier> {
+        match name {
+            "priority" => Some(ServiceTier::Priority),
+            "flex" => Some(ServiceTier::Flex),
+            _ => None,
+        }
+    }
+
+    /// Reads the `service_tier` member of a JSON request body. A body that is not a JSON
+    /// object, or names another tier, has none.
+    pub fn of_body(body: &[u8]) -> Option<ServiceTier> {
+        #[derive(serde::Deserialize)]
+        struct Tier<'a> {
+            #[serde(borrow, default)]
+            service_tier: Option<std::borrow::Cow<'a, str>>,
+        }
+        let tier: Tier<'_> = serde_json::from_slice(body).ok()?;
+        ServiceTier::from_name(&tier.service_tier?)
     }
 }
 
@@ -549,6 +590,15 @@ impl LlmRequest for Request<Bytes> {
         meta(self).is_some_and(|m| m.stream)
     }
 
+    fn service_tier(&self) -> Option<ServiceTier> {
+        // Only an OpenAI request names one; the body is read again, for the few budgets that
+        // price tiers apart.
+        if meta(self).is_some_and(|m| m.provider == Provider::Anthropic) {
+            return None;
+        }
+        ServiceTier::of_body(self.body())
+    }
+
     fn is_idempotent(&self) -> bool {
         self.extensions().get::<Idempotent>().is_some()
             || self.headers().contains_key("idempotency-key")
@@ -635,6 +685,30 @@ mod tests {
             .unwrap();
         r.prepare();
         r
+    }
+
+    #[test]
+    fn an_openai_request_names_its_billed_service_tier_and_others_name_none() {
+        let tier = |uri: &str, body: &str| req(uri, body).service_tier();
+        let chat = |t: &str| format!(r#"{{"model":"gpt-5","service_tier":{t},"messages":[]}}"#);
+        assert_eq!(
+            tier(CHAT, &chat(r#""priority""#)),
+            Some(ServiceTier::Priority)
+        );
+        assert_eq!(tier(CHAT, &chat(r#""flex""#)), Some(ServiceTier::Flex));
+        // Escaped, as serde reads it.
+        assert_eq!(tier(CHAT, &chat(r#""fl\u0065x""#)), Some(ServiceTier::Flex));
+        for standard in [r#""auto""#, r#""default""#, "null", r#""scale""#, "7"] {
+            assert_eq!(tier(CHAT, &chat(standard)), None, "{standard}");
+        }
+        assert_eq!(tier(CHAT, r#"{"model":"gpt-5","messages":[]}"#), None);
+        assert_eq!(tier(CHAT, "not json"), None);
+        // Anthropic's `service_tier` (priority capacity) is not a price of its own.
+        let messages = r#"{"model":"claude-sonnet-4-5","max_tokens":5,"service_tier":"priority","messages":[]}"#;
+        assert_eq!(
+            tier("https://api.anthropic.com/v1/messages", messages),
+            None
+        );
     }
 
     #[test]
