@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use seawall_core::{FailureClass, redact_shared};
+use seawall_core::{FailureClass, ServiceTier, redact_shared};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::time::Timestamp;
@@ -98,6 +98,10 @@ pub struct SpendRecord {
     pub keys: Vec<(Arc<str>, Arc<str>)>,
     /// The model asked for.
     pub model: Option<Arc<str>>,
+    /// The service tier the attempt was priced at, when the price table prices tiers and the
+    /// request asked for one (`"priority"`, `"flex"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<ServiceTier>,
     /// From admission until the response, or its body, ended.
     pub seconds: f64,
     /// Input tokens reported (cached included), if usage was reported.
@@ -435,6 +439,7 @@ mod tests {
             time: Timestamp::from_unix_secs(1_700_000_000 + i),
             keys: vec![("tenant".into(), "acme".into())],
             model: Some("gpt-4o".into()),
+            service_tier: None,
             seconds: 0.25,
             input_tokens: Some(10),
             output_tokens: Some(i),

@@ -166,7 +166,7 @@ impl BudgetGuard {
         let long = self.long_above.is_some_and(|above| u.input_tokens > above);
         // The table cannot change: the same lookup finds the price the attempt was priced at.
         match long.then(|| self.core.prices.price_of(self.model.as_deref(), self.tier)) {
-            Some(Some(price)) => price.cost(u),
+            Some(Some((price, _))) => price.cost(u),
             _ => self.price.cost(u),
         }
     }
@@ -254,6 +254,7 @@ impl BudgetGuard {
             time: self.time,
             keys,
             model: self.model.clone(),
+            service_tier: self.tier,
             seconds: self.started.map_or(0.0, |s| s.elapsed().as_secs_f64()),
             input_tokens: usage.map(|u| u.input_tokens),
             output_tokens: usage.map(|u| u.output_tokens),

@@ -354,17 +354,21 @@ impl PriceTable {
         self.len() == 0
     }
 
-    /// The price of `model` in `tier`, else of `model`, else the default (without cloning
-    /// the table's copy of the name).
-    pub(crate) fn price_of(&self, model: Option<&str>, tier: Option<ServiceTier>) -> Option<Price> {
+    /// The price of `model` in `tier` (and that tier), else of `model`, else the default
+    /// (without cloning the table's copy of the name).
+    pub(crate) fn price_of(
+        &self,
+        model: Option<&str>,
+        tier: Option<ServiceTier>,
+    ) -> Option<(Price, Option<ServiceTier>)> {
         if let (Some(tier), Some(model)) = (tier, model) {
             if let Some(price) = self.tier(tier).get(model) {
-                return Some(*price);
+                return Some((*price, Some(tier)));
             }
         }
         match model.and_then(|m| self.models.get(m)) {
-            Some(price) => Some(*price),
-            None => self.default,
+            Some(price) => Some((*price, None)),
+            None => self.default.map(|p| (p, None)),
         }
     }
 
@@ -787,11 +791,14 @@ mod tests {
         let flex = table.get_tier("gpt-5", ServiceTier::Flex).unwrap();
         assert_eq!(flex.cached_input(), Usd::from_nanos(62_500_000));
         assert!(table.has_tiers());
+        let flex_tier = Some(ServiceTier::Flex);
         assert_eq!(
-            table.price_of(Some("gpt-5"), Some(ServiceTier::Flex)),
-            Some(flex)
+            table.price_of(Some("gpt-5"), flex_tier),
+            Some((flex, flex_tier))
         );
-        assert_eq!(table.price_of(Some("gpt-5"), None), Some(standard));
+        assert_eq!(table.price_of(Some("gpt-5"), None), Some((standard, None)));
+        // No price for the model and no default: none, whatever the tier.
+        assert_eq!(table.price_of(Some("o3"), flex_tier), None);
         assert!(!PriceTable::new().with("m", standard).has_tiers());
         for bad in [
             "[default]\ninput = 1\noutput = 1\n[default.priority]\ninput = 2\noutput = 2\n",

@@ -166,7 +166,7 @@ where
         .has_tiers()
         .then(|| req.service_tier())
         .flatten();
-    let Some(price) = core.prices.price_of(model, tier) else {
+    let Some((price, tier)) = core.prices.price_of(model, tier) else {
         let msg = match model {
             Some(m) => format!(
                 "no price for model {m:?}: add it to the price table, or give the table a default price"

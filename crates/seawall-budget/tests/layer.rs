@@ -1014,6 +1014,16 @@ async fn a_request_for_a_service_tier_is_reserved_and_charged_at_that_tiers_pric
         "{reserved:?}"
     );
     assert_eq!(reserved[2], reserved[3]);
+    // The ledger says which tier each was priced at (none for the standard prices).
+    let tiers: Vec<_> = sink.records().iter().map(|r| r.service_tier).collect();
+    let (p, f) = (Some(ServiceTier::Priority), Some(ServiceTier::Flex));
+    assert_eq!(tiers, [p, f, None, None, None]);
+    let line = serde_json::to_string(&sink.records()[0]).unwrap();
+    assert!(line.contains(r#""service_tier":"priority""#), "{line}");
+    let back: SpendRecord = serde_json::from_str(&line).unwrap();
+    assert_eq!(back, sink.records()[0]);
+    let standard = serde_json::to_string(&sink.records()[2]).unwrap();
+    assert!(!standard.contains("service_tier"), "{standard}");
 }
 
 #[test]

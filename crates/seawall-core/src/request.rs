@@ -211,7 +211,8 @@ pub trait LlmRequest {
 /// A service tier billed at its own prices: OpenAI's `"service_tier"` of a request. `auto`
 /// and `default` (and a request that names none) are the standard prices; `auto` runs at the
 /// tier the project is set to, standard unless changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ServiceTier {
     /// `"priority"`: faster, billed above the standard prices.
     Priority,
