@@ -88,7 +88,7 @@ pub(crate) fn to_core(v: &Value) -> Option<Usage> {
         |k: &str, member: &str| m.get(k).and_then(|d| d.get(member)).and_then(Value::as_u64);
     let (input, cached, written, hour) = if let Some(p) = n("prompt_tokens") {
         let cached = nested("prompt_tokens_details", "cached_tokens").unwrap_or(0);
-        (p, cached.min(p), 0, 0)
+        (p, cached, 0, 0)
     } else {
         // Anthropic's: cache reads and writes (the hour-long ones among them) beside the input.
         let read = n("cache_read_input_tokens").unwrap_or(0);
@@ -98,15 +98,16 @@ pub(crate) fn to_core(v: &Value) -> Option<Usage> {
             .saturating_add(read)
             .saturating_add(written);
         let hour = nested("cache_creation", "ephemeral_1h_input_tokens").unwrap_or(0);
-        (input, read, written.min(input - read), hour.min(written))
+        (input, read, written, hour)
     };
-    Some(Usage {
+    let usage = Usage {
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached,
         cache_write_input_tokens: written,
         cache_write_1h_input_tokens: hour,
-    })
+    };
+    Some(usage.normalized(n("total_tokens")))
 }
 
 #[cfg(test)]

@@ -587,3 +587,34 @@ async fn the_caller_gets_a_held_stream_once_its_first_tokens_came() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_whole_answers_usage_counts_output_that_only_the_total_holds() {
+    use seawall_observe::{CallRecord, ObserveLayer};
+    use std::sync::{Arc, Mutex};
+    use tower::Layer;
+    // A thinking model behind an OpenAI-compatible endpoint (Gemini's): its thought tokens are
+    // in `total_tokens`, billed as output, and not in `completion_tokens`.
+    let sse = "data: {\"id\":\"g\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gemini-2.5-flash\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"36\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":198,\"total_tokens\":623}}\n\ndata: [DONE]\n\n";
+    let upstream = tower::service_fn(move |_req: http::Request<Bytes>| async move {
+        let resp = http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(http_body_util::Full::new(Bytes::from_static(
+                sse.as_bytes(),
+            )))
+            .unwrap();
+        Ok::<_, LlmError>(resp)
+    });
+    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
+    let sink = records.clone();
+    let observe = ObserveLayer::builder()
+        .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap();
+    let svc = observe
+        .layer(ContinueLayer::new().layer(seawall_classify::ClassifyLayer::new().layer(upstream)));
+    let resp = svc.oneshot(ask(false, true, 64)).await.unwrap();
+    drain(resp.into_body()).await;
+    let usage = records.lock().unwrap()[0].usage.unwrap();
+    assert_eq!((usage.input_tokens, usage.output_tokens), (20, 603));
+}

@@ -225,6 +225,27 @@ impl Usage {
     pub fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
     }
+
+    /// These counts, as a provider reported them, made to agree: cached input and cache
+    /// writes no more than the input they are part of, hour-long writes no more than the
+    /// writes, and whatever the provider's `total_tokens` holds beyond the input counted as
+    /// output. A thinking model's thought tokens are billed as output; OpenAI counts them in
+    /// `completion_tokens`, but some OpenAI-compatible servers (Gemini's, proxies that
+    /// translate its counts) leave them out of it and not out of the total.
+    pub fn normalized(self, total_tokens: Option<u64>) -> Usage {
+        let input = self.input_tokens;
+        let cached = self.cached_input_tokens.min(input);
+        let written = self.cache_write_input_tokens.min(input - cached);
+        Usage {
+            input_tokens: input,
+            output_tokens: total_tokens.map_or(self.output_tokens, |total| {
+                self.output_tokens.max(total.saturating_sub(input))
+            }),
+            cached_input_tokens: cached,
+            cache_write_input_tokens: written,
+            cache_write_1h_input_tokens: self.cache_write_1h_input_tokens.min(written),
+        }
+    }
 }
 
 /// Why a stream finished, as the upstream said.
@@ -1229,5 +1250,35 @@ mod tests {
             .build()
             .unwrap()
             .block_on(f());
+    }
+
+    proptest::proptest! {
+        /// Whatever a provider reported, the parts fit in what they are part of, and output
+        /// is what it said or what the total holds beyond the input, whichever is more.
+        #[test]
+        fn normalized_usage_parts_fit_and_output_is_the_larger_reading(
+            counts in proptest::array::uniform5(0u64..1_000_000),
+            total in proptest::option::of(0u64..2_000_000),
+        ) {
+            let [input, output, cached, written, hour] = counts;
+            let u = Usage {
+                input_tokens: input,
+                output_tokens: output,
+                cached_input_tokens: cached,
+                cache_write_input_tokens: written,
+                cache_write_1h_input_tokens: hour,
+            }
+            .normalized(total);
+            proptest::prop_assert_eq!(u.input_tokens, input);
+            proptest::prop_assert_eq!(u.cached_input_tokens, cached.min(input));
+            proptest::prop_assert!(u.cached_input_tokens + u.cache_write_input_tokens <= input);
+            proptest::prop_assert_eq!(
+                u.cache_write_input_tokens,
+                written.min(input - u.cached_input_tokens)
+            );
+            proptest::prop_assert_eq!(u.cache_write_1h_input_tokens, hour.min(u.cache_write_input_tokens));
+            let beyond = total.map_or(0, |t| t.saturating_sub(input));
+            proptest::prop_assert_eq!(u.output_tokens, output.max(beyond));
+        }
     }
 }

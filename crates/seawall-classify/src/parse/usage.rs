@@ -86,25 +86,16 @@ impl RawUsage {
         } else {
             (self.input.unwrap_or(0), self.cached_detail.unwrap_or(0))
         };
-        // A thinking model's thought tokens are output, billed as output, and OpenAI counts
-        // them in `completion_tokens`; some OpenAI-compatible servers (Gemini's, proxies that
-        // translate Gemini's counts) leave them out of it but not out of `total_tokens`. What
-        // the total holds beyond the prompt is output, whichever field says so.
-        let output = self.output.unwrap_or(0);
-        let output = self
-            .total
-            .map_or(output, |total| output.max(total.saturating_sub(input)));
-        let cached = cached.min(input);
-        // Anthropic's cache writes, billed above the input price: part of the input. The
-        // hour-long ones are part of the writes.
-        let written = self.cache_creation.unwrap_or(0).min(input - cached);
+        // Anthropic's cache writes, billed above the input price, are part of the input; the
+        // total's output beyond `completion_tokens` is output (`Usage::normalized`).
         Usage {
             input_tokens: input,
-            output_tokens: output,
+            output_tokens: self.output.unwrap_or(0),
             cached_input_tokens: cached,
-            cache_write_input_tokens: written,
-            cache_write_1h_input_tokens: self.cache_creation_1h.unwrap_or(0).min(written),
+            cache_write_input_tokens: self.cache_creation.unwrap_or(0),
+            cache_write_1h_input_tokens: self.cache_creation_1h.unwrap_or(0),
         }
+        .normalized(self.total)
     }
 }
 
