@@ -160,7 +160,7 @@ where
     // per-thread cache): no allocation.
     guard.set_model(req.model_shared());
     let model = guard.model().map(|m| &**m);
-    // Read only when some tier has prices of its own: the body is read again for it.
+    // Looked up only when some tier has prices of its own.
     let tier = core
         .prices
         .has_tiers()

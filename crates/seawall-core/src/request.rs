@@ -123,7 +123,8 @@ pub trait LlmRequest {
     }
 
     /// The service tier the request asks for (OpenAI's `service_tier`), if it names one that
-    /// is billed apart. Read only by a budget whose prices have tiers; the default says none.
+    /// is billed apart. The default says none; an HTTP request's is read with the rest of its
+    /// body, once ([`RequestMeta::service_tier`]).
     fn service_tier(&self) -> Option<ServiceTier> {
         None
     }
@@ -229,18 +230,6 @@ impl ServiceTier {
             "flex" => Some(ServiceTier::Flex),
             _ => None,
         }
-    }
-
-    /// Reads the `service_tier` member of a JSON request body. A body that is not a JSON
-    /// object, or names another tier, has none.
-    pub fn of_body(body: &[u8]) -> Option<ServiceTier> {
-        #[derive(serde::Deserialize)]
-        struct Tier<'a> {
-            #[serde(borrow, default)]
-            service_tier: Option<std::borrow::Cow<'a, str>>,
-        }
-        let tier: Tier<'_> = serde_json::from_slice(body).ok()?;
-        ServiceTier::from_name(&tier.service_tier?)
     }
 }
 
@@ -592,12 +581,7 @@ impl LlmRequest for Request<Bytes> {
     }
 
     fn service_tier(&self) -> Option<ServiceTier> {
-        // Only an OpenAI request names one; the body is read again, for the few budgets that
-        // price tiers apart.
-        if meta(self).is_some_and(|m| m.provider == Provider::Anthropic) {
-            return None;
-        }
-        ServiceTier::of_body(self.body())
+        meta(self)?.service_tier
     }
 
     fn is_idempotent(&self) -> bool {

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::Request;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::{MediaParts, Provider};
+use super::{MediaParts, Provider, ServiceTier};
 
 mod scan;
 
@@ -59,6 +59,10 @@ pub struct RequestMeta {
     pub media: MediaParts,
     /// `"stream": true`.
     pub stream: bool,
+    /// The OpenAI `service_tier` billed apart (`"priority"`, `"flex"`); `None` for the
+    /// standard tiers, any other value, and an Anthropic request (whose field chooses
+    /// capacity, not a price).
+    pub service_tier: Option<ServiceTier>,
     /// The key for per-provider/model state: `host/model`.
     pub key: Option<Arc<str>>,
 }
@@ -131,6 +135,9 @@ impl RequestMeta {
             estimated_input_tokens: estimate.min(u32::MAX as usize) as u32,
             media,
             stream: wire.stream.unwrap_or(false),
+            service_tier: wire
+                .service_tier
+                .filter(|_| provider != Provider::Anthropic),
             key,
         }
     }
@@ -280,6 +287,7 @@ struct Wire<'a> {
     max_output: Option<u64>,
     choices: Option<u64>,
     stream: Option<bool>,
+    service_tier: Option<ServiceTier>,
     text: TextCount,
 }
 
@@ -308,6 +316,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Wire<'a> {
                             w.choices = w.choices.max(m.next_value::<Loose<'a>>()?.count());
                         }
                         "stream" => w.stream = m.next_value::<Loose<'a>>()?.bool(),
+                        "service_tier" => {
+                            w.service_tier = m.next_value::<Loose<'a>>()?.service_tier();
+                        }
                         "messages" | "system" | "prompt" | "input" | "instructions" | "suffix"
                         | "tools" | "functions" | "tool_choice" | "response_format" | "text" => {
                             let t: TextCount = m.next_value()?;
@@ -337,6 +348,10 @@ enum Loose<'a> {
 }
 
 impl<'a> Loose<'a> {
+    fn service_tier(self) -> Option<ServiceTier> {
+        ServiceTier::from_name(&self.str()?)
+    }
+
     fn str(self) -> Option<Cow<'a, str>> {
         match self {
             Loose::Str(s) => Some(s),

@@ -34,6 +34,7 @@ pub(super) fn wire(text: &str) -> Option<Wire<'_>> {
             }
             b"n" | b"best_of" => w.choices = w.choices.max(loose(s)?.count()),
             b"stream" => w.stream = loose(s)?.bool(),
+            b"service_tier" => w.service_tier = loose(s)?.service_tier(),
             b"messages" | b"system" | b"prompt" | b"input" | b"instructions" | b"suffix"
             | b"tools" | b"functions" | b"tool_choice" | b"response_format" | b"text" => {
                 text_count(s, 1, &mut w.text)?;
@@ -308,6 +309,8 @@ mod tests {
                 "url",
                 "text",
                 "user",
+                "priority",
+                "flex",
                 "100",
                 " 7 ",
                 "12.5",
@@ -317,6 +320,7 @@ mod tests {
             prop::sample::select(vec![
                 r#""\u0069mage""#,
                 r#""imag\u0065_url""#,
+                r#""fl\u0065x""#,
                 r#""\/\/""#,
                 r#""a\u00e9b""#,
                 r#""\ud83d\ude00""#,
@@ -381,6 +385,7 @@ mod tests {
             "n",
             "best_of",
             "stream",
+            "service_tier",
             "type",
             "source",
             "data",
