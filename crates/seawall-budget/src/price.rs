@@ -189,9 +189,7 @@ impl Price {
     pub fn cost(&self, usage: &Usage) -> Usd {
         self.rates(usage.input_tokens).cost(usage)
     }
-}
 
-impl Price {
     /// The prices without their long-context part, and the threshold of that part: what a
     /// budget's guard keeps of a price (the whole of it is a lookup away when a call's input
     /// passes the threshold).

@@ -162,20 +162,18 @@ fn openai_message(c: &mut JsonCursor<'_>) -> Option<()> {
             b"function_call" => FUNCTION_CALL,
             b"refusal" => REFUSAL,
             b"audio" => AUDIO,
-            // Citations and reasoning a replay would lose: only their empty forms are stored
-            // (OpenAI sends `"annotations": []` with every answer); any other is left to serde.
-            b"annotations" | b"reasoning_content" | b"reasoning" => {
-                seen.first(match name {
-                    b"annotations" => ANNOTATIONS,
-                    b"reasoning" => REASONING,
-                    _ => REASONING_CONTENT,
-                })?;
-                return empty(s);
-            }
+            b"annotations" => ANNOTATIONS,
+            b"reasoning_content" => REASONING_CONTENT,
+            b"reasoning" => REASONING,
             _ => return s.skip_ignored(3),
         };
-        // Anything but plain text: only `null` (or absent) is stored.
         seen.first(bit)?;
+        if bit >= ANNOTATIONS {
+            // Citations and reasoning a replay would lose: only their empty forms are stored
+            // (OpenAI sends `"annotations": []` with every answer); any other is left to serde.
+            return empty(s);
+        }
+        // Anything but plain text: only `null` (or absent) is stored.
         s.null()?.then_some(())
     })?;
     seen.has(CONTENT).then_some(())
