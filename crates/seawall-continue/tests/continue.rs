@@ -42,7 +42,7 @@ async fn a_length_cut_answer_is_continued_to_the_whole_text_with_summed_usage() 
     for anthropic_wire in [false, true] {
         let whole = uncut(profile(), anthropic_wire).await;
         let up = Up::single(profile());
-        let (svc, records) = stack(&up, ContinueLayer::new());
+        let (svc, records) = stack(up.clone(), ContinueLayer::new());
         let resp = svc.oneshot(ask(anthropic_wire, false, 6)).await.unwrap();
         let v = json_of(resp).await;
         assert_eq!(answer_text(&v), whole, "{v}");
@@ -89,7 +89,7 @@ async fn each_style_asks_the_way_its_upstream_understands() {
             .openai_style(style)
             .build()
             .unwrap();
-        let (svc, _) = stack(&up, layer);
+        let (svc, _) = stack(up.clone(), layer);
         let v = json_of(svc.oneshot(openai(false, 6)).await.unwrap()).await;
         assert_eq!(answer_text(&v), whole, "{style:?}");
         let follow_up = up.request(1);
@@ -118,7 +118,7 @@ async fn a_streamed_length_cut_answer_continues_in_the_same_stream() {
     for (anthropic_wire, held) in [(false, 0), (true, 0), (false, 100), (true, 100)] {
         let whole = uncut(profile(), anthropic_wire).await;
         let up = Up::single(profile());
-        let (svc, records) = stack(&up, restarting(held));
+        let (svc, records) = stack(up.clone(), restarting(held));
         let resp = svc.oneshot(ask(anthropic_wire, true, 6)).await.unwrap();
         let (sse, err) = drain(resp.into_body()).await;
         assert!(err.is_none(), "{err:?}");
@@ -165,7 +165,7 @@ async fn a_stream_cut_mid_way_is_resumed_with_the_exact_text_in_both_formats() {
     for anthropic_wire in [false, true] {
         let whole = uncut(profile(), anthropic_wire).await;
         let up = Up::new(cutting(5), profile());
-        let (svc, records) = stack(&up, ContinueLayer::new());
+        let (svc, records) = stack(up.clone(), ContinueLayer::new());
         let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
         let (sse, err) = drain(resp.into_body()).await;
         assert!(err.is_none(), "{err:?}");
@@ -196,7 +196,7 @@ async fn several_cuts_are_resumed_up_to_the_bound_then_the_cut_is_the_callers() 
         .max_continuations(10)
         .build()
         .unwrap();
-    let (svc, records) = stack(&up, layer);
+    let (svc, records) = stack(up.clone(), layer);
     let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
     assert!(err.is_none(), "{err:?}");
     assert_eq!(streamed_text(&sse), whole);
@@ -214,7 +214,7 @@ async fn several_cuts_are_resumed_up_to_the_bound_then_the_cut_is_the_callers() 
             .restart_within(held)
             .build()
             .unwrap();
-        let (svc, records) = stack(&up, layer);
+        let (svc, records) = stack(up.clone(), layer);
         let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
         assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
         assert_eq!(up.calls(), 3);
@@ -236,7 +236,7 @@ async fn several_cuts_are_resumed_up_to_the_bound_then_the_cut_is_the_callers() 
 #[tokio::test(start_paused = true)]
 async fn length_continuations_stop_at_the_bound_with_a_length_finish() {
     let (up, layer) = forty_tokens_and_three_continuations();
-    let (svc, records) = stack(&up, layer);
+    let (svc, records) = stack(up.clone(), layer);
     let v = json_of(svc.oneshot(anthropic(false, 5)).await.unwrap()).await;
     assert_eq!(up.calls(), 4);
     assert_eq!(v["stop_reason"], "max_tokens");
@@ -248,7 +248,7 @@ async fn length_continuations_stop_at_the_bound_with_a_length_finish() {
 async fn with_resumption_off_the_caller_gets_the_stream_interrupted_error() {
     let up = Up::new(cutting(5), profile());
     let layer = ContinueLayer::builder().resume(false).build().unwrap();
-    let (svc, records) = stack(&up, layer);
+    let (svc, records) = stack(up.clone(), layer);
     let (sse, err) = drain(svc.oneshot(anthropic(true, 100)).await.unwrap().into_body()).await;
     assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
     assert_eq!(streamed_text(&sse).split(' ').count(), 5);
@@ -261,7 +261,7 @@ async fn a_failing_continuation_leaves_the_original_stream_interrupted_error() {
     for anthropic_wire in [false, true] {
         let failing = profile().error(ErrorRule::random(500, 1.0));
         let up = Up::new(cutting(5), failing);
-        let (svc, _) = stack(&up, ContinueLayer::new());
+        let (svc, _) = stack(up.clone(), ContinueLayer::new());
         let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
         let (sse, err) = drain(resp.into_body()).await;
         let err = err.expect("the cut reaches the caller");
@@ -277,7 +277,7 @@ async fn a_failing_length_continuation_leaves_the_answer_as_it_was() {
     let failing = profile().error(ErrorRule::random(503, 1.0));
     // Streamed: the finish, usage and [DONE] held back are sent after all.
     let up = Up::new(profile(), failing.clone());
-    let (svc, _) = stack(&up, ContinueLayer::new());
+    let (svc, _) = stack(up.clone(), ContinueLayer::new());
     let (sse, err) = drain(svc.oneshot(openai(true, 6)).await.unwrap().into_body()).await;
     assert!(err.is_none(), "{err:?}");
     assert_eq!(streamed_text(&sse).split(' ').count(), 6);
@@ -285,7 +285,7 @@ async fn a_failing_length_continuation_leaves_the_answer_as_it_was() {
     assert_eq!(count(&sse, "[DONE]"), 1, "{sse}");
     // Not streamed: the first answer, unchanged.
     let up = Up::new(profile(), failing);
-    let (svc, _) = stack(&up, ContinueLayer::new());
+    let (svc, _) = stack(up.clone(), ContinueLayer::new());
     let v = json_of(svc.oneshot(anthropic(false, 6)).await.unwrap()).await;
     assert_eq!(v["stop_reason"], "max_tokens");
     assert_eq!(answer_text(&v).split(' ').count(), 6);
@@ -301,7 +301,7 @@ async fn an_answer_that_needs_nothing_passes_through_byte_for_byte() {
                 .unwrap();
             let want = direct.into_body().collect().await.unwrap().to_bytes();
             let up = Up::single(profile());
-            let (svc, records) = stack(&up, ContinueLayer::new());
+            let (svc, records) = stack(up.clone(), ContinueLayer::new());
             let resp = svc.oneshot(ask(anthropic_wire, stream, 100)).await.unwrap();
             let (got, err) = drain(resp.into_body()).await;
             assert!(err.is_none());
@@ -317,7 +317,7 @@ async fn an_answer_that_needs_nothing_passes_through_byte_for_byte() {
 #[tokio::test(start_paused = true)]
 async fn requests_it_cannot_continue_are_left_alone() {
     let up = Up::new(cutting(5), profile());
-    let (svc, _) = stack(&up, ContinueLayer::new());
+    let (svc, _) = stack(up.clone(), ContinueLayer::new());
     // Two choices: the cut is the caller's.
     let mut req = openai(true, 100);
     let mut body: Value = serde_json::from_slice(req.body()).unwrap();
@@ -362,7 +362,7 @@ async fn a_stream_cut_after_more_text_than_the_layer_keeps_is_not_resumed() {
     for anthropic_wire in [false, true] {
         let up = Up::new(cutting(5), profile());
         let layer = ContinueLayer::builder().max_text_bytes(8).build().unwrap();
-        let (svc, records) = stack(&up, layer);
+        let (svc, records) = stack(up.clone(), layer);
         let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
         let (sse, err) = drain(resp.into_body()).await;
         assert_eq!(err.unwrap().class(), FailureClass::StreamInterrupted);
@@ -376,7 +376,7 @@ async fn a_stream_cut_after_more_text_than_the_layer_keeps_is_not_resumed() {
         .max_text_bytes(4096)
         .build()
         .unwrap();
-    let (svc, _) = stack(&up, layer);
+    let (svc, _) = stack(up.clone(), layer);
     let (_, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
     assert!(err.is_none(), "{err:?}");
     assert_eq!(up.calls(), 2);
@@ -393,7 +393,7 @@ async fn an_answer_larger_than_the_layer_reads_passes_through_uncontinued() {
     let want = direct.into_body().collect().await.unwrap().to_bytes();
     let up = Up::single(profile());
     let layer = ContinueLayer::builder().max_body_bytes(64).build().unwrap();
-    let (svc, records) = stack(&up, layer);
+    let (svc, records) = stack(up.clone(), layer);
     let resp = svc.oneshot(anthropic(false, 6)).await.unwrap();
     let got = resp.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(got, want);
@@ -401,7 +401,7 @@ async fn an_answer_larger_than_the_layer_reads_passes_through_uncontinued() {
     assert_eq!(records.lock().unwrap()[0].continuations, 0);
     // Within the bound, the same answer is continued.
     let up = Up::single(profile());
-    let (svc, _) = stack(&up, ContinueLayer::new());
+    let (svc, _) = stack(up.clone(), ContinueLayer::new());
     let v = json_of(svc.oneshot(anthropic(false, 6)).await.unwrap()).await;
     assert_eq!(up.calls(), 3);
     assert_eq!(v["stop_reason"], "end_turn");
@@ -419,7 +419,7 @@ fn a_service_moved_to_another_thread_keeps_the_layers_settings() {
             .unwrap()
     };
     let (up, layer) = forty_tokens_and_three_continuations();
-    let (svc, records) = stack(&up, layer);
+    let (svc, records) = stack(up.clone(), layer);
     let here = svc.clone().oneshot(anthropic(false, 5));
     let here = rt().block_on(async { json_of(here.await.unwrap()).await });
     let moved = svc.clone();
@@ -516,7 +516,7 @@ async fn a_stream_cut_while_its_first_tokens_are_held_is_asked_again_from_the_st
     ] {
         let whole = uncut(profile(), anthropic_wire).await;
         let up = Up::new(cut, profile());
-        let (svc, records) = stack(&up, restarting(100));
+        let (svc, records) = stack(up.clone(), restarting(100));
         let resp = svc.oneshot(ask(anthropic_wire, true, 100)).await.unwrap();
         let (sse, err) = drain(resp.into_body()).await;
         assert!(err.is_none(), "{err:?}");
@@ -549,7 +549,7 @@ async fn a_stream_cut_after_its_held_tokens_went_through_is_resumed() {
     let whole = uncut(profile(), false).await;
     let up = Up::new(cutting(5), profile());
     // Five words are more than two tokens: let through, so the cut is resumed.
-    let (svc, records) = stack(&up, restarting(2));
+    let (svc, records) = stack(up.clone(), restarting(2));
     let (sse, err) = drain(svc.oneshot(openai(true, 100)).await.unwrap().into_body()).await;
     assert!(err.is_none(), "{err:?}");
     assert_eq!(streamed_text(&sse), whole, "{sse}");
@@ -570,7 +570,7 @@ async fn the_caller_gets_a_held_stream_once_its_first_tokens_came() {
     };
     for (tokens, at_least, below) in [(0, 0, 8), (12, 48, usize::MAX)] {
         let up = Up::single(slow());
-        let (svc, _) = stack(&up, restarting(tokens));
+        let (svc, _) = stack(up.clone(), restarting(tokens));
         let mut body = svc.oneshot(openai(true, 100)).await.unwrap().into_body();
         let mut first_at = None;
         let mut at_once = String::new();
@@ -590,9 +590,6 @@ async fn the_caller_gets_a_held_stream_once_its_first_tokens_came() {
 
 #[tokio::test(start_paused = true)]
 async fn the_whole_answers_usage_counts_output_that_only_the_total_holds() {
-    use seawall_observe::{CallRecord, ObserveLayer};
-    use std::sync::{Arc, Mutex};
-    use tower::Layer;
     // A thinking model behind an OpenAI-compatible endpoint (Gemini's): its thought tokens are
     // in `total_tokens`, billed as output, and not in `completion_tokens`.
     let sse = "data: {\"id\":\"g\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gemini-2.5-flash\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"36\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":198,\"total_tokens\":623}}\n\ndata: [DONE]\n\n";
@@ -605,14 +602,7 @@ async fn the_whole_answers_usage_counts_output_that_only_the_total_holds() {
             .unwrap();
         Ok::<_, LlmError>(resp)
     });
-    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
-    let sink = records.clone();
-    let observe = ObserveLayer::builder()
-        .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
-        .build()
-        .unwrap();
-    let svc = observe
-        .layer(ContinueLayer::new().layer(seawall_classify::ClassifyLayer::new().layer(upstream)));
+    let (svc, records) = stack(upstream, ContinueLayer::new());
     let resp = svc.oneshot(ask(false, true, 64)).await.unwrap();
     drain(resp.into_body()).await;
     let usage = records.lock().unwrap()[0].usage.unwrap();

@@ -113,9 +113,9 @@ impl Service<Request<Bytes>> for Up {
 /// The records an observer made.
 pub type Records = Arc<Mutex<Vec<CallRecord>>>;
 
-/// observe → continue → classify → upstream.
-pub fn stack(
-    up: &Up,
+/// observe → continue → classify → `upstream` (an [`Up`], or any service).
+pub fn stack<S, B>(
+    upstream: S,
     layer: ContinueLayer,
 ) -> (
     impl Service<
@@ -124,14 +124,20 @@ pub fn stack(
         Error = LlmError,
     > + Clone,
     Records,
-) {
+)
+where
+    S: Service<Request<Bytes>, Response = Response<B>, Error = LlmError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<seawall_core::BoxError>,
+{
     let records: Records = Arc::default();
     let sink = records.clone();
     let observe = ObserveLayer::builder()
         .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
         .build()
         .unwrap();
-    let svc = observe.layer(layer.layer(ClassifyLayer::new().layer(up.clone())));
+    let svc = observe.layer(layer.layer(ClassifyLayer::new().layer(upstream)));
     (svc, records)
 }
 
