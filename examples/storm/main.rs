@@ -28,6 +28,11 @@
 //! waste per answer no worse than the best row that delivers 95%) and prints PASS or FAIL for each;
 //! `--check` makes a FAIL the exit status.
 //!
+//! `--seeds A-B` checks the goals at every seed of a range instead (in process, on virtual
+//! time, several seeds at once): one line a seed, then for each goal the seeds that missed it,
+//! and seawall's waste per answer over the yardstick's across the range. One seed's table
+//! says little about "any seed"; this is how the figures over seeds are made.
+//!
 //! `--repeat SHARE` makes a share of the calls ask one of 40 frequent questions again, word for
 //! word, and runs seawall's stack once more with a `CacheLayer` (in memory) between observe
 //! and fallback: the extra row and the lines under the table show what it saves in spend,
@@ -69,7 +74,7 @@ use tower::Service;
 use tower::layer::util::Identity;
 
 use policies::{Delivered, Outcome, Policy, Providers, Reading, SeawallSetup, classified};
-use report::{Row, RunResult, dollars};
+use report::{Goal, Row, RunResult, dollars};
 use scenario::{ClientPlan, Incident, Scenario};
 use tally::{CallId, Ledger, Tally};
 
@@ -83,8 +88,12 @@ usage: cargo run --release --example storm -- [options]
                     limits, slow first tokens, cut streams) or outage (the primary down for
                     three minutes, its key out of quota early on; 3% of prompts too long for the
                     model, which a larger-context model serves)
-  --check           exit with status 1 when a goal for seawall's row is not met
+  --check           exit with status 1 when a goal for seawall's row is not met (at any seed
+                    of --seeds)
   --seed N          the seed of the workload and the upstream (default 2024)
+  --seeds A-B       the sweep: the same incident at every seed from A to B, as many at a time
+                    as there are cores; one line a seed (seawall's success, P95, P99 and waste
+                    per answer beside the yardstick's), then each goal's misses over the range
   --clients N       concurrent clients (default 200; 100 with --http)
   --requests N      logical calls in all (default 3000, 6000 for outage; 500 with --http;
                     1200 with --replicas)
@@ -109,6 +118,8 @@ struct Args {
     check: bool,
     svg: PathBuf,
     seed: u64,
+    /// `--seeds FIRST-LAST`: the sweep instead of one run.
+    seeds: Option<(u64, u64)>,
     clients: Option<usize>,
     requests: Option<usize>,
     replicas: Option<usize>,
@@ -130,6 +141,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
         check: false,
         svg: PathBuf::from("target/storm.svg"),
         seed: 2024,
+        seeds: None,
         clients: None,
         requests: None,
         replicas: None,
@@ -138,6 +150,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
         resume: false,
         restart_within: 0,
     };
+    let mut seed_given = false;
     let mut it = argv.into_iter().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -159,7 +172,24 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                 })?;
             }
             "--svg" => args.svg = PathBuf::from(value("--svg")?),
-            "--seed" => args.seed = number("--seed", value("--seed")?)?,
+            "--seed" => {
+                args.seed = number("--seed", value("--seed")?)?;
+                seed_given = true;
+            }
+            "--seeds" => {
+                let v = value("--seeds")?;
+                let (first, last) = v.split_once('-').unwrap_or((&v, &v));
+                let (first, last) = (
+                    number("--seeds", first.into())?,
+                    number("--seeds", last.into())?,
+                );
+                if first > last {
+                    return Err(format!(
+                        "--seeds wants FIRST-LAST with FIRST <= LAST, got {v:?}"
+                    ));
+                }
+                args.seeds = Some((first, last));
+            }
             "--clients" => args.clients = Some(number("--clients", value("--clients")?)? as usize),
             "--requests" => {
                 args.requests = Some(number("--requests", value("--requests")?)? as usize)
@@ -187,6 +217,13 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if args.seeds.is_some() && (seed_given || args.http || args.replicas.is_some()) {
+        return Err(
+            "--seeds is the sweep of in-process runs; it does not combine with --seed, --http or \
+             --replicas"
+                .into(),
+        );
     }
     if args.replicas.is_some() && args.http {
         return Err("--replicas runs in process; it does not combine with --http".into());
@@ -247,30 +284,11 @@ fn run(args: &Args) -> Result<usize, String> {
     if let Some(replicas) = args.replicas {
         return fleet::run(args, replicas).map(|()| 0);
     }
-    let started = WallClock::now();
-    let scenario = if args.http {
-        Scenario::real_time(
-            args.incident,
-            args.seed,
-            args.clients.unwrap_or(100),
-            args.requests
-                .unwrap_or(args.incident.default_requests() / 6),
-        )
-    } else {
-        Scenario::incident(
-            args.incident,
-            args.seed,
-            args.clients.unwrap_or(200),
-            args.requests.unwrap_or(args.incident.default_requests()),
-        )
-    };
-    let scenario = Scenario {
-        repeat: args.repeat,
-        ..scenario
-    };
-    if scenario.requests < scenario.clients {
-        return Err("--requests must be at least --clients".into());
+    if let Some((first, last)) = args.seeds {
+        return sweep(args, first, last);
     }
+    let started = WallClock::now();
+    let scenario = scenario_for(args, args.seed)?;
     let mode = if args.http {
         "loopback HTTP, real time, upstream timings x0.1"
     } else {
@@ -280,75 +298,12 @@ fn run(args: &Args) -> Result<usize, String> {
     println!("{}\n", scenario.describe(mode));
 
     let progress = progress_bar((Policy::ALL.len() as u64 + 1) * scenario.requests as u64);
-    // As many permits as clients (tower-resilience's bulkheads get as many, each): the demo's
-    // limits on the upstream are its rates, which seawall's gate enforces; with fewer permits
-    // than clients the rows would compare queues of different sizes (one gate for every
-    // provider against a bulkhead per provider).
-    let mut setup = SeawallSetup {
-        concurrency: scenario.clients,
-        restart_within: args.restart_within,
-        ..SeawallSetup::in_process()
-    };
-
-    progress.set_message("0 calm baseline");
-    let baseline = run_once(&scenario, None, &setup, &progress, args.http)?;
-    // The run's spend limit: what the calm run cost, plus 10% for the bad day. A calm run
-    // that could not answer every call (more clients than the upstream's rates carry) counts
-    // at its cost per answer for every call, or the limit would not cover the workload.
-    let answered = baseline.calls.iter().filter(|(_, o)| o.is_ok()).count();
-    let calm = baseline.spend * baseline.calls.len() as f64 / answered.max(1) as f64;
-    let limit = (calm * 1.10 * 100.0).ceil() / 100.0;
-    setup.budget = Usd::from_f64(limit).map_err(|e| e.to_string())?;
-
-    let mut runs = vec![baseline];
-    for policy in Policy::ALL {
-        progress.set_message(policy.name());
-        runs.push(run_once(
-            &scenario,
-            Some(policy),
-            &setup,
-            &progress,
-            args.http,
-        )?);
-    }
-    // The cache's run: seawall's stack again, with a CacheLayer between observe and fallback.
-    let cached = if scenario.repeat > 0.0 {
-        progress.set_message("7 seawall + cache");
-        let with_cache = SeawallSetup {
-            cache: true,
-            ..setup.clone()
-        };
-        let mut run = run_once(
-            &scenario,
-            Some(Policy::Seawall),
-            &with_cache,
-            &progress,
-            args.http,
-        )?;
-        run.label = "7 seawall + cache".to_owned();
-        Some(run)
-    } else {
-        None
-    };
-    // The run without resumption: seawall's stack again, without its ContinueLayer.
-    let resumed = if args.resume {
-        progress.set_message("8 seawall, no resume");
-        let with_resume = SeawallSetup {
-            resume: false,
-            ..setup.clone()
-        };
-        let mut run = run_once(
-            &scenario,
-            Some(Policy::Seawall),
-            &with_resume,
-            &progress,
-            args.http,
-        )?;
-        run.label = "8 seawall, no resume".to_owned();
-        Some(run)
-    } else {
-        None
-    };
+    let Played {
+        mut runs,
+        cached,
+        resumed,
+        limit,
+    } = play(args, &scenario, &progress)?;
     progress.finish_and_clear();
 
     println!(
@@ -432,10 +387,10 @@ fn run(args: &Args) -> Result<usize, String> {
     let (goals, failed) = report::goals(seawall_row, &others);
     println!("goals for the seawall row");
     print!("{goals}");
-    if failed == 0 {
+    if failed.is_empty() {
         println!("  all goals met");
     } else {
-        println!("  {failed} goal(s) not met (see FAIL above)");
+        println!("  {} goal(s) not met (see FAIL above)", failed.len());
     }
     println!();
 
@@ -448,7 +403,294 @@ fn run(args: &Args) -> Result<usize, String> {
     report::chart(&args.svg, &runs)?;
     println!("latency chart (CDF per policy): {}", args.svg.display());
     println!("wall-clock time: {:.1} s", started.elapsed().as_secs_f64());
-    Ok(failed)
+    Ok(failed.len())
+}
+
+/// One seed of a sweep: seawall's row, the row its waste is held to, and the goals missed.
+struct Verdict {
+    seed: u64,
+    seawall: Row,
+    yardstick: Option<Row>,
+    missed: Vec<Goal>,
+}
+
+impl Verdict {
+    fn of(args: &Args, seed: u64) -> Result<Verdict, String> {
+        let scenario = scenario_for(args, seed)?;
+        let played = play(args, &scenario, &ProgressBar::hidden())?;
+        // The calm baseline first, then the policies; seawall's is the last of them.
+        let rows: Vec<Row> = played.runs[..=Policy::ALL.len()]
+            .iter()
+            .map(|r| Row::new(r, played.limit))
+            .collect();
+        let (seawall, rest) = rows.split_last().ok_or("no rows")?;
+        let others: Vec<&Row> = rest[1..].iter().collect();
+        let (_, missed) = report::goals(seawall, &others);
+        Ok(Verdict {
+            seed,
+            seawall: seawall.clone(),
+            yardstick: report::yardstick(&others).cloned(),
+            missed,
+        })
+    }
+
+    /// Seawall's waste per answer over the yardstick's, when a row delivers 95%.
+    fn waste_ratio(&self) -> Option<f64> {
+        self.yardstick
+            .as_ref()
+            .map(|y| self.seawall.wasted_per_answer / y.wasted_per_answer)
+    }
+
+    fn line(&self) -> String {
+        let s = &self.seawall;
+        let yardstick = match (&self.yardstick, self.waste_ratio()) {
+            (Some(y), Some(ratio)) => format!(
+                "${:.4} {:<22} {ratio:>5.2}x",
+                y.wasted_per_answer,
+                y.label.trim()
+            ),
+            _ => "no other row delivers 95%".to_owned(),
+        };
+        let missed: Vec<&str> = self.missed.iter().map(|g| g.name()).collect();
+        format!(
+            "{:>6}  {:>7.2}%  {:>8}  {:>8}  ${:.4}    {yardstick:<38}  {}",
+            self.seed,
+            s.success * 100.0,
+            report::secs(s.latency[1]),
+            report::secs(s.latency[2]),
+            s.wasted_per_answer,
+            if missed.is_empty() {
+                "-".to_owned()
+            } else {
+                missed.join(", ")
+            }
+        )
+    }
+}
+
+/// `--seeds`: the same incident at every seed of a range, as many at a time as the machine
+/// has cores (each run is on its own paused clock, so the figures are those of `--seed`); one
+/// line a seed, then each goal's misses over the range. Returns how many goals were missed.
+fn sweep(args: &Args, first: u64, last: u64) -> Result<usize, String> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let started = WallClock::now();
+    let count = last - first + 1;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get() as u64)
+        .min(count);
+    println!("seawall storm demo: a sweep of seeds {first}-{last}\n");
+    println!(
+        "{}",
+        scenario_for(args, first)?.describe("in process, virtual time")
+    );
+    println!("the same incident at each seed, {workers} at a time; lines in the order they end\n");
+    println!(
+        "{:>6}  {:>8}  {:>8}  {:>8}  {:<10} {:<38}  goals missed",
+        "seed", "success", "P95", "P99", "wasted/1k", "yardstick's wasted/1k, ratio"
+    );
+    let next = AtomicU64::new(first);
+    let verdicts = Mutex::new(Vec::new());
+    let failure = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed > last || failure.lock().is_ok_and(|f| f.is_some()) {
+                        return;
+                    }
+                    match Verdict::of(args, seed) {
+                        Ok(v) => {
+                            println!("{}", v.line());
+                            if let Ok(mut all) = verdicts.lock() {
+                                all.push(v);
+                            }
+                        }
+                        Err(e) => {
+                            if let Ok(mut f) = failure.lock() {
+                                f.get_or_insert(format!("seed {seed}: {e}"));
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    let mut verdicts = verdicts
+        .into_inner()
+        .map_err(|_| "a sweep thread panicked")?;
+    verdicts.sort_by_key(|v| v.seed);
+    print!("\n{}", tally(&verdicts));
+    println!("wall-clock time: {:.1} s", started.elapsed().as_secs_f64());
+    Ok(verdicts.iter().map(|v| v.missed.len()).sum())
+}
+
+/// The sweep's summary: for each goal, the seeds that missed it; and seawall's waste per
+/// answer over the yardstick's across the seeds.
+fn tally(verdicts: &[Verdict]) -> String {
+    use std::fmt::Write as _;
+
+    let mut s = String::new();
+    let _ = writeln!(s, "goals for the seawall row over {} seeds", verdicts.len());
+    for goal in Goal::ALL {
+        let missed: Vec<String> = verdicts
+            .iter()
+            .filter(|v| v.missed.contains(&goal))
+            .map(|v| match (goal, v.waste_ratio()) {
+                (Goal::Waste, Some(r)) => format!("{} ({r:.2}x)", v.seed),
+                _ => v.seed.to_string(),
+            })
+            .collect();
+        if missed.is_empty() {
+            let _ = writeln!(s, "  {:<8} met at every seed", goal.name());
+        } else {
+            let _ = writeln!(
+                s,
+                "  {:<8} missed at {}: {}",
+                goal.name(),
+                missed.len(),
+                missed.join(", ")
+            );
+        }
+    }
+    let mut ratios: Vec<(f64, u64)> = verdicts
+        .iter()
+        .filter_map(|v| v.waste_ratio().map(|r| (r, v.seed)))
+        .collect();
+    ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The nearest rank: the smallest ratio at or above the share `p` of the seeds.
+    let rank =
+        |p: f64| ratios[((p * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len()) - 1].0;
+    if let Some(&(largest, seed)) = ratios.last() {
+        let _ = writeln!(
+            s,
+            "  seawall's waste per answer over the yardstick's ({} seeds with one): median \
+             {:.2}x, 90th percentile {:.2}x, largest {largest:.2}x (seed {seed})",
+            ratios.len(),
+            rank(0.5),
+            rank(0.9),
+        );
+    }
+    s
+}
+
+/// The incident of the arguments at `seed`.
+fn scenario_for(args: &Args, seed: u64) -> Result<Scenario, String> {
+    let scenario = if args.http {
+        Scenario::real_time(
+            args.incident,
+            seed,
+            args.clients.unwrap_or(100),
+            args.requests
+                .unwrap_or(args.incident.default_requests() / 6),
+        )
+    } else {
+        Scenario::incident(
+            args.incident,
+            seed,
+            args.clients.unwrap_or(200),
+            args.requests.unwrap_or(args.incident.default_requests()),
+        )
+    };
+    if scenario.requests < scenario.clients {
+        return Err("--requests must be at least --clients".into());
+    }
+    Ok(Scenario {
+        repeat: args.repeat,
+        ..scenario
+    })
+}
+
+/// Every run of one scenario: the calm baseline and each policy in the incident, then
+/// seawall's extra rows when asked for, and the spend limit the calm run set.
+struct Played {
+    runs: Vec<RunResult>,
+    cached: Option<RunResult>,
+    resumed: Option<RunResult>,
+    limit: f64,
+}
+
+fn play(args: &Args, scenario: &Scenario, progress: &ProgressBar) -> Result<Played, String> {
+    // As many permits as clients (tower-resilience's bulkheads get as many, each): the demo's
+    // limits on the upstream are its rates, which seawall's gate enforces; with fewer permits
+    // than clients the rows would compare queues of different sizes (one gate for every
+    // provider against a bulkhead per provider).
+    let mut setup = SeawallSetup {
+        concurrency: scenario.clients,
+        restart_within: args.restart_within,
+        ..SeawallSetup::in_process()
+    };
+
+    progress.set_message("0 calm baseline");
+    let baseline = run_once(scenario, None, &setup, progress, args.http)?;
+    // The run's spend limit: what the calm run cost, plus 10% for the bad day. A calm run
+    // that could not answer every call (more clients than the upstream's rates carry) counts
+    // at its cost per answer for every call, or the limit would not cover the workload.
+    let answered = baseline.calls.iter().filter(|(_, o)| o.is_ok()).count();
+    let calm = baseline.spend * baseline.calls.len() as f64 / answered.max(1) as f64;
+    let limit = (calm * 1.10 * 100.0).ceil() / 100.0;
+    setup.budget = Usd::from_f64(limit).map_err(|e| e.to_string())?;
+
+    let mut runs = vec![baseline];
+    for policy in Policy::ALL {
+        progress.set_message(policy.name());
+        runs.push(run_once(
+            scenario,
+            Some(policy),
+            &setup,
+            progress,
+            args.http,
+        )?);
+    }
+    // The cache's run: seawall's stack again, with a CacheLayer between observe and fallback.
+    let cached = if scenario.repeat > 0.0 {
+        progress.set_message("7 seawall + cache");
+        let with_cache = SeawallSetup {
+            cache: true,
+            ..setup.clone()
+        };
+        let mut run = run_once(
+            scenario,
+            Some(Policy::Seawall),
+            &with_cache,
+            progress,
+            args.http,
+        )?;
+        run.label = "7 seawall + cache".to_owned();
+        Some(run)
+    } else {
+        None
+    };
+    // The run without resumption: seawall's stack again, without its ContinueLayer.
+    let resumed = if args.resume {
+        progress.set_message("8 seawall, no resume");
+        let with_resume = SeawallSetup {
+            resume: false,
+            ..setup.clone()
+        };
+        let mut run = run_once(
+            scenario,
+            Some(Policy::Seawall),
+            &with_resume,
+            progress,
+            args.http,
+        )?;
+        run.label = "8 seawall, no resume".to_owned();
+        Some(run)
+    } else {
+        None
+    };
+    Ok(Played {
+        runs,
+        cached,
+        resumed,
+        limit,
+    })
 }
 
 fn progress_bar(total: u64) -> ProgressBar {
@@ -817,5 +1059,76 @@ mod tests {
         let a = args(&["--restart-within", "22"]).unwrap().unwrap();
         assert_eq!(a.restart_within, 22);
         assert!(args(&["--restart-within", "many"]).is_err());
+        assert_eq!(
+            args(&["--seeds", "3-7"]).unwrap().unwrap().seeds,
+            Some((3, 7))
+        );
+        assert_eq!(
+            args(&["--seeds", "9"]).unwrap().unwrap().seeds,
+            Some((9, 9))
+        );
+        for wrong in [
+            &["--seeds", "7-3"][..],
+            &["--seeds", "0-3"],
+            &["--seeds", "a-b"],
+            &["--seeds", "1-3", "--seed", "2"],
+            &["--seeds", "1-3", "--http"],
+            &["--seeds", "1-3", "--replicas", "2"],
+        ] {
+            assert!(args(wrong).is_err(), "{wrong:?}");
+        }
+    }
+
+    fn verdict(seed: u64, wasted: f64, yardstick: Option<f64>, missed: &[Goal]) -> Verdict {
+        let row = |label: &str, wasted_per_answer: f64| Row {
+            label: label.to_owned(),
+            calls: 100,
+            success: 1.0,
+            amplification: 1.0,
+            latency: [None; 3],
+            spend: 1.0,
+            wasted: 0.0,
+            per_answer: 0.01,
+            wasted_per_answer,
+            overrun: 0.0,
+            failures: Default::default(),
+            first_token: [None; 2],
+        };
+        Verdict {
+            seed,
+            seawall: row("6 seawall", wasted),
+            yardstick: yardstick.map(|w| row("4 tower-resilience", w)),
+            missed: missed.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_sweep_names_the_seeds_that_missed_each_goal_and_the_spread_of_the_waste_ratio() {
+        let verdicts = [
+            verdict(1, 0.9, Some(1.0), &[]),
+            verdict(2, 1.2, Some(1.0), &[Goal::Waste]),
+            verdict(3, 0.8, Some(1.0), &[Goal::P99]),
+            verdict(4, 0.5, None, &[]),
+            verdict(5, 1.0, Some(1.0), &[]),
+        ];
+        let t = tally(&verdicts);
+        assert!(t.contains("over 5 seeds"), "{t}");
+        assert!(t.contains("success  met at every seed"), "{t}");
+        assert!(t.contains("P99      missed at 1: 3\n"), "{t}");
+        assert!(t.contains("waste    missed at 1: 2 (1.20x)"), "{t}");
+        // Ratios 0.8, 0.9, 1.0, 1.2 (seed 4 has no yardstick): the nearest-rank median is the
+        // second, the 90th percentile the fourth.
+        assert!(
+            t.contains(
+                "(4 seeds with one): median 0.90x, 90th percentile 1.20x, largest 1.20x (seed 2)"
+            ),
+            "{t}"
+        );
+        assert!(verdicts[3].line().contains("no other row delivers 95%"));
+        assert!(
+            verdicts[1].line().ends_with("waste"),
+            "{}",
+            verdicts[1].line()
+        );
     }
 }
