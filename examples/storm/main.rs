@@ -647,44 +647,34 @@ fn play(args: &Args, scenario: &Scenario, progress: &ProgressBar) -> Result<Play
             args.http,
         )?);
     }
-    // The cache's run: seawall's stack again, with a CacheLayer between observe and fallback.
-    let cached = if scenario.repeat > 0.0 {
-        progress.set_message("7 seawall + cache");
-        let with_cache = SeawallSetup {
-            cache: true,
-            ..setup.clone()
-        };
-        let mut run = run_once(
-            scenario,
-            Some(Policy::Seawall),
-            &with_cache,
-            progress,
-            args.http,
-        )?;
-        run.label = "7 seawall + cache".to_owned();
-        Some(run)
-    } else {
-        None
+    // Seawall's stack again with one change, in a row of its own.
+    let again = |label: &str, setup: SeawallSetup| -> Result<RunResult, String> {
+        progress.set_message(label.to_owned());
+        let mut run = run_once(scenario, Some(Policy::Seawall), &setup, progress, args.http)?;
+        run.label = label.to_owned();
+        Ok(run)
     };
-    // The run without resumption: seawall's stack again, without its ContinueLayer.
-    let resumed = if args.resume {
-        progress.set_message("8 seawall, no resume");
-        let with_resume = SeawallSetup {
-            resume: false,
-            ..setup.clone()
-        };
-        let mut run = run_once(
-            scenario,
-            Some(Policy::Seawall),
-            &with_resume,
-            progress,
-            args.http,
-        )?;
-        run.label = "8 seawall, no resume".to_owned();
-        Some(run)
-    } else {
-        None
-    };
+    // The cache's run: with a CacheLayer between observe and fallback.
+    let cached = (scenario.repeat > 0.0)
+        .then(|| {
+            let with_cache = SeawallSetup {
+                cache: true,
+                ..setup.clone()
+            };
+            again("7 seawall + cache", with_cache)
+        })
+        .transpose()?;
+    // The run without resumption: without its ContinueLayer.
+    let resumed = args
+        .resume
+        .then(|| {
+            let without = SeawallSetup {
+                resume: false,
+                ..setup.clone()
+            };
+            again("8 seawall, no resume", without)
+        })
+        .transpose()?;
     Ok(Played {
         runs,
         cached,
