@@ -434,11 +434,17 @@ impl Verdict {
         })
     }
 
-    /// Seawall's waste per answer over the yardstick's, when a row delivers 95%.
+    /// Seawall's waste per answer over the yardstick's, when a row delivers 95% (1 when
+    /// neither wasted anything).
     fn waste_ratio(&self) -> Option<f64> {
-        self.yardstick
-            .as_ref()
-            .map(|y| self.seawall.wasted_per_answer / y.wasted_per_answer)
+        let mine = self.seawall.wasted_per_answer;
+        self.yardstick.as_ref().map(|y| {
+            if mine == 0.0 && y.wasted_per_answer == 0.0 {
+                1.0
+            } else {
+                mine / y.wasted_per_answer
+            }
+        })
     }
 
     fn line(&self) -> String {
@@ -1101,6 +1107,8 @@ mod tests {
             verdict(4, 0.5, None, &[]),
             verdict(5, 1.0, Some(1.0), &[]),
         ];
+        assert_eq!(verdict(6, 0.0, Some(0.0), &[]).waste_ratio(), Some(1.0));
+        assert_eq!(verdict(7, 0.0, Some(0.5), &[]).waste_ratio(), Some(0.0));
         let t = tally(&verdicts);
         assert!(t.contains("over 5 seeds"), "{t}");
         assert!(t.contains("success  met at every seed"), "{t}");
