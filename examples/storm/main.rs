@@ -1099,6 +1099,29 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_checks_each_seed_as_the_run_of_that_seed_does() {
+        let argv = |extra: &[&str]| {
+            let mut all: Vec<String> = ["storm", "--requests", "40", "--clients", "10"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
+            all.extend(extra.iter().map(|s| (*s).to_owned()));
+            parse(all).unwrap().unwrap()
+        };
+        let svg = std::env::temp_dir().join(format!("storm-sweep-test-{}.svg", std::process::id()));
+        let svg = svg.to_string_lossy().into_owned();
+        let mut each = 0;
+        for seed in 1..=3u64 {
+            let one = run(&argv(&["--seed", &seed.to_string(), "--svg", &svg])).unwrap();
+            let verdict = Verdict::of(&argv(&["--seeds", "1-3"]), seed).unwrap();
+            assert_eq!(verdict.missed.len(), one, "seed {seed}");
+            each += one;
+        }
+        let _ = std::fs::remove_file(&svg);
+        assert_eq!(sweep(&argv(&["--seeds", "1-3"]), 1, 3).unwrap(), each);
+    }
+
+    #[test]
     fn a_sweep_names_the_seeds_that_missed_each_goal_and_the_spread_of_the_waste_ratio() {
         let verdicts = [
             verdict(1, 0.9, Some(1.0), &[]),
