@@ -57,6 +57,9 @@ const MAX_DEPTH: u32 = 128;
 /// pin its memory to a thread for good.
 const KEEP_SCRATCH: usize = 256 * 1024;
 
+/// 2^64, exactly: every integral float below it in magnitude is an `i128` exactly.
+const TWO_TO_THE_64: f64 = (1u128 << 64) as f64;
+
 /// Headers whose values change the answer, hashed into the key.
 pub(crate) const KEY_HEADERS: [http::HeaderName; 2] = [
     http::HeaderName::from_static("anthropic-version"),
@@ -489,8 +492,10 @@ impl Canon {
     }
 
     fn float(&mut self, v: f64) {
-        // An integral value is one number whichever way it was written (`1`, `1.0`, `1e0`).
-        if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e18 {
+        // An integral value is one number whichever way it was written (`1`, `1.0`, `1e0`),
+        // over the whole range an integer is read in (serde reads integers up to `u64::MAX`
+        // exactly, and larger ones as floats): `2^62` and `2^62.0` are one number too.
+        if v.is_finite() && v.fract() == 0.0 && v.abs() < TWO_TO_THE_64 {
             self.int(v as i128);
         } else {
             self.buf.push(b'd');
@@ -766,6 +771,42 @@ mod tests {
             key(r#"{"b":2,"a":{"x":[{"p":3,"q":2}],"y":1}}"#)
         );
         assert_ne!(key(r#"{"a":[1,2]}"#), key(r#"{"a":[2,1]}"#));
+    }
+
+    #[test]
+    fn an_integral_number_is_one_number_however_it_is_spelled_at_any_size() {
+        let spellings: &[&[&str]] = &[
+            &["1", "1.0", "1e0", "10e-1"],
+            &["1000000000000000000", "1e18", "1000000000000000000.0"],
+            &[
+                "4611686018427387904",
+                "4611686018427387904.0",
+                "4.611686018427387904e18",
+            ],
+            &["18446744073709549568", "1.8446744073709549568e19"],
+            &[
+                "-9223372036854775808",
+                "-9223372036854775808.0",
+                "-9.223372036854775808e18",
+            ],
+        ];
+        for same in spellings {
+            let keys: Vec<CacheKey> = same
+                .iter()
+                .map(|n| key(&format!(r#"{{"model":"m","seed":{n}}}"#)))
+                .collect();
+            assert!(keys.windows(2).all(|w| w[0] == w[1]), "{same:?}");
+        }
+        // Values serde reads apart stay apart: an integer it reads exactly, beside the float
+        // nearest to it.
+        assert_ne!(
+            key(r#"{"seed":1000000000000000001}"#),
+            key(r#"{"seed":1000000000000000000}"#)
+        );
+        assert_ne!(
+            key(r#"{"seed":18446744073709551615}"#),
+            key(r#"{"seed":18446744073709551616.0}"#)
+        );
     }
 
     #[test]
