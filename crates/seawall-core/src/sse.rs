@@ -18,9 +18,15 @@
 //!
 //! Memory is bounded: a line or an event's data longer than the decoder's limit is dropped, and
 //! the event it belongs to is marked oversized, so a hostile or broken upstream cannot make a
-//! reader buffer without end.
+//! reader buffer without end. A line's length is its bytes without its ending (and without
+//! the byte order mark of the first), whatever the line is (a `data:`, an `event:`, a
+//! comment) and however the chunks cut it: a line held across chunks and a line read whole
+//! from one meet the same limit, so the chunking of a stream never changes what it says.
 
 use std::ops::ControlFlow;
+
+/// The UTF-8 byte order mark, skipped before the first line.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// What the decoder hands on, in stream order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +163,7 @@ impl SseDecoder {
             }
             if self.partial.is_empty() {
                 self.line(piece, &mut on_item)?;
-            } else if self.partial.len() + piece.len() > self.max {
+            } else if self.partial.len() + piece.len() > self.held(&self.partial, piece) {
                 self.partial.clear();
                 self.overflow(&mut on_item)?;
             } else {
@@ -170,7 +176,7 @@ impl SseDecoder {
             }
         }
         if !self.skipping && !rest.is_empty() {
-            if self.partial.len() + rest.len() > self.max {
+            if self.partial.len() + rest.len() > self.held(&self.partial, rest) {
                 self.partial = Vec::new();
                 self.skipping = true;
                 self.overflow(&mut on_item)?;
@@ -196,6 +202,18 @@ impl SseDecoder {
         self.dispatch(&mut on_item)
     }
 
+    /// How many bytes of the line that starts with `a` then `b` may be held: the limit, and a
+    /// byte order mark more for a first line that opens with one (or may yet), since `line`
+    /// holds a line to the limit without it.
+    fn held(&self, a: &[u8], b: &[u8]) -> usize {
+        let bom = !self.started && a.iter().chain(b).zip(BOM).all(|(x, y)| x == y);
+        if bom {
+            self.max.saturating_add(BOM.len())
+        } else {
+            self.max
+        }
+    }
+
     fn overflow<B>(
         &mut self,
         on_item: &mut impl FnMut(SseItem<'_>) -> ControlFlow<B>,
@@ -215,8 +233,11 @@ impl SseDecoder {
         let line = if std::mem::replace(&mut self.started, true) {
             line
         } else {
-            line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
+            line.strip_prefix(BOM).unwrap_or(line)
         };
+        if line.len() > self.max {
+            return self.overflow(on_item);
+        }
         if line.is_empty() {
             return self.dispatch(on_item);
         }
@@ -393,9 +414,36 @@ mod tests {
         assert_eq!(seen, 1);
     }
 
+    /// Lines on both sides of a 16-byte limit: a `data:` line of 16 bytes and one of 17, an
+    /// `event:` line past it, a comment past it, a line of 5, each in an event of its own.
+    const NEAR_LIMIT: &[u8] = b"data: 1234567890\n\ndata: 12345678901\n\nevent: abcdefghijklmnop\ndata: x\n\n: a long keep-alive comment\ndata: ok\n\ndata:\n\n";
+
     const STREAM: &[u8] = b": keep-alive\n\nevent: first\ndata: {\"a\":\ndata: 1}\n\nid: 3\ndata:two\n\nx-vendor: y\nevent: ping\ndata: {}\n\ndata: [DONE]\n\n";
 
     proptest! {
+        /// A line longer than the limit is dropped, and marks its event oversized, whether it
+        /// came whole in one chunk or was held across several, whatever field it is.
+        #[test]
+        fn a_line_past_the_limit_is_dropped_however_the_chunks_cut_it(
+            chunks in seawall_test_support::reframed_sse(NEAR_LIMIT),
+        ) {
+            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+            prop_assert_eq!(items(16, &chunks), items(16, &[NEAR_LIMIT]));
+            prop_assert_eq!(
+                items(16, &[NEAR_LIMIT]),
+                [
+                    "event |1234567890|false",
+                    "overflow",
+                    "event ||true",
+                    "overflow",
+                    "event ||true",
+                    "overflow",
+                    "event ||true",
+                    "event ||false",
+                ]
+            );
+        }
+
         /// However the bytes are cut into chunks, whatever the line endings (LF, CR, CRLF, or
         /// a mix) and with or without a byte order mark, the decoder hands on the same items.
         #[test]
