@@ -420,6 +420,20 @@ mod tests {
 
     const STREAM: &[u8] = b": keep-alive\n\nevent: first\ndata: {\"a\":\ndata: 1}\n\nid: 3\ndata:two\n\nx-vendor: y\nevent: ping\ndata: {}\n\ndata: [DONE]\n\n";
 
+    /// The items of `whole` cut into `chunks` are those of `whole` read at once, which are
+    /// `expected`.
+    fn reframed_as_whole(
+        max: usize,
+        chunks: &[Vec<u8>],
+        whole: &[u8],
+        expected: &[&str],
+    ) -> Result<(), TestCaseError> {
+        let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        prop_assert_eq!(items(max, &chunks), items(max, &[whole]));
+        prop_assert_eq!(items(max, &[whole]), expected);
+        Ok(())
+    }
+
     proptest! {
         /// A line longer than the limit is dropped, and marks its event oversized, whether it
         /// came whole in one chunk or was held across several, whatever field it is.
@@ -427,21 +441,16 @@ mod tests {
         fn a_line_past_the_limit_is_dropped_however_the_chunks_cut_it(
             chunks in seawall_test_support::reframed_sse(NEAR_LIMIT),
         ) {
-            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
-            prop_assert_eq!(items(16, &chunks), items(16, &[NEAR_LIMIT]));
-            prop_assert_eq!(
-                items(16, &[NEAR_LIMIT]),
-                [
-                    "event |1234567890|false",
-                    "overflow",
-                    "event ||true",
-                    "overflow",
-                    "event ||true",
-                    "overflow",
-                    "event ||true",
-                    "event ||false",
-                ]
-            );
+            reframed_as_whole(16, &chunks, NEAR_LIMIT, &[
+                "event |1234567890|false",
+                "overflow",
+                "event ||true",
+                "overflow",
+                "event ||true",
+                "overflow",
+                "event ||true",
+                "event ||false",
+            ])?;
         }
 
         /// However the bytes are cut into chunks, whatever the line endings (LF, CR, CRLF, or
@@ -450,18 +459,13 @@ mod tests {
         fn any_split_and_any_line_endings_give_the_same_items(
             chunks in seawall_test_support::reframed_sse(STREAM),
         ) {
-            let chunks: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
-            prop_assert_eq!(items(1024, &chunks), items(1024, &[STREAM]));
-            prop_assert_eq!(
-                items(1024, &[STREAM]),
-                [
-                    "event first|{\"a\":\n1}|false",
-                    "event |two|false",
-                    "field x-vendor=y",
-                    "event ping|{}|false",
-                    "event |[DONE]|false",
-                ]
-            );
+            reframed_as_whole(1024, &chunks, STREAM, &[
+                "event first|{\"a\":\n1}|false",
+                "event |two|false",
+                "field x-vendor=y",
+                "event ping|{}|false",
+                "event |[DONE]|false",
+            ])?;
         }
     }
 }
