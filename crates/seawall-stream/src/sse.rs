@@ -18,8 +18,8 @@ use seawall_core::{ChoiceEnds, FailureClass, FinishReason, LlmError, SseDecoder,
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// The longest partial line, or event data, kept across frames. A longer one is dropped and
-/// counted as content.
+/// The longest line, or event data, kept (whether the line came in one frame or across
+/// several). A longer one is dropped and counted as content.
 const MAX_LINE: usize = 256 * 1024;
 
 /// What one frame showed.

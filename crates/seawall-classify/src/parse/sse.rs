@@ -21,8 +21,8 @@ use super::{broken, embedded_error, empty_answer};
 use crate::error_body::ProviderError;
 use crate::hints;
 
-/// The largest SSE event (or incomplete line) kept; a longer one is skipped, counted as
-/// content, and never buffered further.
+/// The largest SSE event (or line) kept; a longer one is skipped, counted as content, and
+/// never buffered further.
 const MAX_EVENT: usize = 1 << 20;
 
 /// Whether a JSON value carries output: a non-empty string or array, an object, a number.
