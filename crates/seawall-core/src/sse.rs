@@ -165,6 +165,8 @@ impl SseDecoder {
                 self.line(piece, &mut on_item)?;
             } else if self.partial.len() + piece.len() > self.held(&self.partial, piece) {
                 self.partial.clear();
+                // A dropped line is read all the same: a byte order mark after it is text.
+                self.started = true;
                 self.overflow(&mut on_item)?;
             } else {
                 let mut line = std::mem::take(&mut self.partial);
@@ -179,6 +181,7 @@ impl SseDecoder {
             if self.partial.len() + rest.len() > self.held(&self.partial, rest) {
                 self.partial = Vec::new();
                 self.skipping = true;
+                self.started = true;
                 self.overflow(&mut on_item)?;
             } else {
                 self.partial.extend_from_slice(rest);
@@ -377,6 +380,20 @@ mod tests {
         let mut d = SseDecoder::new(64);
         let _ = d.feed(&long, |_| ControlFlow::<()>::Continue(()));
         assert!(d.pending_line().is_empty(), "an overlong line is not kept");
+    }
+
+    #[test]
+    fn a_first_line_past_the_limit_is_the_first_line_however_it_is_cut() {
+        // The mark after it is not the stream's opening mark: it is kept, as the field's name.
+        let whole: &[u8] = b"data: 12345678901\n\xEF\xBB\xBFx: y\n\n";
+        let expected = items(16, &[whole]);
+        assert_eq!(expected, ["overflow", "field \u{feff}x=y", "event ||true"]);
+        let bytes: Vec<&[u8]> = whole.chunks(1).collect();
+        assert_eq!(items(16, &bytes), expected);
+        for cut in 0..=whole.len() {
+            let (a, b) = whole.split_at(cut);
+            assert_eq!(items(16, &[a, b]), expected, "cut at {cut}");
+        }
     }
 
     #[test]
