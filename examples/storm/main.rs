@@ -303,7 +303,7 @@ fn run(args: &Args) -> Result<usize, String> {
         cached,
         resumed,
         limit,
-    } = play(args, &scenario, &progress)?;
+    } = play(args, &scenario, &progress, true)?;
     progress.finish_and_clear();
 
     println!(
@@ -334,7 +334,7 @@ fn run(args: &Args) -> Result<usize, String> {
     }
     println!();
 
-    let mut rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
+    let rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
     let cached_row = cached.as_ref().map(|r| Row::new(r, limit));
     let resumed_row = resumed.as_ref().map(|r| Row::new(r, limit));
     let mut shown = rows.clone();
@@ -381,9 +381,7 @@ fn run(args: &Args) -> Result<usize, String> {
         print!("{}", report::cache_effect(plain, cached));
         println!();
     }
-    rows.truncate(Policy::ALL.len() + 1);
-    let (seawall_row, rest) = rows.split_last().ok_or("no rows")?;
-    let others: Vec<&Row> = rest[1..].iter().collect();
+    let (seawall_row, others) = seawall_and_others(&rows)?;
     let (goals, failed) = report::goals(seawall_row, &others);
     println!("goals for the seawall row");
     print!("{goals}");
@@ -417,14 +415,14 @@ struct Verdict {
 impl Verdict {
     fn of(args: &Args, seed: u64) -> Result<Verdict, String> {
         let scenario = scenario_for(args, seed)?;
-        let played = play(args, &scenario, &ProgressBar::hidden())?;
-        // The calm baseline first, then the policies; seawall's is the last of them.
-        let rows: Vec<Row> = played.runs[..=Policy::ALL.len()]
+        // Seawall's extra rows are not checked: they are not played.
+        let played = play(args, &scenario, &ProgressBar::hidden(), false)?;
+        let rows: Vec<Row> = played
+            .runs
             .iter()
             .map(|r| Row::new(r, played.limit))
             .collect();
-        let (seawall, rest) = rows.split_last().ok_or("no rows")?;
-        let others: Vec<&Row> = rest[1..].iter().collect();
+        let (seawall, others) = seawall_and_others(&rows)?;
         let (_, missed) = report::goals(seawall, &others);
         Ok(Verdict {
             seed,
@@ -569,17 +567,15 @@ fn tally(verdicts: &[Verdict]) -> String {
         .filter_map(|v| v.waste_ratio().map(|r| (r, v.seed)))
         .collect();
     ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
-    // The nearest rank: the smallest ratio at or above the share `p` of the seeds.
-    let rank =
-        |p: f64| ratios[((p * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len()) - 1].0;
-    if let Some(&(largest, seed)) = ratios.last() {
+    let rank = |q: f64| report::percentile(&ratios, q, ratios.len());
+    if let (Some((median, _)), Some((p90, _)), Some(&(largest, seed))) =
+        (rank(0.5), rank(0.9), ratios.last())
+    {
         let _ = writeln!(
             s,
             "  seawall's waste per answer over the yardstick's ({} seeds with one): median \
-             {:.2}x, 90th percentile {:.2}x, largest {largest:.2}x (seed {seed})",
+             {median:.2}x, 90th percentile {p90:.2}x, largest {largest:.2}x (seed {seed})",
             ratios.len(),
-            rank(0.5),
-            rank(0.9),
         );
     }
     s
@@ -621,7 +617,21 @@ struct Played {
     limit: f64,
 }
 
-fn play(args: &Args, scenario: &Scenario, progress: &ProgressBar) -> Result<Played, String> {
+/// Seawall's row and the other policies' rows, of the rows of [`Played::runs`] (the calm
+/// baseline first, then the policies in [`Policy::ALL`]'s order, seawall's last).
+fn seawall_and_others(rows: &[Row]) -> Result<(&Row, Vec<&Row>), String> {
+    let policies = rows.get(1..=Policy::ALL.len()).ok_or("a run is missing")?;
+    let (seawall, others) = policies.split_last().ok_or("a run is missing")?;
+    Ok((seawall, others.iter().collect()))
+}
+
+/// Plays `scenario`; seawall's extra rows (`--repeat`, `--no-resume`) only with `extra_rows`.
+fn play(
+    args: &Args,
+    scenario: &Scenario,
+    progress: &ProgressBar,
+    extra_rows: bool,
+) -> Result<Played, String> {
     // As many permits as clients (tower-resilience's bulkheads get as many, each): the demo's
     // limits on the upstream are its rates, which seawall's gate enforces; with fewer permits
     // than clients the rows would compare queues of different sizes (one gate for every
@@ -661,7 +671,7 @@ fn play(args: &Args, scenario: &Scenario, progress: &ProgressBar) -> Result<Play
         Ok(run)
     };
     // The cache's run: with a CacheLayer between observe and fallback.
-    let cached = (scenario.repeat > 0.0)
+    let cached = (extra_rows && scenario.repeat > 0.0)
         .then(|| {
             let with_cache = SeawallSetup {
                 cache: true,
@@ -671,8 +681,7 @@ fn play(args: &Args, scenario: &Scenario, progress: &ProgressBar) -> Result<Play
         })
         .transpose()?;
     // The run without resumption: without its ContinueLayer.
-    let resumed = args
-        .resume
+    let resumed = (extra_rows && args.resume)
         .then(|| {
             let without = SeawallSetup {
                 resume: false,

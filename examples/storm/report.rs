@@ -100,7 +100,7 @@ impl Row {
 
 /// The `q` quantile of `n` values of which `sorted` are the known ones, smallest first (the
 /// others, failed calls, count as slower than any): `None` when it falls among the others.
-fn percentile(sorted: &[Duration], q: f64, n: usize) -> Option<Duration> {
+pub(crate) fn percentile<T: Copy>(sorted: &[T], q: f64, n: usize) -> Option<T> {
     let rank = ((q * n as f64).ceil() as usize).max(1);
     sorted.get(rank - 1).copied()
 }

@@ -165,9 +165,7 @@ impl SseDecoder {
                 self.line(piece, &mut on_item)?;
             } else if self.partial.len() + piece.len() > self.held(&self.partial, piece) {
                 self.partial.clear();
-                // A dropped line is read all the same: a byte order mark after it is text.
-                self.started = true;
-                self.overflow(&mut on_item)?;
+                self.drop_line(&mut on_item)?;
             } else {
                 let mut line = std::mem::take(&mut self.partial);
                 line.extend_from_slice(piece);
@@ -181,8 +179,7 @@ impl SseDecoder {
             if self.partial.len() + rest.len() > self.held(&self.partial, rest) {
                 self.partial = Vec::new();
                 self.skipping = true;
-                self.started = true;
-                self.overflow(&mut on_item)?;
+                self.drop_line(&mut on_item)?;
             } else {
                 self.partial.extend_from_slice(rest);
             }
@@ -215,6 +212,16 @@ impl SseDecoder {
         } else {
             self.max
         }
+    }
+
+    /// Drops the line being held, which outgrew the limit: it was read all the same (a byte
+    /// order mark after it is text, as when `line` drops it).
+    fn drop_line<B>(
+        &mut self,
+        on_item: &mut impl FnMut(SseItem<'_>) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        self.started = true;
+        self.overflow(on_item)
     }
 
     fn overflow<B>(
