@@ -55,19 +55,20 @@ pub struct ProviderError {
 
 impl std::fmt::Debug for ProviderError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Messages can quote a key ("Incorrect API key provided: sk-..."): redact them.
+        // Messages can quote a key ("Incorrect API key provided: sk-..."), and a hostile or
+        // odd upstream can put one in any field: every text is redacted.
+        fn shown(v: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+            v.as_deref().map(seawall_core::redact)
+        }
         f.debug_struct("ProviderError")
-            .field("error_type", &self.error_type)
-            .field("code", &self.code)
-            .field(
-                "message",
-                &self.message.as_deref().map(seawall_core::redact),
-            )
-            .field("param", &self.param)
-            .field("inner_code", &self.inner_code)
-            .field("google_status", &self.google_status)
-            .field("reason", &self.reason)
-            .field("request_id", &self.request_id)
+            .field("error_type", &shown(&self.error_type))
+            .field("code", &shown(&self.code))
+            .field("message", &shown(&self.message))
+            .field("param", &shown(&self.param))
+            .field("inner_code", &shown(&self.inner_code))
+            .field("google_status", &shown(&self.google_status))
+            .field("reason", &shown(&self.reason))
+            .field("request_id", &shown(&self.request_id))
             .field("status", &self.status)
             .field("retry_delay", &self.retry_delay)
             .field("daily_quota", &self.daily_quota)
@@ -421,7 +422,13 @@ fn summarize_text(text: &str) -> String {
     format!("non-JSON error body: {c}")
 }
 
+/// `text` on one line, control characters dropped, cut at [`MAX_TEXT`] characters.
+///
+/// Credentials are [redacted](seawall_core::redact) before the cut: a key that the cut would
+/// split keeps too little of its shape to be recognised afterwards (`...desk-proj-AbCd…`), and
+/// its first characters would be shown.
 fn collapse(text: &str) -> String {
+    let text = seawall_core::redact(text);
     let mut out = String::new();
     for word in text.split_whitespace() {
         if out.chars().count() >= MAX_TEXT {
@@ -513,6 +520,62 @@ mod tests {
             br#"{"error":{"message":"Incorrect API key provided: sk-proj-abcdef123456","code":"invalid_api_key"}}"#,
         );
         assert!(!format!("{e:?}").contains("abcdef123456"));
+    }
+
+    #[test]
+    fn debug_redacts_a_key_in_any_field() {
+        let e = ProviderError::parse(
+            br#"{"error":{"message":"m","type":"sk-proj-TypeSecret0123456789ab","param":"sk-proj-ParamSecret0123456789","code":"sk-proj-CodeSecret0123456789ab","innererror":{"code":"sk-proj-InnerSecret012345678"}},"request_id":"sk-proj-IdSecret0123456789abc"}"#,
+        );
+        let shown = format!("{e:?}");
+        for secret in [
+            "TypeSecret",
+            "ParamSecret",
+            "CodeSecret",
+            "InnerSecret",
+            "IdSecret",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert_eq!(e.param(), Some("sk-proj-ParamSecret0123456789"));
+    }
+
+    /// Text that, after `shift` characters of its own, is cut at [`MAX_TEXT`] characters,
+    /// with a key glued to a word (`desk-proj-...`, as a concatenated message leaves one)
+    /// starting `before_cut` characters before the cut.
+    fn key_across_the_cut(shift: usize, before_cut: usize) -> String {
+        let secret = "sk-proj-GluedSecret0123456789abcdefghij";
+        let lead = MAX_TEXT - shift - before_cut - " de".len();
+        format!("{} de{secret} {}", "x".repeat(lead), "tail ".repeat(40))
+    }
+
+    #[test]
+    fn a_key_the_length_limit_would_cut_is_redacted_whole() {
+        for before_cut in [10, 16, 20, 27] {
+            // Plain text, a list of strings joined, and an object's JSON: each cut at 200.
+            let bodies = [
+                key_across_the_cut(0, before_cut).into_bytes(),
+                serde_json::json!({"error": {"message": [key_across_the_cut(0, before_cut), "more"]}})
+                    .to_string()
+                    .into_bytes(),
+                serde_json::json!({"error": {"message": {"msg": key_across_the_cut(r#"{"msg":""#.len(), before_cut)}}})
+                    .to_string()
+                    .into_bytes(),
+            ];
+            for body in bodies {
+                let e = ProviderError::parse(&body);
+                let message = e.message().unwrap_or_default();
+                // Still cut, and at the limit.
+                assert!(message.ends_with('…'), "{message}");
+                assert!(message.chars().count() <= "non-JSON error body: ".len() + MAX_TEXT + 1);
+                assert!(!message.contains("GluedSecre"), "{before_cut}: {message}");
+                let error = seawall_core::LlmError::new(
+                    seawall_core::FailureClass::InvalidRequest,
+                    message,
+                );
+                assert!(!format!("{error} {error:?}").contains("GluedSecre"));
+            }
+        }
     }
 
     #[test]
