@@ -562,8 +562,9 @@ fn secret_shapes() -> String {
         // A bare bearer token, and a Basic credential (base64, written `Basic` as the scheme).
         &*format!(r"(?i:(?-u:\b)bearer)\s+({VALUE_CHAR}+)"),
         r"(?-u:\b)Basic\s+([A-Za-z0-9+/]{8,}={0,2})",
-        // The user and password of a URL: `https://user:pass@host`.
-        r"(?i)(?-u:\b)[a-z][a-z0-9+.-]*://([^\s/?#@]+)@",
+        // The user and password of a URL: `https://user:pass@host`, wherever the scheme
+        // starts (glued to the text before it, `0https://...` is still a URL's credential).
+        r"(?i)[a-z][a-z0-9+.-]*://([^\s/?#@]+)@",
         // Keys recognisable by their shape wherever they appear: OpenAI and Anthropic
         // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Perplexity
         // (`pplx-`), Fireworks (`fw_`), Cerebras (`csk-`), NVIDIA (`nvapi-`), Replicate
@@ -970,6 +971,20 @@ mod tests {
             let text = format!("{prefix} {name}{secret}{suffix}");
             let out = redact(&text);
             proptest::prop_assert!(!out.contains(&secret), "{} -> {}", text, out);
+        }
+
+        #[test]
+        fn redact_removes_a_urls_credentials_glued_to_any_text(
+            prefix in "[ -~]{0,30}",
+            scheme in "(https|http|redis|rediss|postgres)",
+            user in "[A-Za-z0-9._-]{1,12}",
+            password in "[A-Za-z0-9]{12,30}",
+            suffix in "([/ ][ -~]{0,20})?",
+        ) {
+            // The scheme glued to whatever came before it (`0https://`, `_redis://`).
+            let text = format!("{prefix}{scheme}://{user}:{password}@host.example{suffix}");
+            let out = redact(&text);
+            proptest::prop_assert!(!out.contains(&password), "{} -> {}", text, out);
         }
     }
 }
