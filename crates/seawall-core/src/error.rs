@@ -630,15 +630,41 @@ pub fn redact(text: &str) -> Cow<'_, str> {
         let Some(secret) = caps.iter().skip(1).flatten().next() else {
             continue;
         };
-        out.push_str(&text[last..secret.start()]);
-        out.push_str(REDACTED);
-        last = secret.end();
+        // A match inside the span an earlier one extended over is part of it (and each byte
+        // is looked at by `dotted_tail` once: the scan stays linear).
+        if secret.end() <= last {
+            continue;
+        }
+        if secret.start() >= last {
+            out.push_str(&text[last..secret.start()]);
+            out.push_str(REDACTED);
+        }
+        last = dotted_tail(text, secret.end());
     }
     if last == 0 {
         return Cow::Borrowed(text);
     }
     out.push_str(&text[last..]);
     Cow::Owned(out)
+}
+
+/// Where a secret ending at `end` really ends: past the `.segment`s glued to it. Matches do
+/// not overlap, so a shape that matched first can end where another credential's first
+/// part does (`...tsk-eyJhbGciOi...` is taken for a glued `sk-` key up to the JWT's first
+/// dot): the JWT's other parts, its signature among them, go with it.
+fn dotted_tail(text: &str, mut end: usize) -> usize {
+    let b = text.as_bytes();
+    while b.get(end) == Some(&b'.') {
+        let run = b[end + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+            .count();
+        if run == 0 {
+            break;
+        }
+        end += 1 + run;
+    }
+    end
 }
 
 /// A shared name (a model the upstream named, a budget key) with its credentials
@@ -806,6 +832,32 @@ mod tests {
             assert!(!shown.contains(secret), "{secret} leaked in {shown}");
         }
         assert!(shown.contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn a_token_glued_after_another_shape_is_redacted_whole() {
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiPayloadSecret0.c2lnbmF0dXJlSignatureSecret";
+        for text in [
+            format!("task-{jwt} more"),
+            format!("see gsk_abcdefghijklmnopqrstu.{jwt}"),
+            "x AIzaSyAbcdefghijklmnop0123456.PartTwoSecret.PartThreeSecret rest".to_owned(),
+        ] {
+            let out = redact(&text);
+            for secret in [
+                "PayloadSecret",
+                "SignatureSecret",
+                "PartTwoSecret",
+                "PartThreeSecret",
+            ] {
+                assert!(!out.contains(secret), "{text} -> {out}");
+            }
+            assert!(out.contains("[REDACTED]"), "{out}");
+        }
+        // A sentence after a key is not part of it.
+        assert_eq!(
+            redact("key AIzaSyAbcdefghijklmnop0123456. Next sentence."),
+            "key [REDACTED]. Next sentence."
+        );
     }
 
     #[test]
