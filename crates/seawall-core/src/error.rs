@@ -549,8 +549,11 @@ const VALUE_CHAR: &str = r#"[^\s"'\\&,;<>()\[\]{}]"#;
 
 /// The shapes of credentials. Each alternative has exactly one capture group: the secret
 /// itself, so the words around it (`Authorization: Bearer`, `?key=`) stay readable.
-fn secret_shapes() -> String {
-    [
+/// The credential patterns: with `named`, the values that a name or scheme announces
+/// (`api_key=...`, `Bearer ...`, `user:pass@` in a URL) as well as the keys known by their
+/// own shape.
+fn secret_shapes(named: bool) -> String {
+    let named_values = [
         // `name: value`, `name=value`, `"name": "value"` in headers, queries, JSON and env
         // assignments, with an optional auth scheme before the value. The name is one of the
         // words below, alone or as the last part of a `-`/`_` compound (`x-api-key`,
@@ -565,6 +568,8 @@ fn secret_shapes() -> String {
         // The user and password of a URL: `https://user:pass@host`, wherever the scheme
         // starts (glued to the text before it, `0https://...` is still a URL's credential).
         r"(?i)[a-z][a-z0-9+.-]*://([^\s/?#@]+)@",
+    ];
+    let keys = [
         // Keys recognisable by their shape wherever they appear: OpenAI and Anthropic
         // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Perplexity
         // (`pplx-`), Fireworks (`fw_`), Cerebras (`csk-`), NVIDIA (`nvapi-`), Replicate
@@ -585,20 +590,31 @@ fn secret_shapes() -> String {
         r"(AIza[0-9A-Za-z_-]{20,})",
         r"(?-u:\b)(AKIA[0-9A-Z]{16})",
         r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
-    ]
-    .iter()
-    // A group per alternative keeps its flags (`(?i)`) to itself.
-    .map(|shape| format!("(?:{shape})"))
-    .collect::<Vec<_>>()
-    .join("|")
+    ];
+    let named_values: &[&str] = if named { &named_values } else { &[] };
+    named_values
+        .iter()
+        .chain(&keys)
+        // A group per alternative keeps its flags (`(?i)`) to itself.
+        .map(|shape| format!("(?:{shape})"))
+        .collect::<Vec<_>>()
+        .join("|")
 }
 
 fn secrets() -> &'static Regex {
     static SECRETS: LazyLock<Regex> = LazyLock::new(|| {
         // The pattern is a constant of this crate: `secret_patterns_compile` checks it.
-        Regex::new(&secret_shapes()).unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
+        Regex::new(&secret_shapes(true)).unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
     });
     &SECRETS
+}
+
+/// The keys known by their shape alone.
+fn keys() -> &'static Regex {
+    static KEYS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(&secret_shapes(false)).unwrap_or_else(|e| unreachable!("key pattern: {e}"))
+    });
+    &KEYS
 }
 
 /// Replaces credentials in `text` with `[REDACTED]`: API keys of the usual shapes (`sk-...`,
@@ -623,6 +639,28 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     if !secrets.is_match(text) {
         return Cow::Borrowed(text);
     }
+    let Some(mut out) = redact_once(secrets, text) else {
+        return Cow::Borrowed(text);
+    };
+    // Matches do not overlap, so a key inside the text a match began with (in the name of
+    // `x-apiAIza...-key: value`) is only found by a pass over the result, for the keys known
+    // by their shape (a name or scheme left beside the marker, `Bearer [REDACTED]`, is not
+    // a value to hide). The marker has no key's shape, so passes end; a bound keeps the time
+    // linear all the same.
+    for _ in 1..MAX_PASSES {
+        match redact_once(keys(), &out) {
+            Some(again) => out = again,
+            None => break,
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// At most this many passes of [`redact`] over one text.
+const MAX_PASSES: usize = 4;
+
+/// `text` with every match of `secrets` replaced, or `None` when nothing was.
+fn redact_once(secrets: &Regex, text: &str) -> Option<String> {
     let mut out = String::new();
     let mut last = 0;
     for caps in secrets.captures_iter(text) {
@@ -642,10 +680,10 @@ pub fn redact(text: &str) -> Cow<'_, str> {
         last = dotted_tail(text, secret.end());
     }
     if last == 0 {
-        return Cow::Borrowed(text);
+        return None;
     }
     out.push_str(&text[last..]);
-    Cow::Owned(out)
+    Some(out)
 }
 
 /// Where a secret ending at `end` really ends: past the `.segment`s glued to it. Matches do
@@ -861,6 +899,19 @@ mod tests {
     }
 
     #[test]
+    fn a_key_inside_the_name_of_another_match_is_redacted() {
+        // The name rule takes `x-api...-key` whole, the key in it included.
+        for text in [
+            "x-apiAIzaSyNameSecret0123456789abcdefgh-key: value",
+            "my_sk-proj-NameSecret0123456789abcdef_token=value",
+        ] {
+            let out = redact(text);
+            assert!(!out.contains("NameSecret"), "{text} -> {out}");
+            assert!(!out.contains("value"), "{text} -> {out}");
+        }
+    }
+
+    #[test]
     fn redact_leaves_ordinary_text_alone() {
         for s in [
             "Rate limit reached. Please try again in 1.2s",
@@ -914,7 +965,8 @@ mod tests {
 
     #[test]
     fn secret_patterns_compile() {
-        assert!(Regex::new(&secret_shapes()).is_ok());
+        assert!(Regex::new(&secret_shapes(true)).is_ok());
+        assert!(Regex::new(&secret_shapes(false)).is_ok());
     }
 
     #[test]
