@@ -555,15 +555,17 @@ const VALUE_CHAR: &str = r#"[^\s"'\\&,;<>()\[\]{}]"#;
 fn secret_shapes(named: bool) -> String {
     let named_values = [
         // `name: value`, `name=value`, `"name": "value"` in headers, queries, JSON and env
-        // assignments, with an optional auth scheme before the value. The name is one of the
+        // assignments, with auth schemes before the value (none, one, or one twice). The name is one of the
         // words below, alone or as the last part of a `-`/`_` compound (`x-api-key`,
         // `OPENAI_API_KEY`, `client_secret`, `access_token`), so `monkey=` or `max_tokens:`
         // do not match.
         &*format!(
-            r#"(?i)(?-u:\b)(?:[a-z0-9]+[-_])*(?:apikey|key|secret|password|passwd|token|authorization|auth|sig|signature|credentials?)\\?["']?\s*[:=]\s*\\?["']?\s*(?:(?:bearer|basic|token|digest)\s+)?({VALUE_CHAR}+)"#
+            r#"(?i)(?-u:\b)(?:[a-z0-9]+[-_])*(?:apikey|key|secret|password|passwd|token|authorization|auth|sig|signature|credentials?)\\?["']?\s*[:=]\s*\\?["']?\s*(?:(?:bearer|basic|token|digest)\s+)*({VALUE_CHAR}+)"#
         ),
         // A bare bearer token, and a Basic credential (base64, written `Basic` as the scheme).
-        &*format!(r"(?i:(?-u:\b)bearer)\s+({VALUE_CHAR}+)"),
+        // A scheme written twice (`Bearer Bearer sk-...`, a common client mistake that error
+        // messages echo) is still a scheme, not the value.
+        &*format!(r"(?i:(?-u:\b)bearer(?:\s+bearer)*)\s+({VALUE_CHAR}+)"),
         r"(?-u:\b)Basic\s+([A-Za-z0-9+/]{8,}={0,2})",
         // The user and password of a URL: `https://user:pass@host`, wherever the scheme
         // starts (glued to the text before it, `0https://...` is still a URL's credential).
@@ -908,6 +910,18 @@ mod tests {
             let out = redact(text);
             assert!(!out.contains("NameSecret"), "{text} -> {out}");
             assert!(!out.contains("value"), "{text} -> {out}");
+        }
+    }
+
+    #[test]
+    fn a_scheme_written_twice_is_not_taken_for_the_value() {
+        for text in [
+            "Authorization: Bearer Bearer TwiceSecret0123456789",
+            "header was Bearer Bearer TwiceSecret0123456789 (check your client)",
+            "authorization=bearer  BEARER TwiceSecret0123456789",
+        ] {
+            let out = redact(text);
+            assert!(!out.contains("TwiceSecret"), "{text} -> {out}");
         }
     }
 
