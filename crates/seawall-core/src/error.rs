@@ -671,7 +671,7 @@ fn redact_once(secrets: &Regex, text: &str) -> Option<String> {
             continue;
         };
         // A match inside the span an earlier one extended over is part of it (and each byte
-        // is looked at by `dotted_tail` once: the scan stays linear).
+        // is looked at by `glued_tail` once: the scan stays linear).
         if secret.end() <= last {
             continue;
         }
@@ -679,7 +679,7 @@ fn redact_once(secrets: &Regex, text: &str) -> Option<String> {
             out.push_str(&text[last..secret.start()]);
             out.push_str(REDACTED);
         }
-        last = dotted_tail(text, secret.end());
+        last = glued_tail(text, secret.end());
     }
     if last == 0 {
         return None;
@@ -688,13 +688,15 @@ fn redact_once(secrets: &Regex, text: &str) -> Option<String> {
     Some(out)
 }
 
-/// Where a secret ending at `end` really ends: past the `.segment`s glued to it. Matches do
-/// not overlap, so a shape that matched first can end where another credential's first
-/// part does (`...tsk-eyJhbGciOi...` is taken for a glued `sk-` key up to the JWT's first
-/// dot): the JWT's other parts, its signature among them, go with it.
-fn dotted_tail(text: &str, mut end: usize) -> usize {
+/// Where a secret ending at `end` really ends: past the `.part`s and `-part`s glued to it.
+/// Matches do not overlap, and each shape has its own alphabet, so a shape that matched first
+/// can end where another credential glued to it begins: `...tsk-eyJhbGciOi...` is taken for
+/// a glued `sk-` key up to the JWT's first dot, `ghs_...xai-...` for a GitHub token up to the
+/// hyphen of `xai-`. What is glued on goes with it (a word hyphenated to a key too: more is
+/// hidden, never less).
+fn glued_tail(text: &str, mut end: usize) -> usize {
     let b = text.as_bytes();
-    while b.get(end) == Some(&b'.') {
+    while let Some(b'.' | b'-') = b.get(end) {
         let run = b[end + 1..]
             .iter()
             .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
@@ -881,6 +883,7 @@ mod tests {
             format!("task-{jwt} more"),
             format!("see gsk_abcdefghijklmnopqrstu.{jwt}"),
             "x AIzaSyAbcdefghijklmnop0123456.PartTwoSecret.PartThreeSecret rest".to_owned(),
+            "ghs_abcdefghijklmnop_xai-PartTwoSecret0123456789".to_owned(),
         ] {
             let out = redact(&text);
             for secret in [
