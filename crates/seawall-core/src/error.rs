@@ -567,11 +567,12 @@ fn secret_shapes(named: bool) -> String {
         // messages echo) is still a scheme, not the value.
         &*format!(r"(?i:(?-u:\b)bearer(?:\s+bearer)*)\s+({VALUE_CHAR}+)"),
         r"(?-u:\b)Basic\s+([A-Za-z0-9+/]{8,}={0,2})",
-        // The user and password of a URL: `https://user:pass@host`, wherever the scheme
-        // starts (glued to the text before it, `0https://...` is still a URL's credential).
-        r"(?i)[a-z][a-z0-9+.-]*://([^\s/?#@]+)@",
     ];
     let keys = [
+        // The user and password of a URL: `https://user:pass@host`, whatever comes before
+        // the `://` (glued to the text before it, `0https://...`, or taken into an earlier
+        // match, the scheme is no longer a word).
+        r"://([^\s/?#@]+)@",
         // Keys recognisable by their shape wherever they appear: OpenAI and Anthropic
         // (`sk-`, `sk-proj-`, `sk-ant-api03-`), Groq, xAI, Hugging Face, GitHub, Perplexity
         // (`pplx-`), Fireworks (`fw_`), Cerebras (`csk-`), NVIDIA (`nvapi-`), Replicate
@@ -884,6 +885,7 @@ mod tests {
             format!("see gsk_abcdefghijklmnopqrstu.{jwt}"),
             "x AIzaSyAbcdefghijklmnop0123456.PartTwoSecret.PartThreeSecret rest".to_owned(),
             "ghs_abcdefghijklmnop_xai-PartTwoSecret0123456789".to_owned(),
+            "sk_______________https://user:PartTwoSecret@host/v1".to_owned(),
         ] {
             let out = redact(&text);
             for secret in [
