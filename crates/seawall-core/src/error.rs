@@ -623,7 +623,9 @@ fn keys() -> &'static Regex {
 /// Replaces credentials in `text` with `[REDACTED]`: API keys of the usual shapes (`sk-...`,
 /// `AIza...`, JWTs, ...), bearer and Basic credentials, the values of `api-key`, `key`,
 /// `token`, `secret`, `password` and `authorization` in headers, query strings and JSON, and
-/// the user and password of URLs.
+/// the user and password of URLs. A key is found glued to the text before it, with what is
+/// glued after it (`.part`, `-part`), and inside the name of a `name: value` pair (a second
+/// pass over the result looks for the keys known by their shape).
 ///
 /// It runs in time linear in the length of `text` and never panics. Text without a
 /// credential is returned borrowed.
