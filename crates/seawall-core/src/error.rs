@@ -16,8 +16,8 @@
 //! a scanner grows a branch, and an edge case, per shape. The `regex` crate also guarantees
 //! what a scanner has to be proven to do: matching in time linear in the input (it has no
 //! backtracking), and no panic on any input. The patterns are compiled once per process: all
-//! of them in one, which tells in one pass whether a text holds a credential at all (the
-//! common case, no), and each on its own, which finds where. Each shape searched on its own
+//! of them as one set, which tells in one pass which shapes a text holds (the common case:
+//! none), and each on its own, which finds where. Each shape searched on its own
 //! finds its secrets wherever another shape's match began or ended, and keeps the search
 //! linear: one search of all shapes at once stops at matches that do not overlap, and its
 //! rival partial matches can outlive many short matches, each search scanning on to where
@@ -30,7 +30,7 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use http::StatusCode;
-use regex::Regex;
+use regex::{Regex, RegexSet};
 
 use crate::circuit::Circuit;
 use crate::class::FailureClass;
@@ -595,18 +595,15 @@ fn secret_shapes() -> Vec<String> {
         r"(?-u:\b)(AKIA[0-9A-Z]{16})",
         r"(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
     ]
-    .iter()
-    // A group per shape keeps its flags (`(?i)`) to itself when they are joined.
-    .map(|shape| format!("(?:{shape})"))
-    .collect()
+    .map(String::from)
+    .into()
 }
 
-/// All the shapes in one pattern: whether a text holds any credential, in one pass.
-fn secrets() -> &'static Regex {
-    static SECRETS: LazyLock<Regex> = LazyLock::new(|| {
+/// All the shapes at once: which of them a text holds, in one pass.
+fn secrets() -> &'static RegexSet {
+    static SECRETS: LazyLock<RegexSet> = LazyLock::new(|| {
         // The patterns are constants of this crate: `secret_patterns_compile` checks them.
-        Regex::new(&secret_shapes().join("|"))
-            .unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
+        RegexSet::new(secret_shapes()).unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
     });
     &SECRETS
 }
@@ -640,8 +637,9 @@ fn each_shape() -> &'static [Regex] {
 /// assert_eq!(s, r#"{"headers": {"Authorization": "Bearer [REDACTED]"}}"#);
 /// ```
 pub fn redact(text: &str) -> Cow<'_, str> {
-    // The common case, no credential, takes the fast matcher and allocates nothing.
-    if !secrets().is_match(text) {
+    // One pass tells which shapes the text holds; the common case, none, allocates nothing.
+    let found = secrets().matches(text);
+    if !found.matched_any() {
         return Cow::Borrowed(text);
     }
     // Each shape is searched on its own and what they find is hidden together. One search
@@ -649,9 +647,10 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     // inside the text another match began with (in the name of `x-apiAIza...-key: value`)
     // or ended on (`...tsk-eyJ...`); and its rival partial matches can outlive many short
     // ones, each search scanning on to where they end: time quadratic in the text.
-    let mut spans: Vec<(usize, usize)> = each_shape()
+    let shapes = each_shape();
+    let mut spans: Vec<(usize, usize)> = found
         .iter()
-        .flat_map(|shape| shape.captures_iter(text))
+        .flat_map(|i| shapes[i].captures_iter(text))
         .filter_map(|caps| caps.get(1).map(|m| (m.start(), m.end())))
         .collect();
     if spans.is_empty() {
@@ -974,7 +973,7 @@ mod tests {
         for shape in secret_shapes() {
             assert!(Regex::new(&shape).is_ok(), "{shape}");
         }
-        assert!(Regex::new(&secret_shapes().join("|")).is_ok());
+        assert!(RegexSet::new(secret_shapes()).is_ok());
     }
 
     #[test]
