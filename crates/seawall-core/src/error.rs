@@ -16,8 +16,9 @@
 //! a scanner grows a branch, and an edge case, per shape. The `regex` crate also guarantees
 //! what a scanner has to be proven to do: matching in time linear in the input (it has no
 //! backtracking), and no panic on any input. The patterns are compiled once per process: all
-//! of them as one set, which tells in one pass which shapes a text holds (the common case:
-//! none), and each on its own, which finds where. Each shape searched on its own
+//! of them as one, which tells in one pass whether a text holds a credential at all (the
+//! common case: no), as a set, which tells which shapes it holds, and each on its own, which
+//! finds where. Each shape searched on its own
 //! finds its secrets wherever another shape's match began or ended, and keeps the search
 //! linear: one search of all shapes at once stops at matches that do not overlap, and its
 //! rival partial matches can outlive many short matches, each search scanning on to where
@@ -599,10 +600,25 @@ fn secret_shapes() -> Vec<String> {
     .into()
 }
 
-/// All the shapes at once: which of them a text holds, in one pass.
+/// All the shapes as one pattern: whether a text holds any credential, in the one pass the
+/// common case (none) pays for.
+fn any_secret() -> &'static Regex {
+    static ANY: LazyLock<Regex> = LazyLock::new(|| {
+        // The patterns are constants of this crate: `secret_patterns_compile` checks them.
+        let one = secret_shapes()
+            .iter()
+            // A group per shape keeps its flags (`(?i)`) to itself.
+            .map(|shape| format!("(?:{shape})"))
+            .collect::<Vec<_>>()
+            .join("|");
+        Regex::new(&one).unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
+    });
+    &ANY
+}
+
+/// All the shapes as a set: which of them a text holds, in one pass.
 fn secrets() -> &'static RegexSet {
     static SECRETS: LazyLock<RegexSet> = LazyLock::new(|| {
-        // The patterns are constants of this crate: `secret_patterns_compile` checks them.
         RegexSet::new(secret_shapes()).unwrap_or_else(|e| unreachable!("secret pattern: {e}"))
     });
     &SECRETS
@@ -637,11 +653,11 @@ fn each_shape() -> &'static [Regex] {
 /// assert_eq!(s, r#"{"headers": {"Authorization": "Bearer [REDACTED]"}}"#);
 /// ```
 pub fn redact(text: &str) -> Cow<'_, str> {
-    // One pass tells which shapes the text holds; the common case, none, allocates nothing.
-    let found = secrets().matches(text);
-    if !found.matched_any() {
+    // The common case, no credential, takes the fast matcher and allocates nothing.
+    if !any_secret().is_match(text) {
         return Cow::Borrowed(text);
     }
+    let found = secrets().matches(text);
     // Each shape is searched on its own and what they find is hidden together. One search
     // of all the shapes at once finds matches that do not overlap, and would miss a key
     // inside the text another match began with (in the name of `x-apiAIza...-key: value`)
@@ -974,6 +990,7 @@ mod tests {
             assert!(Regex::new(&shape).is_ok(), "{shape}");
         }
         assert!(RegexSet::new(secret_shapes()).is_ok());
+        assert!(any_secret().is_match("sk-proj-abcdefghijklmnop0123"));
     }
 
     #[test]
