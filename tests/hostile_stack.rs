@@ -2,18 +2,25 @@
 //! → budget → breaker → gate → stream → classify) fed hostile input: requests and answers of
 //! the OpenAI and Anthropic wire formats and providers' error bodies, each mutated byte by
 //! byte (JSON's own characters, broken UTF-8, escapes, splices of other bodies), odd values
-//! in the response headers the layers read (rate limits, retry hints, ids), answers cut
-//! into frames at random places, bodies whose size hint lies or whose end comes early or never,
-//! callers that stop reading, read as hyper does (stopping at `is_end_stream`) or drop the call
-//! midway. For every such call:
+//! in the request headers (timeouts, priority, cache control) and response headers (rate
+//! limits, retry hints, ids) the layers read, answers cut into frames at random places and
+//! late, bodies whose size hint lies or whose end comes early or never, and one to four
+//! callers at once (often with the same request, so they share a flight) that stop reading,
+//! read as hyper does (stopping at `is_end_stream`) or drop the call midway. The gate has one
+//! or two permits, and rates, sizing from the upstream's headers or priority lanes, or none.
+//! For every such case:
 //!
 //! - nothing panics, and every call and body ends (on paused time: within an hour);
 //! - every body's size hint keeps its lower bound at or below its upper one, as `http-body`
 //!   asserts;
 //! - no error, error source or call record shows a credential, even a key the upstream's
-//!   message glued to the text before it, or one in a header or a model name.
+//!   message glued to the text before it, or one in a header or a model name;
+//! - nothing is lost: each call leaves exactly one record, however it ended; no budget
+//!   reservation outlives its call; and once the upstream is healthy again a plain call
+//!   succeeds (no gate permit, breaker probe or cache flight was left held).
 //!
-//! Each proptest case is one call from a seed; a failure names the seed that makes it again.
+//! Each proptest case is one set of calls from a seed; a failure names the seed that makes
+//! it again.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -214,6 +221,18 @@ impl Hostile {
             polled: 0,
         }
     }
+
+    /// `body` in one frame, ending as it says, of the size it says.
+    fn clean(body: &'static [u8]) -> Self {
+        Hostile {
+            frames: VecDeque::from([Ok(Frame::data(Bytes::from_static(body)))]),
+            hint: 1,
+            end: 0,
+            pend: false,
+            pended: false,
+            polled: 0,
+        }
+    }
 }
 
 impl Body for Hostile {
@@ -296,21 +315,108 @@ fn assert_shows_no_key(e: &LlmError) {
     }
 }
 
-/// One call through a fresh stack, every choice drawn from `seed`.
-async fn one_call(seed: u64) {
-    let mut r = Draws::new(seed);
-    let template = r.pick(REQUESTS).as_bytes();
-    let body = if r.below(6) == 0 {
-        let other = r.pick(REQUESTS).as_bytes();
-        mutate(&mut r, template, other)
-    } else {
-        template.to_vec()
-    };
-    let anthropic = r.below(3) == 0;
+/// Request headers the layers read (a caller's timeout, priority, cache control, credentials),
+/// and values for them: durations of every form, odd numbers, a key.
+const REQUEST_HEADER_NAMES: &[&str] = &[
+    "x-seawall-timeout",
+    "x-stainless-timeout",
+    "grpc-timeout",
+    "x-seawall-priority",
+    "cache-control",
+    "idempotency-key",
+    "x-api-key",
+    "api-key",
+    "anthropic-beta",
+    "x-request-id",
+];
+const REQUEST_HEADER_VALUES: &[&str] = &[
+    "interactive",
+    "batch",
+    "no-cache",
+    "no-store",
+    "max-age=0, no-cache",
+    "1S",
+    "99999999H",
+    "0.001",
+    "1e9",
+    "30",
+    "2.5",
+    "-3",
+    "NaN",
+    "18446744073709551616",
+    "",
+    "sk-proj-REQHEADERkey0123456789abcdefghij",
+];
 
-    // The upstream's next answers, in order (then a clean one, if a call asks for more).
+/// Up to four headers of `names`, each with one of `values`, mutated or not.
+fn drawn_headers(
+    r: &mut Draws,
+    names: &[&'static str],
+    values: &[&str],
+) -> Vec<(&'static str, Vec<u8>)> {
+    (0..r.below(5))
+        .map(|_| {
+            let value = r.pick(values).as_bytes();
+            let value = if r.below(3) == 0 {
+                let other = r.pick(values).as_bytes();
+                mutate(r, value, other)
+            } else {
+                value.to_vec()
+            };
+            (*r.pick(names), value)
+        })
+        .collect()
+}
+
+/// One caller's call: its request, when it starts, and how it reads the answer.
+struct Plan {
+    headers: Vec<(&'static str, Vec<u8>)>,
+    body: Vec<u8>,
+    anthropic: bool,
+    /// The caller gives up after this many ms, if at all: the call is dropped wherever it is.
+    patience: Option<u64>,
+    /// Started this many ms after the first.
+    start: u64,
+    /// Frames read before the caller stops reading and drops the body.
+    stop_after: usize,
+    /// Reads as hyper does, stopping at `is_end_stream`.
+    as_hyper: bool,
+}
+
+/// One to four calls at once through a fresh stack (the same request or not), every choice
+/// drawn from `seed`; then, with the upstream healthy, plain calls until one succeeds.
+async fn calls(seed: u64) {
+    let mut r = Draws::new(seed);
+    let callers = 1 + r.below(4);
+    let mut plans = Vec::new();
+    let shared_body = r.pick(REQUESTS).as_bytes().to_vec();
+    for _ in 0..callers {
+        let body = match r.below(4) {
+            0 => {
+                let template = r.pick(REQUESTS).as_bytes();
+                let other = r.pick(REQUESTS).as_bytes();
+                mutate(&mut r, template, other)
+            }
+            1 => r.pick(REQUESTS).as_bytes().to_vec(),
+            _ => shared_body.clone(),
+        };
+        plans.push(Plan {
+            headers: drawn_headers(&mut r, REQUEST_HEADER_NAMES, REQUEST_HEADER_VALUES),
+            body,
+            anthropic: r.below(3) == 0,
+            patience: (r.below(4) == 0).then(|| r.below(5000) as u64),
+            start: r.below(3) as u64 * r.below(2000) as u64,
+            stop_after: if r.below(8) == 0 {
+                r.below(4)
+            } else {
+                usize::MAX
+            },
+            as_hyper: r.below(2) == 0,
+        });
+    }
+
     let mut answers = VecDeque::new();
-    for _ in 0..6 {
+    for _ in 0..1 + r.below(12) {
         let (content_type, answer) = *r.pick(ANSWERS);
         let answer = if r.below(3) == 0 {
             answer.as_bytes().to_vec()
@@ -320,32 +426,22 @@ async fn one_call(seed: u64) {
         };
         let status = *r.pick(&[200u16, 200, 200, 429, 400, 500, 529, 503, 413, 401]);
         let content_type = if r.below(20) == 0 { "" } else { content_type };
-        let mut headers = Vec::new();
-        for _ in 0..r.below(5) {
-            let value = r.pick(HEADER_VALUES).as_bytes();
-            let value = if r.below(3) == 0 {
-                let other = r.pick(HEADER_VALUES).as_bytes();
-                mutate(&mut r, value, other)
-            } else {
-                value.to_vec()
-            };
-            headers.push((*r.pick(HEADER_NAMES), value));
-        }
+        let headers = drawn_headers(&mut r, HEADER_NAMES, HEADER_VALUES);
+        let delay = r.below(3) as u64 * r.below(3000) as u64;
         let body = Hostile::new(&mut r, &answer);
-        answers.push_back((status, content_type, headers, body));
+        answers.push_back((status, content_type, headers, body, delay));
     }
     let answers = Arc::new(Mutex::new(answers));
     let upstream = tower::service_fn(move |_: http::Request<Bytes>| {
         let next = answers.lock().unwrap().pop_front();
         async move {
-            let (status, content_type, headers, body) = next.unwrap_or_else(|| {
-                let mut r = Draws::new(0);
-                let body = Hostile::new(&mut r, ANSWERS[0].1.as_bytes());
-                (200, ANSWERS[0].0, Vec::new(), body)
+            let (status, content_type, headers, body, delay) = next.unwrap_or_else(|| {
+                let body = Hostile::clean(ANSWERS[0].1.as_bytes());
+                (200, ANSWERS[0].0, Vec::new(), body, 0)
             });
+            tokio::time::sleep(Duration::from_millis(delay)).await;
             let mut resp = http::Response::builder().status(status);
             for (name, value) in headers {
-                // A value no header may hold (a control byte) is not sent.
                 if let Ok(value) = http::HeaderValue::from_bytes(&value) {
                     resp = resp.header(name, value);
                 }
@@ -366,6 +462,35 @@ async fn one_call(seed: u64) {
     .missing_max_output(MissingMaxOutput::Default(1024))
     .build()
     .unwrap();
+    let budget_view = budget.clone();
+    let mut gate = ConcurrencyGateLayer::builder()
+        .limit(1 + r.below(2))
+        .max_wait(Duration::from_secs(10 * 3600));
+    let extras = r.below(8);
+    if extras & 1 != 0 {
+        gate = gate.rates(
+            seawall::gate::Rates::new()
+                .requests_per_minute(60)
+                .tokens_per_minute(100_000),
+        );
+    }
+    if extras & 2 != 0 {
+        gate = gate.autosize(
+            seawall::gate::AutoSize::new()
+                .with_min_limit(1)
+                .with_max_limit(4),
+        );
+    }
+    if extras & 4 != 0 {
+        gate = gate.lane(
+            seawall::gate::Priority::Batch,
+            seawall::gate::LaneShare {
+                permits: 0.5,
+                rate: 0.5,
+            },
+        );
+    }
+    let gate = gate.build().unwrap();
     let windows =
         ContextWindows::new().with("gpt-4o", ModelLimits::new(128_000).with_max_output(16_384));
     let client = ServiceBuilder::new()
@@ -390,80 +515,139 @@ async fn one_call(seed: u64) {
         .layer(BackoffRetryLayer::new())
         .layer(budget)
         .layer(CircuitBreakerLayer::new())
-        .layer(ConcurrencyGateLayer::new(4))
+        .layer(gate)
         .layer(StreamTimeoutLayer::new())
         .layer(ClassifyLayer::default())
         .service(upstream);
 
-    let uri = if anthropic {
-        "https://api.anthropic.com/v1/messages"
-    } else {
-        "https://api.openai.com/v1/chat/completions"
-    };
-    let req = http::Request::post(uri)
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {CALLER_KEY}"))
-        .header("anthropic-version", "2023-06-01")
-        .body(Bytes::from(body))
-        .unwrap();
-
     let hour = Duration::from_secs(3600);
-    if r.below(10) == 0 {
-        // The caller gives up midway: the call is dropped wherever it is.
-        let patience = Duration::from_millis(r.below(3000) as u64);
-        let _ = tokio::time::timeout(patience, client.oneshot(req)).await;
-    } else {
-        match tokio::time::timeout(hour, client.oneshot(req)).await {
-            Err(_) => panic!("the call did not end within an hour"),
-            Ok(Err(e)) => assert_shows_no_key(&e),
-            Ok(Ok(resp)) => {
-                let mut body = resp.into_body();
-                let stop_after = if r.below(8) == 0 {
-                    r.below(4)
-                } else {
-                    usize::MAX
-                };
-                let as_hyper = r.below(2) == 0;
-                let mut read = 0;
-                loop {
-                    let hint = body.size_hint();
-                    assert!(
-                        hint.upper().is_none_or(|upper| upper >= hint.lower()),
-                        "a size hint out of order: {hint:?}"
-                    );
-                    if (as_hyper && body.is_end_stream()) || read >= stop_after {
-                        break;
-                    }
-                    match tokio::time::timeout(hour, body.frame()).await {
-                        Err(_) => panic!("the body did not end within an hour"),
-                        Ok(None) => break,
-                        Ok(Some(Ok(_))) => read += 1,
-                        Ok(Some(Err(e))) => {
-                            assert_shows_no_key(&e);
-                            break;
+    let mut tasks = tokio::task::JoinSet::new();
+    for plan in plans {
+        let client = client.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(plan.start)).await;
+            let uri = if plan.anthropic {
+                "https://api.anthropic.com/v1/messages"
+            } else {
+                "https://api.openai.com/v1/chat/completions"
+            };
+            let mut req = http::Request::post(uri)
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {CALLER_KEY}"))
+                .header("anthropic-version", "2023-06-01");
+            for (name, value) in &plan.headers {
+                if let Ok(value) = http::HeaderValue::from_bytes(value) {
+                    req = req.header(*name, value);
+                }
+            }
+            let req = req.body(Bytes::from(plan.body)).unwrap();
+            let whole = async move {
+                match tokio::time::timeout(hour, client.oneshot(req)).await {
+                    Err(_) => panic!("the call did not end within an hour"),
+                    Ok(Err(e)) => assert_shows_no_key(&e),
+                    Ok(Ok(resp)) => {
+                        let mut body = resp.into_body();
+                        let mut read = 0;
+                        loop {
+                            let hint = body.size_hint();
+                            assert!(
+                                hint.upper().is_none_or(|upper| upper >= hint.lower()),
+                                "a size hint out of order: {hint:?}"
+                            );
+                            if (plan.as_hyper && body.is_end_stream()) || read >= plan.stop_after {
+                                break;
+                            }
+                            match tokio::time::timeout(hour, body.frame()).await {
+                                Err(_) => panic!("the body did not end within an hour"),
+                                Ok(None) => break,
+                                Ok(Some(Ok(_))) => read += 1,
+                                Ok(Some(Err(e))) => {
+                                    assert_shows_no_key(&e);
+                                    break;
+                                }
+                            }
                         }
                     }
                 }
+            };
+            match plan.patience {
+                Some(ms) => {
+                    let _ = tokio::time::timeout(Duration::from_millis(ms), whole).await;
+                }
+                None => whole.await,
             }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done {
+            std::panic::resume_unwind(e.into_panic());
         }
     }
-    for record in records.lock().unwrap().iter() {
+    let records = std::mem::take(&mut *records.lock().unwrap());
+    assert_eq!(records.len(), callers, "not one record a call");
+    for record in &records {
         let shown = format!("{record:?}");
         assert!(!shows_a_key(&shown), "a key in a call record: {shown}");
     }
+    let spend = budget_view.spend("total", None).unwrap();
+    assert_eq!(
+        spend.reserved,
+        Usd::ZERO,
+        "a reservation outlived its call: {spend:?}"
+    );
+
+    // Ten minutes later (an open circuit has half-opened), with the upstream healthy once the
+    // hostile answers left are spent, a plain call succeeds within a few tries. A permit,
+    // probe or flight left held would keep it waiting past the two hours allowed.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let mut last = String::new();
+    for attempt in 0..20 {
+        let req = http::Request::post("https://api.openai.com/v1/chat/completions")
+            .header("content-type", "application/json")
+            .body(Bytes::from(format!(
+                r#"{{"model":"gpt-4o","max_tokens":8,"messages":[{{"role":"user","content":"again {attempt}"}}]}}"#
+            )))
+            .unwrap();
+        match tokio::time::timeout(2 * hour, client.clone().oneshot(req)).await {
+            Err(_) => panic!("a later call did not end: something was left held"),
+            Ok(Err(e)) => last = e.to_string(),
+            Ok(Ok(resp)) => {
+                let status = resp.status();
+                let body = tokio::time::timeout(2 * hour, resp.into_body().collect())
+                    .await
+                    .expect("a later body hung");
+                if status.is_success() && body.is_ok() {
+                    last.clear();
+                    break;
+                }
+                last = format!(
+                    "status {status}, body {:?}",
+                    body.map(|b| b.to_bytes()).err()
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    }
+    assert!(last.is_empty(), "the stack did not recover: {last}");
+    let spend = budget_view.spend("total", None).unwrap();
+    assert_eq!(
+        spend.reserved,
+        Usd::ZERO,
+        "a reservation outlived the later calls: {spend:?}"
+    );
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn hostile_requests_answers_and_bodies_never_panic_hang_or_show_a_key(seed in any::<u64>()) {
+    fn hostile_requests_answers_and_bodies_never_panic_hang_show_a_key_or_lose_anything(seed in any::<u64>()) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .unwrap();
-        rt.block_on(one_call(seed));
+        rt.block_on(calls(seed));
     }
 }
 
