@@ -581,7 +581,10 @@ fn generic_name_class(name: &str) -> Option<FailureClass> {
 ///
 /// Unknown 4xx: `InvalidRequest`; unknown 5xx (and nonsense codes of 600 and above):
 /// `ServerError`; unexpected 1xx/2xx/3xx (redirects are not followed, so the base URL is
-/// wrong): `InvalidRequest`.
+/// wrong): `InvalidRequest`. 424 (Failed Dependency) is the exception among the 4xx: the
+/// request was fine and what it depended on failed. Amazon Bedrock answers it when the model
+/// itself failed (`ModelErrorException`) or its stream broke (`ModelStreamErrorException`,
+/// documented as "Retry your request"), so it is a `ServerError`.
 pub fn class_of_status(status: u16) -> FailureClass {
     use FailureClass::*;
     match status {
@@ -592,6 +595,7 @@ pub fn class_of_status(status: u16) -> FailureClass {
         408 => RequestTimeout,
         409 => Conflict,
         413 => ContextLengthExceeded,
+        424 => ServerError,
         429 => RateLimited,
         503 | 529 => Overloaded,
         504 | 524 => UpstreamTimeout,
@@ -722,6 +726,9 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
             } else if s.overloaded {
                 // An odd status whose words say the provider is at capacity (Groq's 498).
                 Overloaded
+            } else if status == 424 {
+                // What the request depended on failed (Bedrock's model): see `class_of_status`.
+                ServerError
             } else {
                 s.generic.unwrap_or(InvalidRequest)
             }

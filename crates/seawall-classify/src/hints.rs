@@ -494,7 +494,12 @@ mod tests {
 
     #[test]
     fn request_id_headers() {
-        for name in ["x-request-id", "request-id", "apim-request-id"] {
+        for name in [
+            "x-request-id",
+            "request-id",
+            "apim-request-id",
+            "x-amzn-requestid",
+        ] {
             assert_eq!(
                 request_id(&headers(&[(name, " abc ")])),
                 Some("abc"),

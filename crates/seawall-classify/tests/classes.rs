@@ -477,6 +477,13 @@ fn provider_words_rows() -> Vec<(u16, String, FailureClass, &'static str)> {
         (498, openai("Flex Tier Capacity Exceeded", "", ""), Overloaded, ""),
         // A rate limit whose words mention an overload is still the rate limit its code names.
         (429, openai("Rate limit reached: the servers are overloaded with your requests.", "requests", "rate_limit_exceeded"), RateLimited, "rate_limit_exceeded"),
+        // Amazon Bedrock's `{"message": ...}`: its model failing (424, "Retry your request"
+        // for a broken stream) is the server's failure, not a bad request.
+        (424, r#"{"message":"Received error from model"}"#.to_owned(), ServerError, ""),
+        (424, r#"{"message":"An error occurred while streaming the response. Retry your request."}"#.to_owned(), ServerError, ""),
+        (429, r#"{"message":"Too many requests, please wait before trying again."}"#.to_owned(), RateLimited, ""),
+        (503, r#"{"message":"Model is getting throttled. Try your request again."}"#.to_owned(), Overloaded, ""),
+        (400, r#"{"message":"Input is too long for requested model."}"#.to_owned(), ContextLengthExceeded, ""),
     ]
 }
 

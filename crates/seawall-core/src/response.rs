@@ -105,11 +105,13 @@ pub fn header<'a>(
 }
 
 /// The headers that carry the upstream's id of a response, in the order they are read:
-/// OpenAI's `x-request-id`, Anthropic's `request-id`, Azure's `apim-request-id`.
-pub const REQUEST_ID_HEADERS: [http::HeaderName; 3] = [
+/// OpenAI's `x-request-id`, Anthropic's `request-id`, Azure's `apim-request-id`, Amazon
+/// Bedrock's `x-amzn-requestid`.
+pub const REQUEST_ID_HEADERS: [http::HeaderName; 4] = [
     http::HeaderName::from_static("x-request-id"),
     http::HeaderName::from_static("request-id"),
     http::HeaderName::from_static("apim-request-id"),
+    http::HeaderName::from_static("x-amzn-requestid"),
 ];
 
 /// The upstream's id of a response (the first of [`REQUEST_ID_HEADERS`] it has), trimmed, as
