@@ -19,10 +19,15 @@
 //!   reservation outlives its call; and once the upstream is healthy again a plain call
 //!   succeeds (no gate permit, breaker probe or cache flight was left held).
 //!
+//! Users stack only what they need, in their own order, so the same cases also run through
+//! three other orders (the budget outside retry, the gate and breaker outermost, retry
+//! outermost) with the same checks but the record's (observe inside retry records attempts).
+//!
 //! Each proptest case is one set of calls from a seed; a failure names the seed that makes
 //! it again.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -39,7 +44,7 @@ use seawall::cache::{CacheLayer, MemoryStore};
 use seawall::classify::ClassifyLayer;
 use seawall::continuation::ContinueLayer;
 use seawall::fallback::{FallbackLayer, Target, box_response};
-use seawall::gate::ConcurrencyGateLayer;
+use seawall::gate::{AutoSize, ConcurrencyGateLayer, LaneShare, Priority, Rates};
 use seawall::guard::{ContextGuardLayer, ContextWindows, ModelLimits};
 use seawall::observe::{CallRecord, ObserveLayer};
 use seawall::repair::{Answer, RepairLayer};
@@ -383,58 +388,43 @@ struct Plan {
     as_hyper: bool,
 }
 
-/// One to four calls at once through a fresh stack (the same request or not), every choice
-/// drawn from `seed`; then, with the upstream healthy, plain calls until one succeeds.
-async fn calls(seed: u64) {
-    let mut r = Draws::new(seed);
-    let callers = 1 + r.below(4);
-    let mut plans = Vec::new();
-    let shared_body = r.pick(REQUESTS).as_bytes().to_vec();
-    for _ in 0..callers {
-        let body = match r.below(4) {
-            0 => {
-                let template = r.pick(REQUESTS).as_bytes();
-                let other = r.pick(REQUESTS).as_bytes();
-                mutate(&mut r, template, other)
-            }
-            1 => r.pick(REQUESTS).as_bytes().to_vec(),
-            _ => shared_body.clone(),
-        };
-        plans.push(Plan {
-            headers: drawn_headers(&mut r, REQUEST_HEADER_NAMES, REQUEST_HEADER_VALUES),
-            body,
-            anthropic: r.below(3) == 0,
-            patience: (r.below(4) == 0).then(|| r.below(5000) as u64),
-            start: r.below(3) as u64 * r.below(2000) as u64,
-            stop_after: if r.below(8) == 0 {
-                r.below(4)
-            } else {
-                usize::MAX
-            },
-            as_hyper: r.below(2) == 0,
-        });
+/// What a case is drawn to be: its callers, the upstream's answers (hostile, then healthy),
+/// and the layers whose settings vary.
+struct Case {
+    plans: Vec<Plan>,
+    upstream: Upstream,
+    budget: CostBudgetLayer,
+    gate: ConcurrencyGateLayer,
+    records: Records,
+    observe: ObserveLayer,
+}
+
+type Records = Arc<Mutex<Vec<CallRecord>>>;
+
+/// The upstream: its next answers, drawn, then clean ones.
+type Answers = VecDeque<(
+    u16,
+    &'static str,
+    Vec<(&'static str, Vec<u8>)>,
+    Hostile,
+    u64,
+)>;
+
+#[derive(Clone)]
+struct Upstream(Arc<Mutex<Answers>>);
+
+impl tower::Service<http::Request<Bytes>> for Upstream {
+    type Response = http::Response<Hostile>;
+    type Error = LlmError;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<Hostile>, LlmError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), LlmError>> {
+        Poll::Ready(Ok(()))
     }
 
-    let mut answers = VecDeque::new();
-    for _ in 0..1 + r.below(12) {
-        let (content_type, answer) = *r.pick(ANSWERS);
-        let answer = if r.below(3) == 0 {
-            answer.as_bytes().to_vec()
-        } else {
-            let other = r.pick(ANSWERS).1.as_bytes();
-            mutate(&mut r, answer.as_bytes(), other)
-        };
-        let status = *r.pick(&[200u16, 200, 200, 429, 400, 500, 529, 503, 413, 401]);
-        let content_type = if r.below(20) == 0 { "" } else { content_type };
-        let headers = drawn_headers(&mut r, HEADER_NAMES, HEADER_VALUES);
-        let delay = r.below(3) as u64 * r.below(3000) as u64;
-        let body = Hostile::new(&mut r, &answer);
-        answers.push_back((status, content_type, headers, body, delay));
-    }
-    let answers = Arc::new(Mutex::new(answers));
-    let upstream = tower::service_fn(move |_: http::Request<Bytes>| {
-        let next = answers.lock().unwrap().pop_front();
-        async move {
+    fn call(&mut self, _: http::Request<Bytes>) -> Self::Future {
+        let next = self.0.lock().unwrap().pop_front();
+        Box::pin(async move {
             let (status, content_type, headers, body, delay) = next.unwrap_or_else(|| {
                 let body = Hostile::clean(ANSWERS[0].1.as_bytes());
                 (200, ANSWERS[0].0, Vec::new(), body, 0)
@@ -442,6 +432,7 @@ async fn calls(seed: u64) {
             tokio::time::sleep(Duration::from_millis(delay)).await;
             let mut resp = http::Response::builder().status(status);
             for (name, value) in headers {
+                // A value no header may hold (a control byte) is not sent.
                 if let Ok(value) = http::HeaderValue::from_bytes(&value) {
                     resp = resp.header(name, value);
                 }
@@ -449,77 +440,131 @@ async fn calls(seed: u64) {
             if !content_type.is_empty() {
                 resp = resp.header("content-type", content_type);
             }
-            Ok::<_, LlmError>(resp.body(body).unwrap())
-        }
-    });
+            Ok(resp.body(body).unwrap())
+        })
+    }
+}
 
-    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
-    let sink = records.clone();
-    let budget = CostBudgetLayer::builder(
-        PriceTable::new().with_default(Price::per_million_f64(2.5, 10.0).unwrap()),
-    )
-    .budget(Budget::total("total", Usd::from_dollars(1_000)))
-    .missing_max_output(MissingMaxOutput::Default(1024))
-    .build()
-    .unwrap();
-    let budget_view = budget.clone();
-    let mut gate = ConcurrencyGateLayer::builder()
-        .limit(1 + r.below(2))
-        .max_wait(Duration::from_secs(10 * 3600));
-    let extras = r.below(8);
-    if extras & 1 != 0 {
-        gate = gate.rates(
-            seawall::gate::Rates::new()
-                .requests_per_minute(60)
-                .tokens_per_minute(100_000),
-        );
-    }
-    if extras & 2 != 0 {
-        gate = gate.autosize(
-            seawall::gate::AutoSize::new()
-                .with_min_limit(1)
-                .with_max_limit(4),
-        );
-    }
-    if extras & 4 != 0 {
-        gate = gate.lane(
-            seawall::gate::Priority::Batch,
-            seawall::gate::LaneShare {
-                permits: 0.5,
-                rate: 0.5,
-            },
-        );
-    }
-    let gate = gate.build().unwrap();
-    let windows =
-        ContextWindows::new().with("gpt-4o", ModelLimits::new(128_000).with_max_output(16_384));
-    let client = ServiceBuilder::new()
-        .layer(
-            ObserveLayer::builder()
+impl Case {
+    fn draw(r: &mut Draws) -> Self {
+        let mut plans = Vec::new();
+        let shared_body = r.pick(REQUESTS).as_bytes().to_vec();
+        for _ in 0..1 + r.below(4) {
+            let body = match r.below(4) {
+                0 => {
+                    let template = r.pick(REQUESTS).as_bytes();
+                    let other = r.pick(REQUESTS).as_bytes();
+                    mutate(r, template, other)
+                }
+                1 => r.pick(REQUESTS).as_bytes().to_vec(),
+                _ => shared_body.clone(),
+            };
+            plans.push(Plan {
+                headers: drawn_headers(r, REQUEST_HEADER_NAMES, REQUEST_HEADER_VALUES),
+                body,
+                anthropic: r.below(3) == 0,
+                patience: (r.below(4) == 0).then(|| r.below(5000) as u64),
+                start: r.below(3) as u64 * r.below(2000) as u64,
+                stop_after: if r.below(8) == 0 {
+                    r.below(4)
+                } else {
+                    usize::MAX
+                },
+                as_hyper: r.below(2) == 0,
+            });
+        }
+
+        let mut answers = VecDeque::new();
+        for _ in 0..1 + r.below(12) {
+            let (content_type, answer) = *r.pick(ANSWERS);
+            let answer = if r.below(3) == 0 {
+                answer.as_bytes().to_vec()
+            } else {
+                let other = r.pick(ANSWERS).1.as_bytes();
+                mutate(r, answer.as_bytes(), other)
+            };
+            let status = *r.pick(&[200u16, 200, 200, 429, 400, 500, 529, 503, 413, 401]);
+            let content_type = if r.below(20) == 0 { "" } else { content_type };
+            let headers = drawn_headers(r, HEADER_NAMES, HEADER_VALUES);
+            let delay = r.below(3) as u64 * r.below(3000) as u64;
+            let body = Hostile::new(r, &answer);
+            answers.push_back((status, content_type, headers, body, delay));
+        }
+
+        let budget = CostBudgetLayer::builder(
+            PriceTable::new().with_default(Price::per_million_f64(2.5, 10.0).unwrap()),
+        )
+        .budget(Budget::total("total", Usd::from_dollars(1_000)))
+        .missing_max_output(MissingMaxOutput::Default(1024))
+        .build()
+        .unwrap();
+        // One or two permits, waits longer than the checks allow: a permit never given back
+        // shows as a call that does not end.
+        let mut gate = ConcurrencyGateLayer::builder()
+            .limit(1 + r.below(2))
+            .max_wait(Duration::from_secs(10 * 3600));
+        let extras = r.below(8);
+        if extras & 1 != 0 {
+            gate = gate.rates(
+                Rates::new()
+                    .requests_per_minute(60)
+                    .tokens_per_minute(100_000),
+            );
+        }
+        if extras & 2 != 0 {
+            gate = gate.autosize(AutoSize::new().with_min_limit(1).with_max_limit(4));
+        }
+        if extras & 4 != 0 {
+            gate = gate.lane(
+                Priority::Batch,
+                LaneShare {
+                    permits: 0.5,
+                    rate: 0.5,
+                },
+            );
+        }
+        let records = Records::default();
+        let sink = records.clone();
+        Case {
+            plans,
+            upstream: Upstream(Arc::new(Mutex::new(answers))),
+            budget,
+            gate: gate.build().unwrap(),
+            observe: ObserveLayer::builder()
                 .recorder(move |record: &CallRecord| sink.lock().unwrap().push(record.clone()))
                 .build()
                 .unwrap(),
-        )
-        .layer(CacheLayer::new(MemoryStore::new()))
-        .layer(ContinueLayer::new())
-        .layer(RepairLayer::new(|answer: &Answer<'_>| {
-            if answer.text().len() % 7 == 0 {
-                Err("a length of a multiple of 7".to_owned())
-            } else {
-                Ok(())
-            }
-        }))
-        .layer(FallbackLayer::new([Target::model("gpt-4o-mini")]))
-        .map_response(box_response)
-        .layer(ContextGuardLayer::new(windows))
-        .layer(BackoffRetryLayer::new())
-        .layer(budget)
-        .layer(CircuitBreakerLayer::new())
-        .layer(gate)
-        .layer(StreamTimeoutLayer::new())
-        .layer(ClassifyLayer::default())
-        .service(upstream);
+            records,
+        }
+    }
+}
 
+/// A repair whose check fails answers of a length divisible by 7.
+fn repair() -> RepairLayer {
+    RepairLayer::new(|answer: &Answer<'_>| {
+        if answer.text().len() % 7 == 0 {
+            Err("a length of a multiple of 7".to_owned())
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Runs the case's callers at once through `client`, each reading its answer as its plan says
+/// (and asserting nothing panics, hangs or shows a key), then `after_calls`; then, ten minutes
+/// later (an open circuit has half-opened) and with the upstream healthy once the hostile
+/// answers left are spent, plain calls until one succeeds, which must happen within a few
+/// tries. A permit, probe or flight left held would keep it waiting past the two hours
+/// allowed.
+async fn drive<S, B>(client: S, plans: Vec<Plan>, after_calls: impl FnOnce())
+where
+    S: tower::Service<http::Request<Bytes>, Response = http::Response<B>, Error = LlmError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: Body<Data = Bytes, Error = LlmError> + Send + 'static,
+{
     let hour = Duration::from_secs(3600);
     let mut tasks = tokio::task::JoinSet::new();
     for plan in plans {
@@ -546,7 +591,7 @@ async fn calls(seed: u64) {
                     Err(_) => panic!("the call did not end within an hour"),
                     Ok(Err(e)) => assert_shows_no_key(&e),
                     Ok(Ok(resp)) => {
-                        let mut body = resp.into_body();
+                        let mut body = Box::pin(resp.into_body());
                         let mut read = 0;
                         loop {
                             let hint = body.size_hint();
@@ -557,7 +602,7 @@ async fn calls(seed: u64) {
                             if (plan.as_hyper && body.is_end_stream()) || read >= plan.stop_after {
                                 break;
                             }
-                            match tokio::time::timeout(hour, body.frame()).await {
+                            match tokio::time::timeout(hour, body.as_mut().frame()).await {
                                 Err(_) => panic!("the body did not end within an hour"),
                                 Ok(None) => break,
                                 Ok(Some(Ok(_))) => read += 1,
@@ -583,22 +628,8 @@ async fn calls(seed: u64) {
             std::panic::resume_unwind(e.into_panic());
         }
     }
-    let records = std::mem::take(&mut *records.lock().unwrap());
-    assert_eq!(records.len(), callers, "not one record a call");
-    for record in &records {
-        let shown = format!("{record:?}");
-        assert!(!shows_a_key(&shown), "a key in a call record: {shown}");
-    }
-    let spend = budget_view.spend("total", None).unwrap();
-    assert_eq!(
-        spend.reserved,
-        Usd::ZERO,
-        "a reservation outlived its call: {spend:?}"
-    );
+    after_calls();
 
-    // Ten minutes later (an open circuit has half-opened), with the upstream healthy once the
-    // hostile answers left are spent, a plain call succeeds within a few tries. A permit,
-    // probe or flight left held would keep it waiting past the two hours allowed.
     tokio::time::sleep(Duration::from_secs(600)).await;
     let mut last = String::new();
     for attempt in 0..20 {
@@ -629,12 +660,126 @@ async fn calls(seed: u64) {
         tokio::time::sleep(Duration::from_secs(120)).await;
     }
     assert!(last.is_empty(), "the stack did not recover: {last}");
-    let spend = budget_view.spend("total", None).unwrap();
+}
+
+/// Each call leaves exactly one record, however it ended, and none shows a key.
+fn one_record_a_call(records: &Records, calls: usize) {
+    let records = std::mem::take(&mut *records.lock().unwrap());
+    assert_eq!(records.len(), calls, "not one record a call");
+    for record in &records {
+        let shown = format!("{record:?}");
+        assert!(!shows_a_key(&shown), "a key in a call record: {shown}");
+    }
+}
+
+/// No budget reservation outlives its call.
+fn nothing_reserved(budget: &CostBudgetLayer) {
+    let spend = budget.spend("total", None).unwrap();
     assert_eq!(
         spend.reserved,
         Usd::ZERO,
-        "a reservation outlived the later calls: {spend:?}"
+        "a reservation outlived its call: {spend:?}"
     );
+}
+
+/// A case through the README's recommended stack.
+async fn recommended(seed: u64) {
+    let Case {
+        plans,
+        upstream,
+        budget,
+        gate,
+        records,
+        observe,
+    } = Case::draw(&mut Draws::new(seed));
+    let calls = plans.len();
+    let windows =
+        ContextWindows::new().with("gpt-4o", ModelLimits::new(128_000).with_max_output(16_384));
+    let client = ServiceBuilder::new()
+        .layer(observe)
+        .layer(CacheLayer::new(MemoryStore::new()))
+        .layer(ContinueLayer::new())
+        .layer(repair())
+        .layer(FallbackLayer::new([Target::model("gpt-4o-mini")]))
+        .map_response(box_response)
+        .layer(ContextGuardLayer::new(windows))
+        .layer(BackoffRetryLayer::new())
+        .layer(budget.clone())
+        .layer(CircuitBreakerLayer::new())
+        .layer(gate)
+        .layer(StreamTimeoutLayer::new())
+        .layer(ClassifyLayer::default())
+        .service(upstream);
+    drive(client, plans, || {
+        one_record_a_call(&records, calls);
+        nothing_reserved(&budget);
+    })
+    .await;
+    nothing_reserved(&budget);
+}
+
+/// A case through one of three other orders a user may choose: the budget outside retry
+/// (one reservation a call) with the cache outermost and no observe; the gate and breaker
+/// outermost with the fallback inside retry; retry outermost over observe (a record an
+/// attempt, so not one a call), continue, repair and the gate.
+async fn other_order(seed: u64) {
+    let mut r = Draws::new(seed);
+    let order = r.below(3);
+    let Case {
+        plans,
+        upstream,
+        budget,
+        gate,
+        observe,
+        ..
+    } = Case::draw(&mut r);
+    let check = || nothing_reserved(&budget);
+    match order {
+        0 => {
+            let client = ServiceBuilder::new()
+                .layer(CacheLayer::new(MemoryStore::new()))
+                .layer(budget.clone())
+                .layer(BackoffRetryLayer::new())
+                .layer(StreamTimeoutLayer::new())
+                .layer(ClassifyLayer::default())
+                .service(upstream);
+            drive(client, plans, check).await;
+        }
+        1 => {
+            let client = ServiceBuilder::new()
+                .layer(gate)
+                .layer(CircuitBreakerLayer::new())
+                .layer(budget.clone())
+                .layer(BackoffRetryLayer::new())
+                .layer(FallbackLayer::new([Target::model("gpt-4o-mini")]))
+                .map_response(box_response)
+                .layer(ClassifyLayer::default())
+                .service(upstream);
+            drive(client, plans, check).await;
+        }
+        _ => {
+            let client = ServiceBuilder::new()
+                .layer(BackoffRetryLayer::new())
+                .layer(budget.clone())
+                .layer(observe)
+                .layer(ContinueLayer::new())
+                .layer(repair())
+                .layer(gate)
+                .layer(StreamTimeoutLayer::new())
+                .layer(ClassifyLayer::default())
+                .service(upstream);
+            drive(client, plans, check).await;
+        }
+    }
+    nothing_reserved(&budget);
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
 }
 
 proptest! {
@@ -642,12 +787,12 @@ proptest! {
 
     #[test]
     fn hostile_requests_answers_and_bodies_never_panic_hang_show_a_key_or_lose_anything(seed in any::<u64>()) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(calls(seed));
+        paused_runtime().block_on(recommended(seed));
+    }
+
+    #[test]
+    fn other_orders_of_the_layers_lose_nothing_either(seed in any::<u64>()) {
+        paused_runtime().block_on(other_order(seed));
     }
 }
 
