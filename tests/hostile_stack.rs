@@ -401,17 +401,18 @@ struct Case {
 
 type Records = Arc<Mutex<Vec<CallRecord>>>;
 
-/// The upstream: its next answers, drawn, then clean ones.
-type Answers = VecDeque<(
-    u16,
-    &'static str,
-    Vec<(&'static str, Vec<u8>)>,
-    Hostile,
-    u64,
-)>;
+/// One answer of the upstream, sent `delay` ms after the request.
+struct Reply {
+    status: u16,
+    content_type: &'static str,
+    headers: Vec<(&'static str, Vec<u8>)>,
+    body: Hostile,
+    delay: u64,
+}
 
+/// The upstream: its next answers, drawn, then clean ones.
 #[derive(Clone)]
-struct Upstream(Arc<Mutex<Answers>>);
+struct Upstream(Arc<Mutex<VecDeque<Reply>>>);
 
 impl tower::Service<http::Request<Bytes>> for Upstream {
     type Response = http::Response<Hostile>;
@@ -425,22 +426,25 @@ impl tower::Service<http::Request<Bytes>> for Upstream {
     fn call(&mut self, _: http::Request<Bytes>) -> Self::Future {
         let next = self.0.lock().unwrap().pop_front();
         Box::pin(async move {
-            let (status, content_type, headers, body, delay) = next.unwrap_or_else(|| {
-                let body = Hostile::clean(ANSWERS[0].1.as_bytes());
-                (200, ANSWERS[0].0, Vec::new(), body, 0)
+            let reply = next.unwrap_or_else(|| Reply {
+                status: 200,
+                content_type: ANSWERS[0].0,
+                headers: Vec::new(),
+                body: Hostile::clean(ANSWERS[0].1.as_bytes()),
+                delay: 0,
             });
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-            let mut resp = http::Response::builder().status(status);
-            for (name, value) in headers {
+            tokio::time::sleep(Duration::from_millis(reply.delay)).await;
+            let mut resp = http::Response::builder().status(reply.status);
+            for (name, value) in reply.headers {
                 // A value no header may hold (a control byte) is not sent.
                 if let Ok(value) = http::HeaderValue::from_bytes(&value) {
                     resp = resp.header(name, value);
                 }
             }
-            if !content_type.is_empty() {
-                resp = resp.header("content-type", content_type);
+            if !reply.content_type.is_empty() {
+                resp = resp.header("content-type", reply.content_type);
             }
-            Ok(resp.body(body).unwrap())
+            Ok(resp.body(reply.body).unwrap())
         })
     }
 }
@@ -487,8 +491,13 @@ impl Case {
             let content_type = if r.below(20) == 0 { "" } else { content_type };
             let headers = drawn_headers(r, HEADER_NAMES, HEADER_VALUES);
             let delay = r.below(3) as u64 * r.below(3000) as u64;
-            let body = Hostile::new(r, &answer);
-            answers.push_back((status, content_type, headers, body, delay));
+            answers.push_back(Reply {
+                status,
+                content_type,
+                headers,
+                body: Hostile::new(r, &answer),
+                delay,
+            });
         }
 
         let budget = CostBudgetLayer::builder(
