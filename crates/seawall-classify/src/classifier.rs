@@ -48,11 +48,25 @@ pub trait Classifier {
     }
 
     /// Whether a response head is a failure to classify. The default: any status outside
-    /// 2xx.
+    /// 2xx, and a 2xx whose content type is `text/html`. No LLM API answers with a web page:
+    /// one that says 200 comes from something in between (a proxy's block page, a captive
+    /// portal, a wrong base URL), and handing it on as an answer would only fail later, in the
+    /// caller's parser, past every retry and fallback. It is classified as any HTML error
+    /// body is, by its title (`ServerError` when that names nothing).
     fn is_failure(&self, status: StatusCode, headers: &HeaderMap) -> bool {
-        let _ = headers;
-        !status.is_success()
+        !status.is_success() || is_web_page(headers)
     }
+}
+
+/// Whether a response's content type is `text/html` (parameters aside). On every success, so
+/// a prefix compared in place: an answer's `application/json` fails at its first byte.
+fn is_web_page(headers: &HeaderMap) -> bool {
+    seawall_core::header(headers, &http::header::CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes().trim_ascii_start();
+        v.get(..9)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"text/html"))
+            && matches!(v.get(9), None | Some(b';' | b' ' | b'\t'))
+    })
 }
 
 /// A failed response as a [`Classifier`] sees it: status, headers, and the first bytes of the

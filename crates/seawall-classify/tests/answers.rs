@@ -1,6 +1,6 @@
-//! Non-streamed JSON answers that are failures in a `200`: an error object, or nothing at all.
-//! Both are found before the classify future resolves, so they are ordinary `Err`s that the
-//! retry and fallback layers act on.
+//! Non-streamed answers that are failures in a `200`: an error object, nothing at all, or a
+//! web page. All are found before the classify future resolves, so they are ordinary `Err`s
+//! that the retry and fallback layers act on.
 
 mod common;
 
@@ -83,6 +83,38 @@ async fn a_200_with_an_error_object_is_the_failure_it_names() {
     .await
     .unwrap();
     assert!(bytes.ends_with(br#""error":null}"#));
+}
+
+#[tokio::test]
+async fn a_200_web_page_is_a_server_error_and_other_types_pass() {
+    // A proxy's block page or a captive portal, sent with a 200: nothing an SDK can parse.
+    let page = "<html><head><title>Access blocked</title></head><body>This site is blocked by \
+                your organisation's web filter.</body></html>";
+    for content_type in ["text/html", " Text/HTML ; charset=UTF-8"] {
+        let headers = [("content-type", content_type)];
+        let err = run(response(200, &headers, Chunks::one(page)))
+            .await
+            .expect_err(content_type);
+        assert_eq!(err.class(), FailureClass::ServerError, "{content_type}");
+        assert_eq!(err.status(), Some(http::StatusCode::OK));
+        assert!(err.message().contains("HTML"), "{err}");
+        assert!(err.message().contains("Access blocked"), "{err}");
+    }
+    // Success bodies of other types pass as they are (speech, files, plain text).
+    for content_type in [
+        "audio/mpeg",
+        "application/octet-stream",
+        "text/plain",
+        "text/htmlx",
+    ] {
+        let headers = [("content-type", content_type)];
+        let resp = run(response(200, &headers, Chunks::one("ID3 bytes")))
+            .await
+            .unwrap();
+        let (bytes, err) = drain(resp.into_body()).await;
+        assert!(err.is_none(), "{content_type}: {err:?}");
+        assert_eq!(bytes, b"ID3 bytes", "{content_type}");
+    }
 }
 
 #[tokio::test]
