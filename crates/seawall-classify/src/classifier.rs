@@ -58,15 +58,10 @@ pub trait Classifier {
     }
 }
 
-/// Whether a response's content type is `text/html` (parameters aside). On every success, so
-/// a prefix compared in place: an answer's `application/json` fails at its first byte.
+/// Whether a response's content type is `text/html`.
 fn is_web_page(headers: &HeaderMap) -> bool {
-    seawall_core::header(headers, &http::header::CONTENT_TYPE).is_some_and(|v| {
-        let v = v.as_bytes().trim_ascii_start();
-        v.get(..9)
-            .is_some_and(|p| p.eq_ignore_ascii_case(b"text/html"))
-            && matches!(v.get(9), None | Some(b';' | b' ' | b'\t'))
-    })
+    seawall_core::header(headers, &http::header::CONTENT_TYPE)
+        .is_some_and(|v| seawall_core::is_media_type(v.as_bytes(), "text/html"))
 }
 
 /// A failed response as a [`Classifier`] sees it: status, headers, and the first bytes of the
@@ -740,11 +735,9 @@ pub fn class_of(status: u16, e: &ProviderError) -> FailureClass {
             } else if s.overloaded {
                 // An odd status whose words say the provider is at capacity (Groq's 498).
                 Overloaded
-            } else if status == 424 {
-                // What the request depended on failed (Bedrock's model): see `class_of_status`.
-                ServerError
             } else {
-                s.generic.unwrap_or(InvalidRequest)
+                // Else the status's own class (`InvalidRequest`, or a 424's `ServerError`).
+                s.generic.unwrap_or_else(|| class_of_status(status))
             }
         }
         // A spent balance sent as a server error (MiniMax's 500 "insufficient balance (1008)"):

@@ -106,11 +106,7 @@ fn content_type(headers: &HeaderMap) -> Option<&str> {
 /// request's `stream` flag.
 fn is_sse(content_type: Option<&str>, streaming: bool) -> bool {
     match content_type {
-        // A value `to_str` took is visible ASCII: its whitespace is ASCII.
-        Some(ct) => ct
-            .trim_ascii_start()
-            .get(..17)
-            .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream")),
+        Some(ct) => seawall_core::is_media_type(ct.as_bytes(), "text/event-stream"),
         None => streaming,
     }
 }

@@ -81,7 +81,7 @@ pub use request::{
 pub use response::{
     BodyReport, Completion, FinishReason, HookedBody, LlmResponse, OnComplete, Outcome,
     REQUEST_ID_HEADERS, StreamEnd, StreamTiming, Usage, as_llm_error, content_coding, header,
-    request_id, reserve_extensions, size_hint_plus,
+    is_media_type, request_id, reserve_extensions, size_hint_plus,
 };
 pub use spare::{Spare, SpareClone};
 pub use sse::{SseDecoder, SseEvent, SseItem};

@@ -77,6 +77,24 @@ pub fn content_coding(headers: &http::HeaderMap) -> Option<&str> {
     (!coding.is_empty() && !coding.eq_ignore_ascii_case("identity")).then_some(coding)
 }
 
+/// Whether a `Content-Type` value is of `media_type` (given in lowercase), parameters aside:
+/// `text/event-stream; charset=utf-8` is `text/event-stream`, `text/htmlx` is not `text/html`.
+/// Compared in place, without a lowercase copy: it runs on every response.
+///
+/// ```
+/// assert!(seawall_core::is_media_type(b" Text/HTML ; charset=UTF-8", "text/html"));
+/// assert!(!seawall_core::is_media_type(b"application/json", "text/html"));
+/// assert!(!seawall_core::is_media_type(b"text/htmlx", "text/html"));
+/// ```
+pub fn is_media_type(value: &[u8], media_type: &str) -> bool {
+    let value = value.trim_ascii_start();
+    let n = media_type.len();
+    value
+        .get(..n)
+        .is_some_and(|p| p.eq_ignore_ascii_case(media_type.as_bytes()))
+        && matches!(value.get(n), None | Some(b';' | b' ' | b'\t'))
+}
+
 /// How many values [`reserve_extensions`] makes room for.
 const EXTENSIONS_ROOM: usize = 7;
 

@@ -153,12 +153,10 @@ fn is_event_stream(parts: &Parts) -> Option<bool> {
     let ct = seawall_core::header(&parts.headers, &http::header::CONTENT_TYPE)?
         .to_str()
         .ok()?;
-    // A value `to_str` took is visible ASCII: its whitespace is ASCII.
-    Some(
-        ct.trim_ascii_start()
-            .get(..17)
-            .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream")),
-    )
+    Some(seawall_core::is_media_type(
+        ct.as_bytes(),
+        "text/event-stream",
+    ))
 }
 
 impl<B> Waiting<B>
