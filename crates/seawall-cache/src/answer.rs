@@ -23,7 +23,7 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use seawall_core::{FinishReason, SseDecoder, SseItem, Usage};
+use seawall_core::{FinishReason, ReportedUsage, SseDecoder, SseItem, Usage};
 use serde::Deserialize;
 
 use crate::key::{leb128, put_field};
@@ -463,11 +463,19 @@ impl Writer {
     }
 
     fn anthropic_usage(&mut self, u: Usage, output: u64) {
-        // Anthropic's input_tokens leave out the cache reads, which come on their own.
-        let cached = u.cached_input_tokens.min(u.input_tokens);
-        self.raw("{\"input_tokens\":").n(u.input_tokens - cached);
-        self.raw(",\"cache_read_input_tokens\":").n(cached);
-        self.raw(",\"output_tokens\":").n(output);
+        // Anthropic's input_tokens leave out the cache reads and writes, which come on their
+        // own (the writes also split by how long they are kept).
+        let read = u.cached_input_tokens.min(u.input_tokens);
+        let written = u.cache_write_input_tokens.min(u.input_tokens - read);
+        let hour = u.cache_write_1h_input_tokens.min(written);
+        self.raw("{\"input_tokens\":")
+            .n(u.input_tokens - read - written);
+        self.raw(",\"cache_creation_input_tokens\":").n(written);
+        self.raw(",\"cache_read_input_tokens\":").n(read);
+        self.raw(",\"cache_creation\":{\"ephemeral_5m_input_tokens\":")
+            .n(written - hour);
+        self.raw(",\"ephemeral_1h_input_tokens\":").n(hour);
+        self.raw("},\"output_tokens\":").n(output);
         self.raw("}");
     }
 
@@ -518,7 +526,8 @@ struct Streamed {
     created: u64,
     text: String,
     finish: Option<String>,
-    usage: Usage,
+    /// The usage the events reported so far, merged (Anthropic splits it over two events).
+    usage: ReportedUsage,
     done: bool,
 }
 
@@ -534,7 +543,7 @@ impl Assembler {
                 created: 0,
                 text: String::new(),
                 finish: None,
-                usage: Usage::default(),
+                usage: ReportedUsage::default(),
                 done: false,
             }))
         } else {
@@ -623,7 +632,8 @@ impl Assembler {
                     return Err(NotCacheable::Incomplete);
                 }
                 let finish = s.finish.ok_or(NotCacheable::Incomplete)?;
-                Answer::new(wire, &s.id, &s.model, s.created, &s.text, &finish, s.usage)
+                let usage = s.usage.to_usage();
+                Answer::new(wire, &s.id, &s.model, s.created, &s.text, &finish, usage)
             }
         };
         natural_end(answer)
@@ -681,7 +691,7 @@ impl Streamed {
         }
         self.created = self.created.max(chunk.created.unwrap_or(0));
         if let Some(u) = chunk.usage {
-            self.usage = u.openai();
+            self.usage.merge(u);
         }
         for choice in chunk.choices.unwrap_or_default() {
             // Another choice, or log probabilities a replay would not carry.
@@ -729,9 +739,7 @@ impl Streamed {
                 set_once(&mut self.id, m.id.as_deref().unwrap_or(""));
                 set_once(&mut self.model, m.model.as_deref().unwrap_or(""));
                 if let Some(u) = m.usage {
-                    let u = u.anthropic();
-                    self.usage.input_tokens = u.input_tokens;
-                    self.usage.cached_input_tokens = u.cached_input_tokens;
+                    self.usage.merge(u);
                 }
             }
             "content_block_start" => {
@@ -753,8 +761,9 @@ impl Streamed {
                 if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
                     self.finish = Some(reason.into_owned());
                 }
+                // Cumulative counts: the output, and in newer versions the input's too.
                 if let Some(u) = event.usage {
-                    self.usage.output_tokens = u.output_tokens.unwrap_or(0);
+                    self.usage.merge(u);
                 }
             }
             "message_stop" => self.done = true,
@@ -826,7 +835,7 @@ fn json_parts(wire: Wire, raw: &[u8]) -> Result<(Parts, Usage), NotCacheable> {
                     text: text.into(),
                     finish: finish.into(),
                 },
-                body.usage.map(|u| u.openai()).unwrap_or_default(),
+                body.usage.map(ReportedUsage::to_usage).unwrap_or_default(),
             )
         }
         Wire::AnthropicMessages => {
@@ -858,7 +867,7 @@ fn json_parts(wire: Wire, raw: &[u8]) -> Result<(Parts, Usage), NotCacheable> {
                     text: text.into(),
                     finish: finish.into(),
                 },
-                body.usage.map(|u| u.anthropic()).unwrap_or_default(),
+                body.usage.map(ReportedUsage::to_usage).unwrap_or_default(),
             )
         }
     };
@@ -876,7 +885,7 @@ struct OpenAiBody<'a> {
     model: Text<'a>,
     #[serde(borrow, default)]
     choices: Vec<OpenAiChoice<'a>>,
-    usage: Option<OpenAiUsage>,
+    usage: Option<ReportedUsage>,
 }
 
 #[derive(Deserialize)]
@@ -929,7 +938,7 @@ struct OpenAiChunk<'a> {
     model: Text<'a>,
     #[serde(borrow)]
     choices: Option<Vec<OpenAiChunkChoice<'a>>>,
-    usage: Option<OpenAiUsage>,
+    usage: Option<ReportedUsage>,
     error: Option<serde::de::IgnoredAny>,
 }
 
@@ -957,37 +966,6 @@ struct OpenAiDelta<'a> {
     reasoning: Option<serde_json::Value>,
 }
 
-#[derive(Deserialize, Default)]
-struct OpenAiUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    prompt_tokens_details: Option<OpenAiDetails>,
-}
-
-#[derive(Deserialize, Default)]
-struct OpenAiDetails {
-    #[serde(default)]
-    cached_tokens: Option<u64>,
-}
-
-impl OpenAiUsage {
-    fn openai(&self) -> Usage {
-        Usage {
-            input_tokens: self.prompt_tokens,
-            output_tokens: self.completion_tokens,
-            cached_input_tokens: self
-                .prompt_tokens_details
-                .as_ref()
-                .and_then(|d| d.cached_tokens)
-                .unwrap_or(0),
-            cache_write_input_tokens: 0,
-            cache_write_1h_input_tokens: 0,
-        }
-    }
-}
-
 #[derive(Deserialize)]
 struct AnthropicBody<'a> {
     #[serde(borrow)]
@@ -1000,7 +978,7 @@ struct AnthropicBody<'a> {
     content: Vec<AnthropicBlock<'a>>,
     #[serde(borrow)]
     stop_reason: Text<'a>,
-    usage: Option<AnthropicUsage>,
+    usage: Option<ReportedUsage>,
 }
 
 #[derive(Deserialize)]
@@ -1010,30 +988,6 @@ struct AnthropicBlock<'a> {
     #[serde(borrow)]
     text: Text<'a>,
     citations: Option<serde_json::Value>,
-}
-
-#[derive(Deserialize, Default)]
-struct AnthropicUsage {
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-    #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
-}
-
-impl AnthropicUsage {
-    fn anthropic(&self) -> Usage {
-        let cached = self.cache_read_input_tokens.unwrap_or(0);
-        Usage {
-            // Seawall's input tokens include the cached ones.
-            input_tokens: self.input_tokens.unwrap_or(0).saturating_add(cached),
-            output_tokens: self.output_tokens.unwrap_or(0),
-            cached_input_tokens: cached,
-            cache_write_input_tokens: 0,
-            cache_write_1h_input_tokens: 0,
-        }
-    }
 }
 
 #[derive(Deserialize)]
@@ -1047,7 +1001,7 @@ struct AnthropicEvent<'a> {
     content_block: Option<AnthropicBlock<'a>>,
     #[serde(borrow)]
     delta: Option<AnthropicDelta<'a>>,
-    usage: Option<AnthropicUsage>,
+    usage: Option<ReportedUsage>,
 }
 
 #[derive(Deserialize)]
@@ -1056,7 +1010,7 @@ struct AnthropicStart<'a> {
     id: Text<'a>,
     #[serde(borrow)]
     model: Text<'a>,
-    usage: Option<AnthropicUsage>,
+    usage: Option<ReportedUsage>,
 }
 
 #[derive(Deserialize)]
@@ -1081,8 +1035,9 @@ impl std::fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// The version byte of the compact encoding.
-const ENCODING: u8 = 1;
+/// The version byte of the compact encoding: 2 added the cache writes to the usage. Entries
+/// of version 1 (written before) are still read, with no cache writes.
+const ENCODING: u8 = 2;
 
 impl Answer {
     /// The answer in a compact binary form, for a store that keeps bytes (Redis).
@@ -1100,11 +1055,14 @@ impl Answer {
         for s in [&p.id, &p.model, &p.text, &p.finish] {
             put_field(&mut out, s.as_bytes());
         }
+        let u = self.usage();
         for n in [
             p.created,
-            self.usage().input_tokens,
-            self.usage().output_tokens,
-            self.usage().cached_input_tokens,
+            u.input_tokens,
+            u.output_tokens,
+            u.cached_input_tokens,
+            u.cache_write_input_tokens,
+            u.cache_write_1h_input_tokens,
         ] {
             leb128(n, |b| out.push(b));
         }
@@ -1121,7 +1079,8 @@ impl Answer {
     /// Reads an answer written by [`encode`](Self::encode).
     pub fn decode(bytes: &[u8]) -> Result<Answer, DecodeError> {
         let mut r = Reader(bytes);
-        if r.byte()? != ENCODING {
+        let version = r.byte()?;
+        if !(1..=ENCODING).contains(&version) {
             return Err(DecodeError);
         }
         let wire = match r.byte()? {
@@ -1134,13 +1093,19 @@ impl Answer {
         let text = r.str()?;
         let finish = r.str()?;
         let created = r.varint()?;
-        let usage = Usage {
+        let mut usage = Usage {
             input_tokens: r.varint()?,
             output_tokens: r.varint()?,
             cached_input_tokens: r.varint()?,
             cache_write_input_tokens: 0,
             cache_write_1h_input_tokens: 0,
         };
+        if version >= 2 {
+            usage.cache_write_input_tokens = r.varint()?;
+            usage.cache_write_1h_input_tokens = r.varint()?;
+        }
+        // Stored bytes are input: counts that disagree are made to agree.
+        let usage = usage.normalized(None);
         let answer = Answer::new(wire, id, model, created, text, finish, usage);
         let answer = match r.byte()? {
             0 => answer,
@@ -1199,11 +1164,11 @@ mod tests {
 
     fn usage() -> Usage {
         Usage {
-            input_tokens: 12,
+            input_tokens: 3012,
             output_tokens: 5,
             cached_input_tokens: 2,
-            cache_write_input_tokens: 0,
-            cache_write_1h_input_tokens: 0,
+            cache_write_input_tokens: 3000,
+            cache_write_1h_input_tokens: 1000,
         }
     }
 
@@ -1233,6 +1198,72 @@ mod tests {
                 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f
             ]),
             Err(DecodeError)
+        );
+    }
+
+    #[test]
+    fn an_entry_of_the_first_encoding_is_read_without_cache_writes() {
+        // Version 1 had no cache writes in the usage.
+        let mut v1 = vec![1, wire_byte(Wire::OpenAiChat)];
+        for s in ["c1", "gpt-4o", "hi", "stop"] {
+            put_field(&mut v1, s.as_bytes());
+        }
+        for n in [7, 12, 5, 2] {
+            leb128(n, |b| v1.push(b));
+        }
+        v1.push(0);
+        let a = Answer::decode(&v1).unwrap();
+        assert_eq!(
+            (a.text(), a.finish_word(), a.model()),
+            ("hi", "stop", "gpt-4o")
+        );
+        let want = Usage {
+            input_tokens: 12,
+            cache_write_input_tokens: 0,
+            cache_write_1h_input_tokens: 0,
+            ..usage()
+        };
+        assert_eq!(a.usage(), want);
+        // An unknown version is refused.
+        v1[0] = ENCODING + 1;
+        assert_eq!(Answer::decode(&v1), Err(DecodeError));
+    }
+
+    #[test]
+    fn stored_counts_that_disagree_are_made_to_agree() {
+        let hostile = Usage {
+            input_tokens: 10,
+            output_tokens: 1,
+            cached_input_tokens: 8,
+            cache_write_input_tokens: u64::MAX,
+            cache_write_1h_input_tokens: u64::MAX,
+        };
+        let a = Answer::new(
+            Wire::AnthropicMessages,
+            "m",
+            "c",
+            0,
+            "hi",
+            "end_turn",
+            hostile,
+        );
+        let u = Answer::decode(&a.encode()).unwrap().usage();
+        assert_eq!(
+            (
+                u.cached_input_tokens,
+                u.cache_write_input_tokens,
+                u.cache_write_1h_input_tokens
+            ),
+            (8, 2, 2)
+        );
+        // And its replay adds up to the input.
+        let json: serde_json::Value =
+            serde_json::from_slice(&Answer::decode(&a.encode()).unwrap().render(Format::Json))
+                .unwrap();
+        let n = |k: &str| json["usage"][k].as_u64().unwrap();
+        assert_eq!(
+            n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens"),
+            10
         );
     }
 

@@ -507,15 +507,8 @@ async fn hostile_bodies_bypass_and_never_panic() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hit_is_recorded_as_cached_with_no_attempt_and_zero_cost_but_its_usage() {
-    use seawall_observe::{CallRecord, ObserveLayer};
-    use std::sync::Mutex;
     use tower::{Layer, ServiceExt};
-    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
-    let sink = records.clone();
-    let observe = ObserveLayer::builder()
-        .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
-        .build()
-        .unwrap();
+    let (observe, records) = recorded();
     let up = Up::plain();
     let svc = observe.layer(stack(layer(), &up));
     let mut body = openai_body(true);

@@ -4,12 +4,11 @@
 //! have been stored is never served, waiters are served only storable answers, the byte bound
 //! holds, and any other store is handed checked answers only.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
+use common::Fixed;
+
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,52 +23,6 @@ const TEXT: &str = r#"{"id":"c1","object":"chat.completion","created":1,"model":
 
 /// A complete 200 answer that is not storable: a tool call.
 const TOOL_CALL: &str = r#"{"id":"c2","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#;
-
-/// An upstream answering `body` as JSON, after `delay`, counting its calls.
-#[derive(Clone)]
-struct Fixed {
-    body: Arc<Mutex<&'static str>>,
-    delay: Duration,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Fixed {
-    fn new(body: &'static str) -> Self {
-        Fixed {
-            body: Arc::new(Mutex::new(body)),
-            delay: Duration::ZERO,
-            calls: Arc::default(),
-        }
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-impl Service<Request<Bytes>> for Fixed {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<Bytes>) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let (body, delay) = (*self.body.lock().unwrap(), self.delay);
-        Box::pin(async move {
-            tokio::time::sleep(delay).await;
-            let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
-            resp.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            Ok(resp)
-        })
-    }
-}
 
 fn request() -> Request<Bytes> {
     Request::post("http://localhost/v1/chat/completions")

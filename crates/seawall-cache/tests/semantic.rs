@@ -168,14 +168,7 @@ async fn a_near_duplicate_is_served_the_stored_answer_marked_semantic() {
 
 #[tokio::test(start_paused = true)]
 async fn the_call_record_says_semantic_with_the_score_the_header_says() {
-    use seawall_observe::{CallRecord, ObserveLayer};
-    use std::sync::Mutex;
-    let records: Arc<Mutex<Vec<CallRecord>>> = Arc::default();
-    let sink = records.clone();
-    let observe = ObserveLayer::builder()
-        .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
-        .build()
-        .unwrap();
+    let (observe, records) = recorded();
     let (up, words) = (Up::plain(), Words::default());
     let svc = observe.layer(stack(semantic(&words).build().unwrap(), &up));
     let mut headers = Vec::new();

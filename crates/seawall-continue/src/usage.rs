@@ -1,7 +1,7 @@
 //! Summing the usage of the attempts that made one answer, in the wire's own fields, so the
 //! caller's final usage (in the body) and the call record's are the whole answer's.
 
-use seawall_core::Usage;
+use seawall_core::{ReportedUsage, Usage};
 use serde_json::{Map, Value};
 
 use crate::request::Wire;
@@ -79,35 +79,12 @@ pub(crate) fn estimate(wire: Wire, reported: Option<Value>, input: u64, deltas: 
     u
 }
 
-/// The summed wire usage as seawall's [`Usage`], read as the classifier reads it.
+/// The summed wire usage as seawall's [`Usage`], read as the classifier reads it (core's
+/// [`ReportedUsage`]); `None` without an output count.
 pub(crate) fn to_core(v: &Value) -> Option<Usage> {
-    let m = v.as_object()?;
-    let n = |k: &str| m.get(k).and_then(Value::as_u64);
-    let output = n("completion_tokens").or_else(|| n("output_tokens"))?;
-    let nested =
-        |k: &str, member: &str| m.get(k).and_then(|d| d.get(member)).and_then(Value::as_u64);
-    let (input, cached, written, hour) = if let Some(p) = n("prompt_tokens") {
-        let cached = nested("prompt_tokens_details", "cached_tokens").unwrap_or(0);
-        (p, cached, 0, 0)
-    } else {
-        // Anthropic's: cache reads and writes (the hour-long ones among them) beside the input.
-        let read = n("cache_read_input_tokens").unwrap_or(0);
-        let written = n("cache_creation_input_tokens").unwrap_or(0);
-        let input = n("input_tokens")
-            .unwrap_or(0)
-            .saturating_add(read)
-            .saturating_add(written);
-        let hour = nested("cache_creation", "ephemeral_1h_input_tokens").unwrap_or(0);
-        (input, read, written, hour)
-    };
-    let usage = Usage {
-        input_tokens: input,
-        output_tokens: output,
-        cached_input_tokens: cached,
-        cache_write_input_tokens: written,
-        cache_write_1h_input_tokens: hour,
-    };
-    Some(usage.normalized(n("total_tokens")))
+    let reported = ReportedUsage::from_json(v)?;
+    reported.output_tokens?;
+    Some(reported.to_usage())
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //!   it (the gate, the budget, the fleet-wide limits), with an [`AdmitGuard`] per layer;
 //! - [`OnComplete`] hooks and [`HookedBody`], so a permit or a budget reservation is held until
 //!   a streamed body ends or is dropped, not released at the response head;
-//! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once;
+//! - [`BodyReport`], the facts about a body (usage, finish reason, first token) parsed once,
+//!   and [`ReportedUsage`], the one reading of the providers' usage objects into a [`Usage`];
 //! - [`SseDecoder`], the one server-sent-events line splitter and event assembler, and
 //!   [`FinishReason::from_provider`], the one reading of the providers' finish reasons;
 //! - [`CallContext`], through which layers report to an observer, and [`CacheStatus`], what
@@ -55,6 +56,7 @@ mod sse;
 mod thread;
 mod time;
 pub mod upstream;
+mod usage;
 mod wire;
 
 pub use admit::{AdmitFuture, AdmitGuard, PendingAdmission};
@@ -87,4 +89,5 @@ pub use spare::{Spare, SpareClone};
 pub use sse::{SseDecoder, SseEvent, SseItem};
 pub use thread::{ThreadBound, thread_tag};
 pub use time::instant_after;
+pub use usage::ReportedUsage;
 pub use wire::ChatWire;

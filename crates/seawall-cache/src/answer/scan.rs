@@ -16,10 +16,11 @@
 //! holds the two to the same verdict and usage on generated and damaged bodies.
 //!
 //! The walking itself is core's [`JsonCursor`], which the classifier reads answers and events
-//! with too; only the answer's shape (which members are stored, which refuse) is here.
+//! with too, and the usage is core's [`ReportedUsage`] reading, the classifier's too; only the
+//! answer's shape (which members are stored, which refuse) is here.
 
 use seawall_core::json_scan::{JsonCursor, JsonKind, Seen};
-use seawall_core::{FinishReason, Usage};
+use seawall_core::{FinishReason, ReportedUsage, Usage};
 
 use super::Wire;
 
@@ -73,11 +74,6 @@ fn text(c: &mut JsonCursor<'_>) -> Option<()> {
     c.string().map(|_| ())
 }
 
-/// A count or `null`, which counts as 0 (as an absent `Option<u64>` does).
-fn count_or_zero(c: &mut JsonCursor<'_>) -> Option<u64> {
-    c.count_or_null().map(Option::unwrap_or_default)
-}
-
 /// A Chat Completions body.
 fn openai(c: &mut JsonCursor<'_>) -> Option<Usage> {
     const ID: u32 = 0;
@@ -108,7 +104,7 @@ fn openai(c: &mut JsonCursor<'_>) -> Option<Usage> {
         b"usage" => {
             seen.first(USAGE)?;
             if !s.null()? {
-                usage = openai_usage(s)?;
+                usage = ReportedUsage::scan(s, 1)?.to_usage();
             }
             Some(())
         }
@@ -179,43 +175,6 @@ fn openai_message(c: &mut JsonCursor<'_>) -> Option<()> {
     seen.has(CONTENT).then_some(())
 }
 
-fn openai_usage(c: &mut JsonCursor<'_>) -> Option<Usage> {
-    const PROMPT: u32 = 0;
-    const COMPLETION: u32 = 1;
-    const DETAILS: u32 = 2;
-    let mut seen = Seen::default();
-    let mut usage = Usage::default();
-    c.object(|s, name| match name {
-        b"prompt_tokens" => {
-            seen.first(PROMPT)?;
-            usage.input_tokens = s.count()?;
-            Some(())
-        }
-        b"completion_tokens" => {
-            seen.first(COMPLETION)?;
-            usage.output_tokens = s.count()?;
-            Some(())
-        }
-        b"prompt_tokens_details" => {
-            seen.first(DETAILS)?;
-            if s.null()? {
-                return Some(());
-            }
-            let mut cached_seen = Seen::default();
-            s.object(|s, name| match name {
-                b"cached_tokens" => {
-                    cached_seen.first(0)?;
-                    usage.cached_input_tokens = count_or_zero(s)?;
-                    Some(())
-                }
-                _ => s.skip_ignored(3),
-            })
-        }
-        _ => s.skip_ignored(2),
-    })?;
-    Some(usage)
-}
-
 /// A Messages body.
 fn anthropic(c: &mut JsonCursor<'_>) -> Option<Usage> {
     const ID: u32 = 0;
@@ -253,7 +212,7 @@ fn anthropic(c: &mut JsonCursor<'_>) -> Option<Usage> {
         b"usage" => {
             seen.first(USAGE)?;
             if !s.null()? {
-                usage = anthropic_usage(s)?;
+                usage = ReportedUsage::scan(s, 1)?.to_usage();
             }
             Some(())
         }
@@ -282,30 +241,6 @@ fn anthropic_block(c: &mut JsonCursor<'_>) -> Option<()> {
         _ => s.skip_ignored(3),
     })?;
     seen.has(0).then_some(())
-}
-
-fn anthropic_usage(c: &mut JsonCursor<'_>) -> Option<Usage> {
-    let mut seen = Seen::default();
-    let (mut input, mut output, mut cached) = (0, 0, 0);
-    c.object(|s, name| {
-        let (bit, slot) = match name {
-            b"input_tokens" => (0, &mut input),
-            b"output_tokens" => (1, &mut output),
-            b"cache_read_input_tokens" => (2, &mut cached),
-            _ => return s.skip_ignored(2),
-        };
-        seen.first(bit)?;
-        *slot = count_or_zero(s)?;
-        Some(())
-    })?;
-    Some(Usage {
-        // As the serde path counts: the input includes the cache reads.
-        input_tokens: input.saturating_add(cached),
-        output_tokens: output,
-        cached_input_tokens: cached,
-        cache_write_input_tokens: 0,
-        cache_write_1h_input_tokens: 0,
-    })
 }
 
 #[cfg(test)]
@@ -481,6 +416,8 @@ mod tests {
             ("completion_tokens", member(count())),
             ("total_tokens", member(count())),
             ("prompt_tokens_details", member(details)),
+            // DeepSeek's count of cached prompt tokens.
+            ("prompt_cache_hit_tokens", none_or(count())),
         ]);
         object(vec![
             ("id", member(text().prop_map(Value::String))),
@@ -516,11 +453,16 @@ mod tests {
                 none_or(prop_oneof![Just(json!([])), Just(json!("")), value()]),
             ),
         ]);
+        let creation = object(vec![
+            ("ephemeral_5m_input_tokens", member(count())),
+            ("ephemeral_1h_input_tokens", member(count())),
+        ]);
         let usage = object(vec![
             ("input_tokens", member(count())),
             ("output_tokens", member(count())),
             ("cache_read_input_tokens", member(count())),
             ("cache_creation_input_tokens", member(count())),
+            ("cache_creation", none_or(creation)),
         ]);
         object(vec![
             ("id", member(text().prop_map(Value::String))),

@@ -213,3 +213,78 @@ pub fn answer_text(body: &str) -> String {
 pub async fn settle() {
     seawall_test_support::settle().await;
 }
+
+/// An upstream answering `body` (JSON, or a stream with [`Fixed::stream`]) after `delay`,
+/// counting its calls; the body can be changed between calls.
+#[derive(Clone)]
+pub struct Fixed {
+    pub body: Arc<std::sync::Mutex<&'static str>>,
+    pub delay: Duration,
+    pub calls: Arc<AtomicUsize>,
+    content_type: &'static str,
+}
+
+impl Fixed {
+    pub fn new(body: &'static str) -> Self {
+        Fixed {
+            body: Arc::new(std::sync::Mutex::new(body)),
+            delay: Duration::ZERO,
+            calls: Arc::default(),
+            content_type: "application/json",
+        }
+    }
+
+    /// The same, answering `body` as a server-sent-events stream.
+    pub fn stream(body: &'static str) -> Self {
+        Fixed {
+            content_type: "text/event-stream",
+            ..Fixed::new(body)
+        }
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Service<Request<Bytes>> for Fixed {
+    type Response = Response<http_body_util::Full<Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Result<Self::Response, std::convert::Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<Bytes>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let (body, delay, content_type) =
+            (*self.body.lock().unwrap(), self.delay, self.content_type);
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            let mut resp = Response::new(http_body_util::Full::new(Bytes::from_static(
+                body.as_bytes(),
+            )));
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(content_type),
+            );
+            Ok(resp)
+        })
+    }
+}
+
+/// An observe layer that keeps every call record, and the records it keeps.
+pub fn recorded() -> (
+    seawall_observe::ObserveLayer,
+    Arc<std::sync::Mutex<Vec<seawall_observe::CallRecord>>>,
+) {
+    use seawall_observe::{CallRecord, ObserveLayer};
+    let records: Arc<std::sync::Mutex<Vec<CallRecord>>> = Arc::default();
+    let sink = records.clone();
+    let observe = ObserveLayer::builder()
+        .recorder(move |r: &CallRecord| sink.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap();
+    (observe, records)
+}

@@ -6,10 +6,10 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 use http::StatusCode;
-use seawall_core::{BodyReport, FinishReason, LlmError, Usage};
+use seawall_core::{BodyReport, FinishReason, LlmError, ReportedUsage, Usage};
 
 use super::broken;
-use super::usage::{RawUsage, UsageWire};
+use super::usage;
 use crate::error_body::{self, ProviderError};
 
 /// The first bytes of a JSON body kept (the model is near the start).
@@ -24,7 +24,7 @@ struct WholeBody<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
-    usage: Option<UsageWire>,
+    usage: Option<ReportedUsage>,
     #[serde(default)]
     response: Option<ResponseWire>,
     #[serde(borrow, default)]
@@ -63,7 +63,7 @@ struct IncompleteWire<'a> {
 #[derive(serde::Deserialize, Clone, Copy)]
 struct ResponseWire {
     #[serde(default)]
-    usage: Option<UsageWire>,
+    usage: Option<ReportedUsage>,
 }
 
 #[derive(serde::Deserialize)]
@@ -183,7 +183,7 @@ pub(crate) enum Verdict {
 pub(super) struct Facts<'a> {
     pub(super) model: Option<Cow<'a, str>>,
     /// The usage (`usage`, else the Responses API's `response.usage`), if it has counts.
-    pub(super) usage: Option<RawUsage>,
+    pub(super) usage: Option<ReportedUsage>,
     /// The first choice's `finish_reason`, else `stop_reason`.
     pub(super) finish: Option<Cow<'a, str>>,
     /// `Some(any choice has output)` when there is a `choices` array.
@@ -211,7 +211,7 @@ impl WholeBody<'_> {
             .or(self.stop_reason.as_deref());
         Facts {
             model: self.model.as_deref().map(Cow::Borrowed),
-            usage: usage.and_then(UsageWire::raw),
+            usage: usage.filter(ReportedUsage::has_counts),
             finish: finish.map(Cow::Borrowed),
             choices: self
                 .choices
@@ -488,7 +488,7 @@ impl JsonScanner {
                     .next()
                     .and_then(Result::ok)
                     .as_ref()
-                    .and_then(RawUsage::from_value)
+                    .and_then(usage::from_view)
                 {
                     report.set_usage(u.to_usage());
                 }

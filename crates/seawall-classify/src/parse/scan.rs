@@ -14,10 +14,11 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use seawall_core::ReportedUsage;
 use seawall_core::json_scan::{JsonCursor, JsonKind, JsonNode, Seen};
 
 use super::json::Facts;
-use super::usage::RawUsage;
+
 use crate::error_body::ProviderError;
 
 /// A JSON value as the SSE parser reads it: the few `serde_json::Value` accessors it uses,
@@ -165,8 +166,8 @@ fn top<'a>(s: &mut JsonCursor<'a>, facts: &mut Facts<'a>) -> Option<()> {
     const OUTPUT: u32 = 12;
     let mut seen = Seen::default();
     // `usage`, else `response.usage`: each `Some` when present and not `null`.
-    let mut usage: Option<Option<RawUsage>> = None;
-    let mut response_usage: Option<Option<RawUsage>> = None;
+    let mut usage: Option<Option<ReportedUsage>> = None;
+    let mut response_usage: Option<Option<ReportedUsage>> = None;
     let mut first_finish: Option<Cow<'a, str>> = None;
     let mut stop: Option<Cow<'a, str>> = None;
     // serde's derive also reads a struct from an array: left to it.
@@ -181,7 +182,7 @@ fn top<'a>(s: &mut JsonCursor<'a>, facts: &mut Facts<'a>) -> Option<()> {
         }
         b"usage" => {
             seen.first(USAGE)?;
-            usage = usage_wire(s)?;
+            usage = usage_wire(s, 1)?;
             Some(())
         }
         b"response" => {
@@ -193,7 +194,7 @@ fn top<'a>(s: &mut JsonCursor<'a>, facts: &mut Facts<'a>) -> Option<()> {
             s.object(|s, name| match name {
                 b"usage" => {
                     inner.first(0)?;
-                    response_usage = usage_wire(s)?;
+                    response_usage = usage_wire(s, 2)?;
                     Some(())
                 }
                 _ => s.skip(2),
@@ -375,83 +376,12 @@ fn output(s: &mut JsonCursor<'_>, depth: u32) -> Option<bool> {
 /// (`None` inside when it has none).
 // The outer `None`: not sure (serde decides); the inner one: `null`.
 #[allow(clippy::option_option)]
-fn usage_wire(s: &mut JsonCursor<'_>) -> Option<Option<Option<RawUsage>>> {
+fn usage_wire(s: &mut JsonCursor<'_>, depth: u32) -> Option<Option<Option<ReportedUsage>>> {
     if s.null()? {
         return Some(None);
     }
-    let raw = usage(s)?;
-    Some(Some(
-        (raw.prompt.is_some() || raw.input.is_some() || raw.output.is_some()).then_some(raw),
-    ))
-}
-
-/// The counts of a usage object whose `{` is next: counts or `null`s, each at most once.
-pub(super) fn usage(s: &mut JsonCursor<'_>) -> Option<RawUsage> {
-    let mut seen = Seen::default();
-    let (mut completion, mut output) = (None, None);
-    let (mut prompt_detail, mut input_detail, mut hit) = (None, None, None);
-    let mut raw = RawUsage::default();
-    if s.kind()? != JsonKind::Object {
-        return None;
-    }
-    s.object(|s, name| {
-        let (bit, slot) = match name {
-            b"prompt_tokens" => (0, &mut raw.prompt),
-            b"input_tokens" => (1, &mut raw.input),
-            b"completion_tokens" => (2, &mut completion),
-            b"output_tokens" => (3, &mut output),
-            b"cache_read_input_tokens" => (4, &mut raw.cache_read),
-            b"cache_creation_input_tokens" => (5, &mut raw.cache_creation),
-            b"prompt_cache_hit_tokens" => (6, &mut hit),
-            b"total_tokens" => (9, &mut raw.total),
-            b"prompt_tokens_details" => {
-                seen.first(7)?;
-                prompt_detail = details(s, b"cached_tokens")?;
-                return Some(());
-            }
-            b"input_tokens_details" => {
-                seen.first(8)?;
-                input_detail = details(s, b"cached_tokens")?;
-                return Some(());
-            }
-            b"cache_creation" => {
-                seen.first(10)?;
-                raw.cache_creation_1h = details(s, b"ephemeral_1h_input_tokens")?;
-                return Some(());
-            }
-            _ => return s.skip(3),
-        };
-        seen.first(bit)?;
-        *slot = s.count_or_null()?;
-        Some(())
-    })?;
-    raw.output = completion.or(output);
-    raw.cached_detail = prompt_detail.or(input_detail).or(hit);
-    Some(raw)
-}
-
-/// The count `member` of a details object (`cached_tokens`, `ephemeral_1h_input_tokens`), or
-/// of `null`.
-// The outer `None`: not sure (serde decides); the inner one: `null`.
-#[allow(clippy::option_option)]
-fn details(s: &mut JsonCursor<'_>, member: &[u8]) -> Option<Option<u64>> {
-    if s.null()? {
-        return Some(None);
-    }
-    if s.kind()? != JsonKind::Object {
-        return None;
-    }
-    let mut seen = Seen::default();
-    let mut cached = None;
-    s.object(|s, name| {
-        if name != member {
-            return s.skip(4);
-        }
-        seen.first(0)?;
-        cached = s.count_or_null()?;
-        Some(())
-    })?;
-    Some(cached)
+    let u = ReportedUsage::scan(s, depth)?;
+    Some(Some(Some(u).filter(ReportedUsage::has_counts)))
 }
 
 #[cfg(test)]

@@ -11,12 +11,13 @@ use serde_json::Value;
 
 use seawall_core::json_scan::JsonTape;
 use seawall_core::{
-    BodyReport, ChoiceEnds, FailureClass, FinishReason, LlmError, SseDecoder, SseEvent, SseItem,
+    BodyReport, ChoiceEnds, FailureClass, FinishReason, LlmError, ReportedUsage, SseDecoder,
+    SseEvent, SseItem,
 };
 
 use super::memo::{MEMO_SCRATCH_KEEP, Memo, Template};
 use super::scan::View;
-use super::usage::RawUsage;
+use super::usage;
 use super::{broken, embedded_error, empty_answer};
 use crate::error_body::ProviderError;
 use crate::hints;
@@ -73,7 +74,7 @@ pub(crate) struct SseParser {
     /// Whether events are read by the scan first (always, but in the tests that hold it to
     /// the serde path).
     scan: bool,
-    usage: Option<RawUsage>,
+    usage: Option<ReportedUsage>,
     request_id: Option<Box<str>>,
     memo: Memo,
     template: Template,
@@ -406,8 +407,10 @@ impl SseParser {
     }
 
     fn merge_usage<'a, V: View<'a>>(&mut self, v: Option<V>) {
-        if let Some(raw) = v.and_then(RawUsage::from_value) {
-            self.usage.get_or_insert_with(RawUsage::default).merge(raw);
+        if let Some(raw) = v.and_then(usage::from_view) {
+            self.usage
+                .get_or_insert_with(ReportedUsage::default)
+                .merge(raw);
         }
     }
 
