@@ -125,7 +125,8 @@ struct Args {
     replicas: Option<usize>,
     redis: Option<String>,
     repeat: f64,
-    resume: bool,
+    /// `--no-resume`: one more row, seawall without its `ContinueLayer`.
+    no_resume_row: bool,
     restart_within: u32,
 }
 
@@ -147,7 +148,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
         replicas: None,
         redis: None,
         repeat: 0.0,
-        resume: false,
+        no_resume_row: false,
         restart_within: 0,
     };
     let mut seed_given = false;
@@ -198,7 +199,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
                 args.replicas = Some(number("--replicas", value("--replicas")?)? as usize)
             }
             "--redis" => args.redis = Some(value("--redis")?),
-            "--no-resume" => args.resume = true,
+            "--no-resume" => args.no_resume_row = true,
             "--restart-within" => {
                 let v = value("--restart-within")?;
                 args.restart_within = number("--restart-within", v)?
@@ -233,7 +234,7 @@ fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String>
             "--repeat is for the single-process run; it does not combine with --replicas".into(),
         );
     }
-    if args.resume && args.replicas.is_some() {
+    if args.no_resume_row && args.replicas.is_some() {
         return Err(
             "--no-resume is for the single-process run; it does not combine with --replicas".into(),
         );
@@ -301,7 +302,7 @@ fn run(args: &Args) -> Result<usize, String> {
     let Played {
         mut runs,
         cached,
-        resumed,
+        no_resume,
         limit,
     } = play(args, &scenario, &progress, true)?;
     progress.finish_and_clear();
@@ -325,7 +326,7 @@ fn run(args: &Args) -> Result<usize, String> {
             "7 seawall + cache"
         );
     }
-    if resumed.is_some() {
+    if no_resume.is_some() {
         println!(
             "  {:<20} the same stack without its ContinueLayer: a stream cut after its first token \
              fails instead of resuming",
@@ -336,10 +337,10 @@ fn run(args: &Args) -> Result<usize, String> {
 
     let rows: Vec<Row> = runs.iter().map(|r| Row::new(r, limit)).collect();
     let cached_row = cached.as_ref().map(|r| Row::new(r, limit));
-    let resumed_row = resumed.as_ref().map(|r| Row::new(r, limit));
+    let no_resume_shown = no_resume.as_ref().map(|r| Row::new(r, limit));
     let mut shown = rows.clone();
     shown.extend(cached_row.clone());
-    shown.extend(resumed_row.clone());
+    shown.extend(no_resume_shown.clone());
     println!("{}", report::table(&shown));
     const LEGEND: &[&str] = &[
         "success        share of calls that got a complete answer (the stream ended with its finish marker)",
@@ -397,7 +398,7 @@ fn run(args: &Args) -> Result<usize, String> {
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     runs.extend(cached);
-    runs.extend(resumed);
+    runs.extend(no_resume);
     report::chart(&args.svg, &runs)?;
     println!("latency chart (CDF per policy): {}", args.svg.display());
     println!("wall-clock time: {:.1} s", started.elapsed().as_secs_f64());
@@ -613,7 +614,7 @@ fn scenario_for(args: &Args, seed: u64) -> Result<Scenario, String> {
 struct Played {
     runs: Vec<RunResult>,
     cached: Option<RunResult>,
-    resumed: Option<RunResult>,
+    no_resume: Option<RunResult>,
     limit: f64,
 }
 
@@ -681,7 +682,7 @@ fn play(
         })
         .transpose()?;
     // The run without resumption: without its ContinueLayer.
-    let resumed = (extra_rows && args.resume)
+    let no_resume = (extra_rows && args.no_resume_row)
         .then(|| {
             let without = SeawallSetup {
                 resume: false,
@@ -693,7 +694,7 @@ fn play(
     Ok(Played {
         runs,
         cached,
-        resumed,
+        no_resume,
         limit,
     })
 }
