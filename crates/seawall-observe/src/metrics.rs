@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use seawall_core::MAX_KEY_LEN;
+use seawall_core::{CacheStatus, MAX_KEY_LEN};
 
 use crate::record::{CallOutcome, CallRecord, Recorder};
 
@@ -91,7 +91,7 @@ impl ModelLabels {
 /// | `seawall.cost` | counter (micro-USD) | `gen_ai.request.model` |
 /// | `seawall.cache` | counter | `gen_ai.request.model`, `status` (`hit`, `miss`, `bypass`, `semantic`) |
 /// | `gen_ai.client.operation.duration` | histogram (s) | `gen_ai.request.model`, `error.type` |
-/// | `gen_ai.client.token.usage` | histogram | `gen_ai.request.model`, `gen_ai.token.type` |
+/// | `gen_ai.client.token.usage` | histogram | `gen_ai.request.model`, `gen_ai.token.type` (not for cache hits: they use no tokens) |
 /// | `gen_ai.server.time_to_first_token` | histogram (s) | `gen_ai.request.model` |
 /// | `gen_ai.server.time_per_output_token` | histogram (s) | `gen_ai.request.model` |
 ///
@@ -221,7 +221,10 @@ impl Recorder for MetricsRecorder {
             metrics::histogram!("gen_ai.server.time_per_output_token", "gen_ai.request.model" => model.clone())
                 .record(t.as_secs_f64());
         }
-        if let Some(u) = r.usage {
+        // A cache hit used none of the provider's tokens: its answer's usage is in its record,
+        // not in the tokens used.
+        let hit = r.cache.is_some_and(CacheStatus::is_hit);
+        if let Some(u) = r.usage.filter(|_| !hit) {
             metrics::histogram!("gen_ai.client.token.usage", "gen_ai.request.model" => model.clone(), "gen_ai.token.type" => "input")
                 .record(u.input_tokens as f64);
             metrics::histogram!("gen_ai.client.token.usage", "gen_ai.request.model" => model.clone(), "gen_ai.token.type" => "output")
@@ -242,8 +245,7 @@ impl Recorder for MetricsRecorder {
 mod tests {
     use super::*;
     use crate::record::CallRecord;
-    use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
-    use seawall_core::CacheStatus;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
     fn record(model: &str) -> CallRecord {
         CallRecord {
@@ -252,29 +254,35 @@ mod tests {
         }
     }
 
-    /// The model labels of `seawall.calls`, and the calls under each.
-    fn calls_by_model(snapshotter: &Snapshotter) -> Vec<(String, u64)> {
+    /// The series of `metric`: each one's value of `label`, and its value, by that label.
+    fn series(snapshotter: &Snapshotter, metric: &str, label: &str) -> Vec<(String, DebugValue)> {
         let mut out: Vec<_> = snapshotter
             .snapshot()
             .into_vec()
             .into_iter()
-            .filter(|(k, ..)| k.key().name() == "seawall.calls")
+            .filter(|(k, ..)| k.key().name() == metric)
             .map(|(k, _, _, v)| {
-                let model = k
-                    .key()
-                    .labels()
-                    .find(|l| l.key() == "gen_ai.request.model")
-                    .map(|l| l.value().to_owned())
-                    .unwrap_or_default();
-                let n = match v {
-                    metrics_util::debugging::DebugValue::Counter(n) => n,
-                    _ => 0,
-                };
-                (model, n)
+                let l = k.key().labels().find(|l| l.key() == label);
+                (l.map(|l| l.value().to_owned()).unwrap_or_default(), v)
             })
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+
+    /// The counters of `metric` by `label`.
+    fn counters(snapshotter: &Snapshotter, metric: &str, label: &str) -> Vec<(String, u64)> {
+        let count = |v| match v {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        };
+        let series = series(snapshotter, metric, label);
+        series.into_iter().map(|(l, v)| (l, count(v))).collect()
+    }
+
+    /// The model labels of `seawall.calls`, and the calls under each.
+    fn calls_by_model(snapshotter: &Snapshotter) -> Vec<(String, u64)> {
+        counters(snapshotter, "seawall.calls", "gen_ai.request.model")
     }
 
     fn run(recorder: &MetricsRecorder, models: impl IntoIterator<Item = String>) -> Snapshotter {
@@ -359,32 +367,57 @@ mod tests {
                 });
             }
         });
-        let mut by_status: Vec<(String, u64)> = snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .filter(|(k, ..)| k.key().name() == "seawall.cache")
-            .map(|(k, _, _, v)| {
-                let status = k
-                    .key()
-                    .labels()
-                    .find(|l| l.key() == "status")
-                    .map(|l| l.value().to_owned())
-                    .unwrap_or_default();
-                let n = match v {
-                    metrics_util::debugging::DebugValue::Counter(n) => n,
-                    _ => 0,
-                };
-                (status, n)
-            })
-            .collect();
-        by_status.sort();
         assert_eq!(
-            by_status,
+            counters(&snapshotter, "seawall.cache", "status"),
             [
                 ("bypass".to_owned(), 1),
                 ("hit".to_owned(), 2),
                 ("miss".to_owned(), 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cache_hit_adds_no_tokens_used() {
+        let recorder = MetricsRecorder::new();
+        let debugging = DebuggingRecorder::new();
+        let snapshotter = debugging.snapshotter();
+        let usage = seawall_core::Usage {
+            input_tokens: 100,
+            output_tokens: 10,
+            ..Default::default()
+        };
+        metrics::with_local_recorder(&debugging, || {
+            for cache in [
+                Some(CacheStatus::Hit),
+                Some(CacheStatus::Semantic(0.97)),
+                Some(CacheStatus::Miss),
+                None,
+            ] {
+                recorder.record(&CallRecord {
+                    cache,
+                    usage: Some(usage),
+                    ..record("m")
+                });
+            }
+        });
+        let samples: Vec<(String, Vec<f64>)> = series(
+            &snapshotter,
+            "gen_ai.client.token.usage",
+            "gen_ai.token.type",
+        )
+        .into_iter()
+        .map(|(kind, v)| match v {
+            DebugValue::Histogram(h) => (kind, h.into_iter().map(f64::from).collect()),
+            _ => (kind, Vec::new()),
+        })
+        .collect();
+        // The miss and the call without a cache: two calls' tokens, not four.
+        assert_eq!(
+            samples,
+            [
+                ("input".to_owned(), vec![100.0, 100.0]),
+                ("output".to_owned(), vec![10.0, 10.0])
             ]
         );
     }
