@@ -106,3 +106,87 @@ async fn a_hit_in_the_recommended_stack_costs_no_call_no_attempt_and_no_budget()
     assert_eq!(hit.usage, miss.usage, "the hit reports the answer's usage");
     assert_eq!(hit.queue_wait, None, "no permit was taken");
 }
+
+/// An upstream whose every answer used 20 prompt and 100 completion tokens.
+fn fixed_upstream() -> impl tower::Service<
+    http::Request<Bytes>,
+    Response = http::Response<http_body_util::Full<Bytes>>,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(|_req: http::Request<Bytes>| async {
+        let body = r#"{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Twice half its length."},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":100,"total_tokens":120}}"#;
+        let mut resp = http::Response::new(http_body_util::Full::new(Bytes::from_static(
+            body.as_bytes(),
+        )));
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(resp)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_and_a_gate_stacked_outside_the_cache_charge_a_hit_nothing() {
+    use seawall::gate::{Limit, Rates};
+    let budget = CostBudgetLayer::builder(
+        PriceTable::new().with_default(Price::per_million_f64(2.5, 10.0).unwrap()),
+    )
+    .budget(Budget::total("total", Usd::from_dollars(10)))
+    .build()
+    .unwrap();
+    // 300 tokens a minute, all of them at once: the miss uses 120, and each call reserves its
+    // prompt's estimate and its 64 tokens of output while it runs.
+    let tpm = Limit::per_minute(300).with_burst(300);
+    let client = ServiceBuilder::new()
+        .layer(budget.clone())
+        .layer(
+            ConcurrencyGateLayer::builder()
+                .limit(4)
+                .rates(Rates::new().with_tokens(tpm))
+                .build()
+                .unwrap(),
+        )
+        .layer(CacheLayer::new(MemoryStore::new()))
+        .layer(ClassifyLayer::default())
+        .service(fixed_upstream());
+    let call = |req| {
+        let client = client.clone();
+        async move {
+            let resp = client.oneshot(req).await.unwrap();
+            let status = resp.extensions().get::<CacheStatus>().copied();
+            resp.into_body().collect().await.unwrap();
+            status
+        }
+    };
+
+    assert_eq!(call(ask(false)).await, Some(CacheStatus::Miss));
+    let spent = budget.spend("total", None).unwrap().spent;
+    assert_eq!(
+        spent,
+        Usd::from_micros(1_050),
+        "20 in at $2.50/M, 100 out at $10/M"
+    );
+
+    assert_eq!(call(ask(false)).await, Some(CacheStatus::Hit));
+    let after = budget.spend("total", None).unwrap();
+    assert_eq!(after.spent, spent, "the hit cost nothing");
+    assert_eq!(after.reserved, Usd::ZERO);
+
+    // Charged the hit's 120 tokens, the gate would hold the next question for the tokens
+    // to come back (about 4 s); it used none, so the next question goes at once.
+    let mut other = ask(false);
+    *other.body_mut() = Bytes::from(
+        String::from_utf8(other.body().to_vec())
+            .unwrap()
+            .replace("piece of string", "ball of wool"),
+    );
+    let start = tokio::time::Instant::now();
+    assert_eq!(call(other).await, Some(CacheStatus::Miss));
+    assert!(
+        start.elapsed() < std::time::Duration::from_millis(100),
+        "the next question waited {:?} for tokens the hit never used",
+        start.elapsed()
+    );
+}

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use seawall_core::{
-    AdmitGuard, CallContext, Completion, FailureClass, LlmError, LlmRequest, OnComplete, Outcome,
-    ServiceTier, Usage,
+    AdmitGuard, CacheStatus, CallContext, Completion, FailureClass, LlmError, LlmRequest,
+    LlmResponse, OnComplete, Outcome, ServiceTier, Usage,
 };
 
 use crate::accounting::{AttemptOutcome, Charged, SpendRecord};
@@ -43,6 +43,8 @@ pub struct BudgetGuard {
     attempt: Option<u32>,
     ctx: Option<Arc<CallContext>>,
     armed: bool,
+    /// A cache (stacked inside the budget) served the answer: nothing to pay.
+    cached: bool,
 }
 
 impl fmt::Debug for BudgetGuard {
@@ -75,6 +77,7 @@ impl BudgetGuard {
             attempt,
             ctx,
             armed: false,
+            cached: false,
         }
     }
 
@@ -277,6 +280,11 @@ impl AdmitGuard for BudgetGuard {
         self.arm();
     }
 
+    /// A cache's answer was billed by no provider: it settles at no cost.
+    fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
+        self.cached = CacheStatus::served(resp);
+    }
+
     fn failed(self, err: &LlmError) {
         self.fail(err.class());
     }
@@ -291,7 +299,12 @@ impl OnComplete for BudgetGuard {
             Outcome::Failed(None) => AttemptOutcome::Failed(FailureClass::StreamInterrupted),
             Outcome::Dropped => AttemptOutcome::Dropped,
         };
-        self.finish(outcome, completion.usage);
+        let usage = if self.cached {
+            Some(Usage::default())
+        } else {
+            completion.usage
+        };
+        self.finish(outcome, usage);
     }
 }
 

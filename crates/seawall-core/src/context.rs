@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::class::FailureClass;
-use crate::response::Usage;
+use crate::response::{LlmResponse, Usage};
 
 /// Which fallback target answered a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,14 @@ impl CacheStatus {
     /// Whether the answer came from the cache (exact or semantic).
     pub fn is_hit(self) -> bool {
         matches!(self, CacheStatus::Hit | CacheStatus::Semantic(_))
+    }
+
+    /// Whether a cache served `resp` (as it marks its responses): an answer no provider
+    /// billed. A budget or a gate stacked outside a cache charges it nothing.
+    pub fn served<T: LlmResponse>(resp: &T) -> bool {
+        resp.extensions()
+            .and_then(|e| e.get::<CacheStatus>())
+            .is_some_and(|s| s.is_hit())
     }
 }
 

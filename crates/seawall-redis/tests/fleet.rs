@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use http::Response;
 use seawall_core::{
-    CallContext, FailureClass, LlmError, RateLimitSnapshot, RateLimitWindow, Usage,
+    CacheStatus, CallContext, FailureClass, LlmError, RateLimitSnapshot, RateLimitWindow, Usage,
 };
 use seawall_gate::{Limit, Rates, RejectReason};
 use seawall_redis::fleet::{FleetLimitBuilder, FleetLimitLayer, FleetRejection, ManualClock};
@@ -22,6 +22,9 @@ use tower::{Layer, ServiceExt, service_fn};
 enum Reply {
     /// Answers at once with this usage.
     Usage(Usage),
+    /// Answers at once as a cache inside the fleet limit would: its answer's usage, marked as
+    /// a hit.
+    Cached(Usage),
     /// Answers a 429 with this `Retry-After`.
     RateLimited(Duration),
     /// Answers with these rate-limit headers.
@@ -64,6 +67,12 @@ fn upstream(up: &Arc<Upstream>) -> Svc {
                 Reply::Usage(u) => {
                     let mut resp = Response::new(ChanBody::empty().holding(guard));
                     resp.extensions_mut().insert(u);
+                    Ok(resp)
+                }
+                Reply::Cached(u) => {
+                    let mut resp = Response::new(ChanBody::empty().holding(guard));
+                    resp.extensions_mut().insert(u);
+                    resp.extensions_mut().insert(CacheStatus::Hit);
                     Ok(resp)
                 }
                 Reply::RateLimited(d) => {
@@ -264,6 +273,29 @@ async fn settlement_gives_back_unused_tokens_and_carries_an_overrun_as_debt_for_
     assert_eq!(err.retry_hint(), Some(Duration::from_millis(7_020)));
     clock.advance(Duration::from_millis(7_020));
     assert!(call_once(&b, &up, Ask::new("m", 1, 1)).await.unwrap());
+}
+
+#[tokio::test]
+async fn an_answer_a_cache_served_gives_back_every_token_it_reserved() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(0);
+    let rates = Rates::new().with_tokens(Limit::per_minute(6_000).with_burst(1_000));
+    let timeout = Duration::from_secs(2);
+    let layer = replica(&server, &clock, timeout, |b| b.rates(rates));
+    let r = connect(&server, timeout);
+    let up = Arc::new(Upstream::default());
+    // 500 reserved (100 in, up to 400 out); the answer says it used 300, but a cache served it.
+    let mut req = Ask::new("m", 100, 400);
+    req.ext.insert(Reply::Cached(Usage {
+        input_tokens: 100,
+        output_tokens: 200,
+        ..Usage::default()
+    }));
+    assert!(call_once(&layer, &up, req).await.unwrap());
+    eventually("all 500 went back", || async {
+        token_level(&r).await == Some(1_000.0)
+    })
+    .await;
 }
 
 #[tokio::test]

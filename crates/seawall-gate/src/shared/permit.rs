@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use seawall_core::{
-    AdmitGuard, Completion, FailureClass, LlmError, LlmRequest, LlmResponse, OnComplete, Outcome,
-    RateLimitSnapshot,
+    AdmitGuard, CacheStatus, Completion, FailureClass, LlmError, LlmRequest, LlmResponse,
+    OnComplete, Outcome, RateLimitSnapshot, Usage,
 };
 
 use tokio::time::Instant;
@@ -40,6 +40,7 @@ impl Shared {
                 since: this.sizer.as_ref().map(|_| Instant::now()),
             }),
             wait: Duration::ZERO,
+            cached: false,
         }
     }
 }
@@ -78,6 +79,9 @@ pub struct GatePermit {
     held: Option<Held>,
     /// How long the call waited in the gate for it.
     pub(crate) wait: Duration,
+    /// A cache (stacked inside the gate) served the answer: no provider tokens were used, and
+    /// its time says nothing of the upstream's.
+    cached: bool,
 }
 
 impl fmt::Debug for GatePermit {
@@ -108,6 +112,7 @@ impl AdmitGuard for GatePermit {
     /// Reads the response head (a `remaining = 0` snapshot pauses the key until its reset)
     /// and puts the queue time in the response's extensions.
     fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
+        self.cached = CacheStatus::served(resp);
         if let Some(h) = &self.held {
             let snapshot = resp.rate_limit();
             h.shared.autosize_limits(snapshot);
@@ -143,6 +148,10 @@ impl Held {
 
 impl OnComplete for GatePermit {
     fn on_complete(mut self, c: Completion<'_>) {
+        if self.cached {
+            self.finish(|h| h.settle(Some(Usage::default())));
+            return;
+        }
         self.finish(|h| {
             h.settle(c.usage);
             match c.outcome {

@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use seawall_core::{
-    AdmitGuard, Completion, LlmError, LlmResponse, OnComplete, Outcome, RateLimitSnapshot, Usage,
+    AdmitGuard, CacheStatus, Completion, LlmError, LlmResponse, OnComplete, Outcome,
+    RateLimitSnapshot, Usage,
 };
 use seawall_gate::Cost;
 
@@ -22,6 +23,8 @@ use super::state::Fleet;
 /// was unreachable gives its local permit back and settles locally instead.
 pub struct FleetPermit {
     held: Option<Held>,
+    /// A cache (stacked inside) served the answer: no provider tokens were used.
+    cached: bool,
 }
 
 struct Held {
@@ -52,6 +55,7 @@ impl FleetPermit {
                 cost,
                 id: Some(id),
             }),
+            cached: false,
         }
     }
 
@@ -63,6 +67,7 @@ impl FleetPermit {
                 cost,
                 id: None,
             }),
+            cached: false,
         }
     }
 
@@ -97,6 +102,7 @@ impl AdmitGuard for FleetPermit {
     /// Reads a response head: a `remaining = 0` snapshot pauses the key fleet-wide until
     /// its reset.
     fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
+        self.cached = CacheStatus::served(resp);
         if let Some(h) = &self.held {
             if let Some(d) = resp
                 .rate_limit()
@@ -120,7 +126,12 @@ impl OnComplete for FleetPermit {
         if let Outcome::Failed(Some(e)) = c.outcome {
             self.saw_error(e);
         }
-        self.finish(c.usage);
+        let usage = if self.cached {
+            Some(Usage::default())
+        } else {
+            c.usage
+        };
+        self.finish(usage);
     }
 }
 
