@@ -190,3 +190,66 @@ async fn a_budget_and_a_gate_stacked_outside_the_cache_charge_a_hit_nothing() {
         start.elapsed()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_stacked_outside_the_cache_does_not_count_a_hit_as_the_upstreams_success() {
+    use seawall::core::FailureClass;
+    // The stored question's answer came while the upstream was well; every new one fails.
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let upstream = tower::service_fn(move |req: http::Request<Bytes>| {
+        let first = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        async move {
+            let answer = fixed_upstream().oneshot(req).await?;
+            if first {
+                return Ok(answer);
+            }
+            let body = r#"{"error":{"message":"The server had an error","type":"server_error"}}"#;
+            let mut resp = http::Response::new(http_body_util::Full::new(Bytes::from_static(
+                body.as_bytes(),
+            )));
+            *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let client = ServiceBuilder::new()
+        .layer(
+            CircuitBreakerLayer::builder()
+                .failure_rate(0.6)
+                .minimum_calls(4)
+                .build()
+                .unwrap(),
+        )
+        .layer(CacheLayer::new(MemoryStore::new()))
+        .layer(ClassifyLayer::default())
+        .service(upstream);
+    let question = |n: usize| {
+        let mut req = ask(false);
+        if n > 0 {
+            let body = String::from_utf8(req.body().to_vec()).unwrap();
+            *req.body_mut() = Bytes::from(body.replace("piece of string", &format!("rope {n}")));
+        }
+        req
+    };
+    // Each call read to its end (an answer is stored when its body ends): its class if it failed.
+    let call = |n: usize| {
+        let client = client.clone();
+        async move {
+            let resp = client.oneshot(question(n)).await.map_err(|e| e.class())?;
+            resp.into_body().collect().await.unwrap();
+            Ok(())
+        }
+    };
+
+    assert_eq!(call(0).await, Ok(()));
+    // Three failures of the upstream, the first two each followed by a hit of the stored answer.
+    for n in 1..=2 {
+        assert_eq!(call(n).await, Err(FailureClass::ServerError));
+        assert_eq!(call(0).await, Ok(()));
+    }
+    assert_eq!(call(3).await, Err(FailureClass::ServerError));
+    // The upstream answered 1 call of 4: the breaker is open. (Counting the two hits as
+    // successes, it would have seen 3 failures in 6 calls, under its 60%, and stayed closed.)
+    assert_eq!(call(4).await, Err(FailureClass::CircuitOpen));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
+}

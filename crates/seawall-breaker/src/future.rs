@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use seawall_core::{
-    Circuit, Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome, Refusal,
+    CacheStatus, Circuit, Completion, FailureClass, LlmError, LlmResponse, OnComplete, Outcome,
+    Refusal,
 };
 use tokio::time::Instant;
 
@@ -230,6 +231,13 @@ where
                 let mut permit = permit.take().unwrap_or_else(Permit::untracked);
                 permit.head();
                 Poll::Ready(match result {
+                    // A cache stacked inside answered: that says nothing of the upstream's
+                    // health, so it is no call at all (a probe's slot goes to the next call).
+                    Ok(resp) if CacheStatus::served(&resp) => {
+                        permit.finish(Verdict::Ignore);
+                        let permit = Permit::untracked();
+                        Ok(resp.on_complete(BreakerGuard { permit }))
+                    }
                     Ok(resp) => {
                         permit.answered();
                         Ok(resp.on_complete(BreakerGuard { permit }))

@@ -15,7 +15,8 @@
 //! 529 overloads, upstream and local timeouts, connection failures, and streams broken after
 //! their first token. Everything else is *neither* a success nor a failure: 4xx (bad requests,
 //! context length, content filter, auth), rate limits and exhausted quotas (back-pressure, not
-//! sickness), seawall's own rejections, and cancelled calls (a future or body dropped early).
+//! sickness), seawall's own rejections, cancelled calls (a future or body dropped early), and
+//! answers a cache stacked inside the breaker served (no call reached the upstream).
 //! A 429 storm or a burst of bad requests never opens the breaker, and does not interrupt a
 //! run of consecutive failures either. Change this per class with
 //! [`CircuitBreakerBuilder::verdict`], [`CircuitBreakerBuilder::dispositions`] and [`CircuitBreakerBuilder::on_cancel`].
