@@ -231,15 +231,16 @@ where
                 let mut permit = permit.take().unwrap_or_else(Permit::untracked);
                 permit.head();
                 Poll::Ready(match result {
-                    // A cache stacked inside answered: that says nothing of the upstream's
-                    // health, so it is no call at all (a probe's slot goes to the next call).
-                    Ok(resp) if CacheStatus::served(&resp) => {
-                        permit.finish(Verdict::Ignore);
-                        let permit = Permit::untracked();
-                        Ok(resp.on_complete(BreakerGuard { permit }))
-                    }
                     Ok(resp) => {
-                        permit.answered();
+                        if CacheStatus::served(&resp) {
+                            // A cache stacked inside answered: that says nothing of the
+                            // upstream's health, so it is no call at all (a probe's slot goes
+                            // to the next call).
+                            std::mem::replace(&mut permit, Permit::untracked())
+                                .finish(Verdict::Ignore);
+                        } else {
+                            permit.answered();
+                        }
                         Ok(resp.on_complete(BreakerGuard { permit }))
                     }
                     Err(e) => {
