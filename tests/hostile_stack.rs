@@ -20,8 +20,9 @@
 //!   succeeds (no gate permit, breaker probe or cache flight was left held).
 //!
 //! Users stack only what they need, in their own order, so the same cases also run through
-//! three other orders (the budget outside retry, the gate and breaker outermost, retry
-//! outermost) with the same checks but the record's (observe inside retry records attempts).
+//! four other orders (the budget outside retry, the gate and breaker outermost, retry
+//! outermost, the gate, breaker and budget outside the cache) with the same checks but the
+//! record's (observe inside retry records attempts).
 //!
 //! Each proptest case is one set of calls from a seed; a failure names the seed that makes
 //! it again.
@@ -727,13 +728,14 @@ async fn recommended(seed: u64) {
     nothing_reserved(&budget);
 }
 
-/// A case through one of three other orders a user may choose: the budget outside retry
+/// A case through one of four other orders a user may choose: the budget outside retry
 /// (one reservation a call) with the cache outermost and no observe; the gate and breaker
 /// outermost with the fallback inside retry; retry outermost over observe (a record an
-/// attempt, so not one a call), continue, repair and the gate.
+/// attempt, so not one a call), continue, repair and the gate; the gate, breaker and budget
+/// outside the cache (hits reserved, then charged nothing).
 async fn other_order(seed: u64) {
     let mut r = Draws::new(seed);
-    let order = r.below(3);
+    let order = r.below(4);
     let Case {
         plans,
         upstream,
@@ -766,7 +768,7 @@ async fn other_order(seed: u64) {
                 .service(upstream);
             drive(client, plans, check).await;
         }
-        _ => {
+        2 => {
             let client = ServiceBuilder::new()
                 .layer(BackoffRetryLayer::new())
                 .layer(budget.clone())
@@ -774,6 +776,18 @@ async fn other_order(seed: u64) {
                 .layer(ContinueLayer::new())
                 .layer(repair())
                 .layer(gate)
+                .layer(StreamTimeoutLayer::new())
+                .layer(ClassifyLayer::default())
+                .service(upstream);
+            drive(client, plans, check).await;
+        }
+        _ => {
+            let client = ServiceBuilder::new()
+                .layer(gate)
+                .layer(CircuitBreakerLayer::new())
+                .layer(budget.clone())
+                .layer(CacheLayer::new(MemoryStore::new()))
+                .layer(BackoffRetryLayer::new())
                 .layer(StreamTimeoutLayer::new())
                 .layer(ClassifyLayer::default())
                 .service(upstream);
