@@ -92,8 +92,8 @@ impl ModelLabels {
 /// | `seawall.cache` | counter | `gen_ai.request.model`, `status` (`hit`, `miss`, `bypass`, `semantic`) |
 /// | `gen_ai.client.operation.duration` | histogram (s) | `gen_ai.request.model`, `error.type` |
 /// | `gen_ai.client.token.usage` | histogram | `gen_ai.request.model`, `gen_ai.token.type` (not for cache hits: they use no tokens) |
-/// | `gen_ai.server.time_to_first_token` | histogram (s) | `gen_ai.request.model` |
-/// | `gen_ai.server.time_per_output_token` | histogram (s) | `gen_ai.request.model` |
+/// | `gen_ai.server.time_to_first_token` | histogram (s) | `gen_ai.request.model` (not for cache hits) |
+/// | `gen_ai.server.time_per_output_token` | histogram (s) | `gen_ai.request.model` (not for cache hits) |
 ///
 /// The retry rate is its own figure because a rising retry rate warns before errors do. The
 /// cache's hit rate is `seawall.cache{status="hit"}` (plus `semantic`) over all of
@@ -213,17 +213,17 @@ impl Recorder for MetricsRecorder {
             metrics::histogram!("seawall.queue_wait", "gen_ai.request.model" => model.clone())
                 .record(q.as_secs_f64());
         }
-        if let Some(t) = r.time_to_first_token {
+        // A cache hit used none of the provider's tokens and no server answered it: its
+        // answer's usage is in its record, not in the tokens used or the server's timings.
+        let hit = r.cache.is_some_and(CacheStatus::is_hit);
+        if let Some(t) = r.time_to_first_token.filter(|_| !hit) {
             metrics::histogram!("gen_ai.server.time_to_first_token", "gen_ai.request.model" => model.clone())
                 .record(t.as_secs_f64());
         }
-        if let Some(t) = r.time_per_output_token {
+        if let Some(t) = r.time_per_output_token.filter(|_| !hit) {
             metrics::histogram!("gen_ai.server.time_per_output_token", "gen_ai.request.model" => model.clone())
                 .record(t.as_secs_f64());
         }
-        // A cache hit used none of the provider's tokens: its answer's usage is in its record,
-        // not in the tokens used.
-        let hit = r.cache.is_some_and(CacheStatus::is_hit);
         if let Some(u) = r.usage.filter(|_| !hit) {
             metrics::histogram!("gen_ai.client.token.usage", "gen_ai.request.model" => model.clone(), "gen_ai.token.type" => "input")
                 .record(u.input_tokens as f64);
@@ -247,6 +247,14 @@ mod tests {
     use crate::record::CallRecord;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
+    /// One series of a snapshot.
+    type Entry = (
+        metrics_util::CompositeKey,
+        Option<metrics::Unit>,
+        Option<metrics::SharedString>,
+        DebugValue,
+    );
+
     fn record(model: &str) -> CallRecord {
         CallRecord {
             model: Some(Arc::from(model)),
@@ -255,11 +263,14 @@ mod tests {
     }
 
     /// The series of `metric`: each one's value of `label`, and its value, by that label.
-    fn series(snapshotter: &Snapshotter, metric: &str, label: &str) -> Vec<(String, DebugValue)> {
-        let mut out: Vec<_> = snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
+    /// (A snapshot drains the histograms: take one, and read every series from it.)
+    fn series<'a>(
+        entries: &'a [Entry],
+        metric: &str,
+        label: &str,
+    ) -> Vec<(String, &'a DebugValue)> {
+        let mut out: Vec<_> = entries
+            .iter()
             .filter(|(k, ..)| k.key().name() == metric)
             .map(|(k, _, _, v)| {
                 let l = k.key().labels().find(|l| l.key() == label);
@@ -272,11 +283,12 @@ mod tests {
 
     /// The counters of `metric` by `label`.
     fn counters(snapshotter: &Snapshotter, metric: &str, label: &str) -> Vec<(String, u64)> {
-        let count = |v| match v {
-            DebugValue::Counter(n) => n,
+        let count = |v: &DebugValue| match v {
+            DebugValue::Counter(n) => *n,
             _ => 0,
         };
-        let series = series(snapshotter, metric, label);
+        let entries = snapshotter.snapshot().into_vec();
+        let series = series(&entries, metric, label);
         series.into_iter().map(|(l, v)| (l, count(v))).collect()
     }
 
@@ -378,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_hit_adds_no_tokens_used() {
+    fn a_cache_hit_adds_no_tokens_used_and_no_server_timings() {
         let recorder = MetricsRecorder::new();
         let debugging = DebuggingRecorder::new();
         let snapshotter = debugging.snapshotter();
@@ -397,21 +409,21 @@ mod tests {
                 recorder.record(&CallRecord {
                     cache,
                     usage: Some(usage),
+                    time_to_first_token: Some(std::time::Duration::from_millis(300)),
+                    time_per_output_token: Some(std::time::Duration::from_millis(20)),
                     ..record("m")
                 });
             }
         });
-        let samples: Vec<(String, Vec<f64>)> = series(
-            &snapshotter,
-            "gen_ai.client.token.usage",
-            "gen_ai.token.type",
-        )
-        .into_iter()
-        .map(|(kind, v)| match v {
-            DebugValue::Histogram(h) => (kind, h.into_iter().map(f64::from).collect()),
-            _ => (kind, Vec::new()),
-        })
-        .collect();
+        let entries = snapshotter.snapshot().into_vec();
+        let samples: Vec<(String, Vec<f64>)> =
+            series(&entries, "gen_ai.client.token.usage", "gen_ai.token.type")
+                .into_iter()
+                .map(|(kind, v)| match v {
+                    DebugValue::Histogram(h) => (kind, h.iter().map(|x| f64::from(*x)).collect()),
+                    _ => (kind, Vec::new()),
+                })
+                .collect();
         // The miss and the call without a cache: two calls' tokens, not four.
         assert_eq!(
             samples,
@@ -420,6 +432,15 @@ mod tests {
                 ("output".to_owned(), vec![10.0, 10.0])
             ]
         );
+        for timing in [
+            "gen_ai.server.time_to_first_token",
+            "gen_ai.server.time_per_output_token",
+        ] {
+            let [(_, DebugValue::Histogram(h))] = &series(&entries, timing, "")[..] else {
+                panic!("one series of {timing}");
+            };
+            assert_eq!(h.len(), 2, "{timing}: two calls' timings, not four");
+        }
     }
 
     #[test]
