@@ -56,7 +56,7 @@ impl CacheStatus {
     }
 
     /// Whether a cache served `resp` (as it marks its responses): an answer no provider
-    /// billed. A budget or a gate stacked outside a cache charges it nothing.
+    /// billed. A budget, a gate or a breaker stacked outside a cache counts it for nothing.
     pub fn served<T: LlmResponse>(resp: &T) -> bool {
         resp.extensions()
             .and_then(|e| e.get::<CacheStatus>())

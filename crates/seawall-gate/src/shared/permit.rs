@@ -109,8 +109,8 @@ impl AdmitGuard for GatePermit {
         note_admitted(req, self.wait);
     }
 
-    /// Reads the response head (a `remaining = 0` snapshot pauses the key until its reset)
-    /// and puts the queue time in the response's extensions.
+    /// Reads the response head (a `remaining = 0` snapshot pauses the key until its reset;
+    /// a cache's hit uses no tokens) and puts the queue time in the response's extensions.
     fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
         self.cached = CacheStatus::served(resp);
         if let Some(h) = &self.held {

@@ -100,7 +100,7 @@ impl FleetPermit {
 
 impl AdmitGuard for FleetPermit {
     /// Reads a response head: a `remaining = 0` snapshot pauses the key fleet-wide until
-    /// its reset.
+    /// its reset; a cache's hit uses no tokens.
     fn at_head<T: LlmResponse>(&mut self, resp: &mut T) {
         self.cached = CacheStatus::served(resp);
         if let Some(h) = &self.held {
