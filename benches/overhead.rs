@@ -85,6 +85,44 @@ where
     start.elapsed()
 }
 
+/// `iters` calls on each of `with` and `without`, in alternating batches (each batch's order
+/// alternating too); the time the calls on `with` took beyond those on `without`. Slow drift
+/// of the machine (another tenant's load, the CPU's clock) falls on both alike, where two
+/// rows timed seconds apart each take their own share of it.
+async fn paired_loop<S1, B1, S2, B2>(mut with: S1, mut without: S2, iters: u64) -> Duration
+where
+    S1: Service<Request<Bytes>, Response = Response<B1>>,
+    S1::Error: std::fmt::Debug,
+    B1: Body,
+    B1::Error: std::fmt::Debug,
+    S2: Service<Request<Bytes>, Response = Response<B2>>,
+    S2::Error: std::fmt::Debug,
+    B2: Body,
+    B2::Error: std::fmt::Debug,
+{
+    const BATCH: u64 = 256;
+    let (mut on_with, mut on_without) = (Duration::ZERO, Duration::ZERO);
+    let mut left = iters;
+    let mut with_first = false;
+    while left > 0 {
+        let n = left.min(BATCH);
+        for turn in [with_first, !with_first] {
+            let start = Instant::now();
+            for _ in 0..n {
+                if turn {
+                    black_box(call_ok(&mut with).await);
+                } else {
+                    black_box(call_ok(&mut without).await);
+                }
+            }
+            *if turn { &mut on_with } else { &mut on_without } += start.elapsed();
+        }
+        with_first = !with_first;
+        left -= n;
+    }
+    on_with.saturating_sub(on_without)
+}
+
 /// `iters` rejected calls in a row on `svc`; the time they took.
 async fn rejected_loop<S>(mut svc: S, iters: u64) -> Duration
 where
@@ -154,6 +192,23 @@ impl Visit for Uncontended<'_> {
         let rt = &self.rt;
         self.group.bench_function(name, |b| {
             b.iter_custom(|iters| rt.block_on(rejected_loop(svc.clone(), iters)))
+        });
+    }
+
+    fn paired<S1, B1, S2, B2>(&mut self, name: &'static str, with: S1, without: S2)
+    where
+        S1: Service<Request<Bytes>, Response = Response<B1>> + Clone + Send + 'static,
+        S1::Error: std::fmt::Debug,
+        B1: Body,
+        B1::Error: std::fmt::Debug,
+        S2: Service<Request<Bytes>, Response = Response<B2>> + Clone + Send + 'static,
+        S2::Error: std::fmt::Debug,
+        B2: Body,
+        B2::Error: std::fmt::Debug,
+    {
+        let rt = &self.rt;
+        self.group.bench_function(name, |b| {
+            b.iter_custom(|iters| rt.block_on(paired_loop(with.clone(), without.clone(), iters)))
         });
     }
 }

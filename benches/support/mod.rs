@@ -203,6 +203,23 @@ pub(crate) trait Visit {
     where
         S: Service<Request<Bytes>> + Clone + Send + 'static,
         S::Error: Debug;
+
+    /// Two variants whose difference is the figure (`with` is `without` and something added),
+    /// for a visitor that times them in alternation; others skip it (each is a row of its
+    /// own too).
+    fn paired<S1, B1, S2, B2>(&mut self, name: &'static str, with: S1, without: S2)
+    where
+        S1: Service<Request<Bytes>, Response = Response<B1>> + Clone + Send + 'static,
+        S1::Error: Debug,
+        B1: Body,
+        B1::Error: Debug,
+        S2: Service<Request<Bytes>, Response = Response<B2>> + Clone + Send + 'static,
+        S2::Error: Debug,
+        B2: Body,
+        B2::Error: Debug,
+    {
+        let _ = (name, with, without);
+    }
 }
 
 /// tower's retry with the least a policy can do: clone the request, never retry.
@@ -433,6 +450,16 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
             seawall::cache::CacheLayer::new(seawall::cache::MemoryStore::new())
                 .layer(seawall_recommended(NOOP)),
         ),
+    );
+    // The same two, timed in alternation: what a miss adds, with the machine's drift
+    // between two rows timed seconds apart taken out.
+    v.paired(
+        "cache_miss_added_paired",
+        NewQuestions::new(
+            seawall::cache::CacheLayer::new(seawall::cache::MemoryStore::new())
+                .layer(seawall_recommended(NOOP)),
+        ),
+        NewQuestions::new(seawall_recommended(NOOP)),
     );
 
     // tower's own layers.

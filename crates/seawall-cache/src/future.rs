@@ -350,7 +350,7 @@ where
                             mark(&mut parts, CacheStatus::Bypass);
                             None
                         }
-                        Some(mut p) => p.answered(&mut parts),
+                        Some(p) => p.answered(&mut parts),
                     };
                     *this.upstream = None;
                     *this.state = State::Done;
@@ -535,8 +535,9 @@ where
     }
 
     /// The upstream answered: marks its response and, if the answer may be stored, gives
-    /// what stores it as its body passes by.
-    fn answered(&mut self, parts: &mut http::response::Parts) -> Option<Box<Filler>> {
+    /// what stores it as its body passes by (what it needs moved there, not copied: a copy of
+    /// a shared pointer is an atomic write, a few nanoseconds each).
+    fn answered(mut self: Box<Self>, parts: &mut http::response::Parts) -> Option<Box<Filler>> {
         // The content type, looked up once: whether the body is of a known type, and which.
         let content_type = parts
             .headers
@@ -552,7 +553,7 @@ where
             Some(Box::new(Filler {
                 assembler: Assembler::new(self.wire, streamed, self.shared.max_entry_bytes),
                 lead: self.lead.take(),
-                shared: self.shared.clone(),
+                shared: self.shared,
                 key: self.key,
                 report: parts.extensions.get::<Arc<BodyReport>>().cloned(),
                 ticket: self.ticket.take(),
@@ -570,13 +571,15 @@ where
     /// Whether a fallback target (or a degraded last resort) gave the answer, and that is not
     /// allowed in the cache.
     fn served_by_fallback(&self, extensions: &http::Extensions) -> bool {
-        let served = extensions.get::<ServedBy>().cloned().or_else(|| {
-            self.context
+        let refused =
+            |s: &ServedBy| s.degraded || (&*s.target != "primary" && !self.shared.allow_fallback);
+        match extensions.get::<ServedBy>() {
+            Some(s) => refused(s),
+            None => self
+                .context
                 .as_ref()
-                .and_then(|cx| cx.update(|f| f.served_by.clone()))
-        });
-        served
-            .is_some_and(|s| s.degraded || (&*s.target != "primary" && !self.shared.allow_fallback))
+                .is_some_and(|cx| cx.update(|f| f.served_by.as_ref().is_some_and(refused))),
+        }
     }
 }
 

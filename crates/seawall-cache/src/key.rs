@@ -22,9 +22,15 @@
 //! below 128), so a short request's key takes a block or more fewer than with fixed
 //! eight-byte lengths. The encoding is prefix-free, so two different bodies never write the
 //! same bytes. The digest starts with a domain that names the encoding's version
-//! (`seawall-cache/2`): replicas of two releases with different encodings that share a Redis
+//! (`seawall-cache/3`): replicas of two releases with different encodings that share a Redis
 //! store only miss each other's entries (which expire by their time to live), never
 //! mistake one request for another.
+//!
+//! The head (the domain, method, path, host, partition and versioned headers) comes first,
+//! padded with zeros to a whole block. It is the same for every request of one route and
+//! tenant, so each thread keeps the hasher's state after the last few heads it hashed, and a
+//! request whose head it has seen hashes its body alone: the bench's small request takes
+//! three blocks instead of four.
 //!
 //! Why no JSON tree: building a `serde_json::Value` costs an allocation per string, array
 //! and object, on every call, hits included. The canonical form is written in one pass into a
@@ -294,7 +300,7 @@ impl KeyDeriver {
             }
             let mut facts = canon.facts;
             facts.choices = facts.choices.max(1);
-            let key = digest(b"seawall-cache/2\0", req, partition, keyed, canon);
+            let key = digest(b"seawall-cache/3\0", req, partition, keyed, canon);
             Ok((key, facts))
         })
     }
@@ -327,7 +333,7 @@ impl KeyDeriver {
                 return Err(Unkeyable::NotJson);
             }
             Ok(digest(
-                b"seawall-cache/context/2\0",
+                b"seawall-cache/context/3\0",
                 req,
                 partition,
                 true,
@@ -373,10 +379,52 @@ fn digest(
         }
     }
     head.push(0xff);
-    let mut h = Sha256::new();
-    h.update(&*head);
+    // Zeros up to the block's end: the head then fills whole blocks, and the hasher's state
+    // after them is the same for every request of one route and tenant. (The head's own bytes
+    // say where it ends, so the padding cannot be taken for a body.)
+    head.resize(head.len().next_multiple_of(BLOCK), 0);
+    let mut h = canon.heads.after(head);
     h.update(&canon.buf);
     CacheKey(h.finalize().into())
+}
+
+/// SHA-256's block, in bytes.
+const BLOCK: usize = 64;
+
+/// The hasher's state after the heads hashed last on this thread, so a request of a route
+/// and tenant seen lately hashes its body alone. A few heads are kept, for a thread serving
+/// several tenants or routes in turn; a head longer than four blocks (a long partition) is
+/// hashed each time.
+#[derive(Default)]
+struct Heads {
+    kept: Vec<(Vec<u8>, Sha256)>,
+    /// The slot the next new head replaces, once all are taken.
+    next: usize,
+}
+
+impl Heads {
+    const KEPT: usize = 4;
+
+    /// A hasher that has hashed `head` (whole blocks).
+    fn after(&mut self, head: &[u8]) -> Sha256 {
+        if let Some((_, state)) = self.kept.iter().find(|(h, _)| h == head) {
+            return state.clone();
+        }
+        let mut state = Sha256::new();
+        state.update(head);
+        if head.len() <= 4 * BLOCK {
+            if self.kept.len() < Self::KEPT {
+                self.kept.push((head.to_vec(), state.clone()));
+            } else {
+                let (h, s) = &mut self.kept[self.next];
+                h.clear();
+                h.extend_from_slice(head);
+                *s = state.clone();
+                self.next = (self.next + 1) % Self::KEPT;
+            }
+        }
+        state
+    }
 }
 
 /// The canonical form of `body` through serde's visitor: the reference the fast path must
@@ -439,6 +487,8 @@ struct Canon {
     tmp: Vec<u8>,
     /// The last number written (for `temperature`).
     number: Option<f64>,
+    /// The hasher's state after recent heads (kept across keys, unlike the rest).
+    heads: Heads,
     facts: BodyFacts,
     /// The top-level value is an object.
     object: bool,
@@ -533,9 +583,10 @@ impl Canon {
             buf, members, tmp, ..
         } = self;
         let list = &mut members[base..];
-        let key = |m: &Member| &buf[m.start..m.key_end];
-        if !list.windows(2).all(|w| key(&w[0]) <= key(&w[1])) {
-            list.sort_by(|a, b| buf[a.start..a.key_end].cmp(&buf[b.start..b.key_end]));
+        let order =
+            |a: &Member, b: &Member| key_order(&buf[a.start..a.key_end], &buf[b.start..b.key_end]);
+        if !list.windows(2).all(|w| order(&w[0], &w[1]).is_le()) {
+            list.sort_by(order);
             tmp.clear();
             tmp.extend_from_slice(&buf[start..]);
             buf.truncate(start);
@@ -545,6 +596,16 @@ impl Canon {
         }
         members.truncate(base);
         buf.push(b'}');
+    }
+}
+
+/// The order of two written keys: their bytes' order, decided by the first two (the tag and,
+/// below 128, the length) without a call to compare the rest when they differ, as most keys'
+/// lengths do.
+fn key_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    match (a.get(..2), b.get(..2)) {
+        (Some(x), Some(y)) if x != y => x.cmp(y),
+        _ => a.cmp(b),
     }
 }
 
@@ -910,6 +971,61 @@ mod tests {
             let back = decode(&canon.buf, &mut at);
             proptest::prop_assert_eq!(back, Some(body));
             proptest::prop_assert_eq!(at, canon.buf.len());
+        }
+    }
+
+    /// A thread keeps the hasher's state after the last few heads it hashed: a key must not
+    /// depend on which heads came before it, nor on how many.
+    #[test]
+    fn a_key_is_the_same_whichever_heads_the_thread_hashed_before() {
+        let long_tenant = "t".repeat(300);
+        let heads: Vec<(String, Option<&str>)> = (0..7)
+            .map(|i| {
+                let partition = match i % 3 {
+                    0 => None,
+                    1 => Some("tenant-a"),
+                    _ => Some(long_tenant.as_str()),
+                };
+                (format!("/v{i}/chat/completions"), partition)
+            })
+            .collect();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let key_of = |path: &str, partition: Option<&str>| {
+            let req = Request::post(path)
+                .body(Bytes::from_static(body.as_bytes()))
+                .unwrap();
+            KeyDeriver::new()
+                .key(&req, partition.map(str::as_bytes))
+                .unwrap()
+                .0
+        };
+        // Each on a thread of its own, which has kept nothing.
+        let cold: Vec<CacheKey> = heads
+            .iter()
+            .map(|(path, partition)| {
+                std::thread::scope(|s| s.spawn(|| key_of(path, *partition)).join().unwrap())
+            })
+            .collect();
+        // On this thread, in turn and out of turn, more heads than a thread keeps.
+        for order in [[0, 1, 2, 3, 4, 5, 6], [6, 0, 0, 5, 1, 4, 2], [3, 3, 2, 1, 0, 6, 5]] {
+            for i in order {
+                let (path, partition) = &heads[i];
+                assert_eq!(key_of(path, *partition), cold[i], "head {i}");
+            }
+        }
+        let distinct: std::collections::HashSet<_> = cold.iter().collect();
+        assert_eq!(distinct.len(), cold.len());
+    }
+
+    proptest::proptest! {
+        /// The quick order of written keys is their bytes' order, whatever the bytes.
+        #[test]
+        fn keys_are_ordered_as_their_bytes(
+            a in proptest::collection::vec(proptest::num::u8::ANY, 0..6),
+            b in proptest::collection::vec(proptest::num::u8::ANY, 0..6),
+        ) {
+            proptest::prop_assert_eq!(key_order(&a, &b), a.cmp(&b));
+            proptest::prop_assert_eq!(key_order(&a, &a), std::cmp::Ordering::Equal);
         }
     }
 
