@@ -1007,7 +1007,11 @@ mod tests {
             })
             .collect();
         // On this thread, in turn and out of turn, more heads than a thread keeps.
-        for order in [[0, 1, 2, 3, 4, 5, 6], [6, 0, 0, 5, 1, 4, 2], [3, 3, 2, 1, 0, 6, 5]] {
+        for order in [
+            [0, 1, 2, 3, 4, 5, 6],
+            [6, 0, 0, 5, 1, 4, 2],
+            [3, 3, 2, 1, 0, 6, 5],
+        ] {
             for i in order {
                 let (path, partition) = &heads[i];
                 assert_eq!(key_of(path, *partition), cold[i], "head {i}");

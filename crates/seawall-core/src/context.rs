@@ -221,15 +221,16 @@ impl CallContext {
             .try_with(|r| {
                 let mut r = r.borrow_mut();
                 // Only a context no one else holds: the layers' bodies and hooks that shared
-                // it are gone, so no one can see it being emptied and handed out again.
-                let i = r
-                    .iter_mut()
-                    .position(|cx| Arc::get_mut(cx).is_some_and(|c| c.facts.get_mut().is_ok()))?;
-                let mut cx = r.swap_remove(i);
-                if let Some(facts) = Arc::get_mut(&mut cx).and_then(|c| c.facts.get_mut().ok()) {
-                    *facts = CallFacts::default();
-                }
-                Some(cx)
+                // it are gone, so no one can see it being emptied and handed out again. It is
+                // emptied where it is found: each check that no one else holds it is an
+                // atomic instruction.
+                let i = r.iter_mut().position(|cx| {
+                    Arc::get_mut(cx)
+                        .and_then(|c| c.facts.get_mut().ok())
+                        .map(|facts| *facts = CallFacts::default())
+                        .is_some()
+                })?;
+                Some(r.swap_remove(i))
             })
             .ok()
             .flatten()

@@ -502,6 +502,9 @@ impl BodyReport {
     }
 
     /// Records one event of real content (a token delta, not a keep-alive).
+    ///
+    /// For the parser of the body, its one writer: the count is not kept exact under calls
+    /// from two threads at once.
     pub fn record_content(&self) {
         let since = tokio::time::Instant::now().saturating_duration_since(self.started);
         let since = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1);
@@ -514,7 +517,11 @@ impl BodyReport {
                 Ordering::Relaxed,
             );
         }
-        self.content_events.fetch_add(1, Ordering::Relaxed);
+        // Counted by a load and a store, not an atomic add (an atomic instruction per chunk of
+        // a stream): the one writer is the parser of this body, which one task polls at a
+        // time, and readers only look once the body has ended or for an estimate.
+        let events = self.content_events.load(Ordering::Relaxed);
+        self.content_events.store(events + 1, Ordering::Relaxed);
         self.last_content.store(since, Ordering::Relaxed);
     }
 

@@ -62,12 +62,19 @@ impl Pending {
         completion: Option<&Completion<'_>>,
     ) {
         let class = failure.as_ref().map(|f| f.class);
-        let facts: CallFacts = self.context.snapshot();
+        let mut facts: CallFacts = self.context.snapshot();
         let report = completion.and_then(|c| c.report);
-        let served_by = facts.served_by.clone().or(head.served_by);
-        let served_model = served_by
-            .as_ref()
-            .and_then(|s| s.model.clone())
+        // Taken apart, not copied again: the snapshot is this call's own (each copy of a
+        // shared name is an atomic write, and so is each drop).
+        let served_by = facts.served_by.take().or(head.served_by);
+        let fallback =
+            facts.fallbacks > 0 || served_by.as_ref().is_some_and(|s| &*s.target != "primary");
+        let degraded = served_by.as_ref().is_some_and(|s| s.degraded);
+        let (target, served_model) = match served_by {
+            Some(s) => (Some(s.target), s.model),
+            None => (None, None),
+        };
+        let served_model = served_model
             .or_else(|| {
                 report
                     .and_then(|r| r.model())
@@ -98,7 +105,7 @@ impl Pending {
             request_id: head.request_id,
             model: self.model,
             served_model,
-            target: served_by.as_ref().map(|s| s.target.clone()),
+            target,
             outcome,
             status: head.status,
             class,
@@ -114,9 +121,8 @@ impl Pending {
                 .time_per_output_token
                 .or_else(|| report?.time_per_output_token()),
             latency: self.start.elapsed(),
-            fallback: facts.fallbacks > 0
-                || served_by.as_ref().is_some_and(|s| &*s.target != "primary"),
-            degraded: served_by.as_ref().is_some_and(|s| s.degraded),
+            fallback,
+            degraded,
             cache,
             config_version: self.config_version,
             repairs: facts.repairs,
