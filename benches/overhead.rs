@@ -35,7 +35,9 @@
 //! - the cache over `seawall_recommended`: `cache_hit_over_recommended` (the same question
 //!   every call: all hits but the first), and `cache_miss_over_recommended_new_questions`
 //!   against `recommended_new_questions` (each call a question not asked before, the
-//!   difference being what a miss adds over the stack);
+//!   difference being what a miss adds over the stack), and `cache_miss_added_paired`, that
+//!   difference itself, the two timed in alternating batches so that the machine's drift
+//!   between two rows falls on both;
 //! - `tower_*`: `Retry` with a policy that never retries, `ConcurrencyLimit`, `Timeout`, and
 //!   a stack of the three; `resilience_*`: tower-resilience's retry, circuit breaker, bulkhead,
 //!   and a stack of them with tower's timeout;
