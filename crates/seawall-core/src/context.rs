@@ -225,10 +225,13 @@ impl CallContext {
                 // emptied where it is found: each check that no one else holds it is an
                 // atomic instruction.
                 let i = r.iter_mut().position(|cx| {
-                    Arc::get_mut(cx)
-                        .and_then(|c| c.facts.get_mut().ok())
-                        .map(|facts| *facts = CallFacts::default())
-                        .is_some()
+                    match Arc::get_mut(cx).and_then(|c| c.facts.get_mut().ok()) {
+                        Some(facts) => {
+                            *facts = CallFacts::default();
+                            true
+                        }
+                        None => false,
+                    }
                 })?;
                 Some(r.swap_remove(i))
             })

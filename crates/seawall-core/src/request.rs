@@ -265,6 +265,10 @@ impl Provider {
     }
 }
 
+/// The header that makes a request idempotent as [`Idempotent`] does.
+pub(crate) const IDEMPOTENCY_KEY: http::HeaderName =
+    http::HeaderName::from_static("idempotency-key");
+
 /// Marks a request as idempotent (safe to retry after a 504 or a lost connection: the
 /// upstream either deduplicates it or the caller accepts paying twice). Insert it into the
 /// request's extensions; a request with an `Idempotency-Key` header counts too.
@@ -586,7 +590,7 @@ impl LlmRequest for Request<Bytes> {
 
     fn is_idempotent(&self) -> bool {
         self.extensions().get::<Idempotent>().is_some()
-            || self.headers().contains_key("idempotency-key")
+            || self.headers().contains_key(IDEMPOTENCY_KEY)
     }
 
     fn state_key(&self) -> Option<&str> {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 
-use super::{Idempotent, LlmRequest, RequestMeta, Standby};
+use super::{IDEMPOTENCY_KEY, Idempotent, LlmRequest, RequestMeta, Standby};
 use crate::context::CallContext;
 use crate::deadline::Deadline;
 
@@ -74,11 +74,18 @@ impl<R: LlmRequest + Clone> KeptRequest<R> {
         }
     }
 
-    /// Whether the kept request [is idempotent](LlmRequest::is_idempotent).
+    /// Whether the kept request [is idempotent](LlmRequest::is_idempotent), read without
+    /// rebuilding (and parsing) the request.
     pub fn is_idempotent(&self) -> bool {
         match &self.kept {
             Kept::Whole(r) => r.is_idempotent(),
-            Kept::Parts(..) => self.get().is_idempotent(),
+            Kept::Parts(parts, _) => {
+                let marked = match &parts.extensions {
+                    Ext::Known { idempotent, .. } => idempotent.is_some(),
+                    Ext::Map(map) => map.get::<Idempotent>().is_some(),
+                };
+                marked || parts.headers.contains(&IDEMPOTENCY_KEY)
+            }
         }
     }
 }
@@ -156,6 +163,13 @@ impl HttpParts {
 }
 
 impl Headers {
+    fn contains(&self, name: &HeaderName) -> bool {
+        match self {
+            Headers::Few(few) => few.iter().flatten().any(|(n, _)| n == name),
+            Headers::Map(map) => map.contains_key(name),
+        }
+    }
+
     fn of(map: &HeaderMap) -> Headers {
         if map.len() > INLINE_HEADERS {
             return Headers::Map(map.clone());
@@ -400,10 +414,14 @@ mod tests {
 
     #[test]
     fn an_idempotency_key_header_is_seen_in_the_kept_request() {
-        let mut req = request(0);
-        req.headers_mut()
-            .insert("idempotency-key", HeaderValue::from_static("k"));
-        assert!(req.keep().is_idempotent());
+        // Among few headers (kept inline) and among many (the map kept whole).
+        for headers in [0, INLINE_HEADERS + 1] {
+            let mut req = request(headers);
+            assert!(!req.keep().is_idempotent());
+            req.headers_mut()
+                .insert("idempotency-key", HeaderValue::from_static("k"));
+            assert!(req.keep().is_idempotent(), "{headers} headers");
+        }
     }
 
     #[test]
