@@ -7,12 +7,9 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use seawall_core::BodyReport;
 
-use crate::answer::Assembler;
-use crate::flight::{Landing, Lead};
-use crate::key::CacheKey;
-use crate::service::Shared;
+use crate::flight::Landing;
+use crate::future::Pending;
 use crate::store::StoreFuture;
 
 pin_project_lite::pin_project! {
@@ -26,7 +23,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: Option<B>,
         cached: Option<Bytes>,
-        fill: Option<Box<Filler>>,
+        fill: Option<Box<Pending>>,
     }
 }
 
@@ -40,7 +37,7 @@ impl<B> CacheBody<B> {
     }
 
     /// The upstream's body, passed through, and stored as it passes when `fill` is given.
-    pub(crate) fn upstream(inner: B, fill: Option<Box<Filler>>) -> Self {
+    pub(crate) fn upstream(inner: B, fill: Option<Box<Pending>>) -> Self {
         CacheBody {
             inner: Some(inner),
             cached: None,
@@ -90,7 +87,9 @@ where
         let ended = match &polled {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    fill.assembler.feed(data);
+                    if let Some(assembler) = fill.assembler.as_mut() {
+                        assembler.feed(data);
+                    }
                 }
                 // Trailers end the exchange; a body that says it is done after this frame is
                 // not polled again (hyper stops there).
@@ -104,7 +103,7 @@ where
             }
             Some(Err(_)) => {
                 if let Some(fill) = this.fill.take() {
-                    (*fill).failed();
+                    fill.failed();
                 }
                 false
             }
@@ -112,7 +111,7 @@ where
         };
         if ended {
             if let Some(fill) = this.fill.take() {
-                (*fill).complete();
+                fill.complete();
             }
         }
         Poll::Ready(polled)
@@ -133,34 +132,22 @@ where
     }
 }
 
-/// Assembles the answer of a miss and stores it when the body ends complete.
-pub(crate) struct Filler {
-    pub(crate) assembler: Assembler,
-    pub(crate) lead: Option<Lead>,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) key: CacheKey,
-    pub(crate) report: Option<Arc<BodyReport>>,
-    /// The prompt's vector, to index the answer under (semantic cache).
-    pub(crate) ticket: Option<crate::semantic::Ticket>,
-}
-
-impl Filler {
+impl Pending {
     /// The body ended: store the answer if it is complete, and tell the flight.
-    pub(crate) fn complete(self) {
-        let Filler {
-            assembler,
-            lead,
-            shared,
-            key,
-            report,
-            ticket,
-        } = self;
+    pub(crate) fn complete(mut self: Box<Self>) {
+        let (Some(assembler), lead) = (self.assembler.take(), self.lead.take()) else {
+            return;
+        };
+        let flights = &*self.shared.flights;
         // The classifier's report, when there is one, must agree the stream finished.
+        let report = self.report.take();
         let finished = report.as_ref().is_none_or(|r| r.is_finished());
+        let ticket = self.ticket.take();
         // The in-memory store takes a JSON answer unchecked: what a miss must know (complete,
         // no error, not too large) is known here, the rest is checked at its first use (see
         // `Answer::unchecked`). The semantic index is not given an answer it would search
         // for nothing: with a ticket, the check is made now.
+        let shared = &*self.shared;
         let memory = shared.memory.as_ref();
         let finished_answer = match memory {
             Some(_) => assembler.finish_unchecked(),
@@ -172,24 +159,31 @@ impl Filler {
             }
             Ok(_) | Err(_) => {
                 if let Some(lead) = lead {
-                    lead.failed();
+                    lead.failed(flights);
                 }
                 return;
             }
         };
+        let key = self.key;
         match memory {
-            // Stored at once, then the flight ends and lands in one step.
-            Some(memory) => match lead {
-                Some(lead) => {
-                    memory.insert(&key, answer.clone(), shared.ttl);
-                    lead.landed(answer);
+            // Stored at once, as the flight ends and lands. Its time to live runs from when
+            // the answer arrived, as the classifier's report timed it (no clock read here);
+            // without a report, from now.
+            Some(memory) => {
+                let arrived = report
+                    .as_ref()
+                    .and_then(|r| r.last_content_at())
+                    .unwrap_or_else(tokio::time::Instant::now);
+                let store = |answer| {
+                    memory.insert_at(&key, answer, shared.ttl, arrived);
+                };
+                match lead {
+                    Some(lead) => lead.landed(flights, answer, store),
+                    None => store(answer),
                 }
-                None => {
-                    memory.insert(&key, answer, shared.ttl);
-                }
-            },
+            }
             None => {
-                let landing = lead.map(|l| l.done(answer.clone()));
+                let landing = lead.map(|l| l.done(&shared.flights, answer.clone()));
                 // At once when the store can, else through its future.
                 match shared.store.put_now(&key, answer, shared.ttl) {
                     None => drop(landing),
@@ -198,14 +192,14 @@ impl Filler {
             }
         }
         if let Some(ticket) = ticket {
-            ticket.index(&shared, &key);
+            ticket.index(shared, &key);
         }
     }
 
     /// The body failed: nothing is stored; waiters make their own calls.
-    pub(crate) fn failed(self) {
-        if let Some(lead) = self.lead {
-            lead.failed();
+    pub(crate) fn failed(mut self: Box<Self>) {
+        if let Some(lead) = self.lead.take() {
+            lead.failed(&self.shared.flights);
         }
     }
 }
@@ -232,14 +226,5 @@ fn store(mut put: StoreFuture<()>, landing: Option<Landing>) {
             }
             Err(_) => tracing::warn!("no tokio runtime to finish storing an answer; not stored"),
         },
-    }
-}
-
-impl std::fmt::Debug for Filler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Filler")
-            .field("key", &self.key)
-            .field("leads", &self.lead.is_some())
-            .finish_non_exhaustive()
     }
 }

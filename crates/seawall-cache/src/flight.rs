@@ -21,7 +21,10 @@
 //!
 //! Each waiter waits in its own future on a `watch` channel: dropping it leaves nothing
 //! behind. The table holds a flight only while it runs (and, done, until its answer is
-//! stored); the leader's guard removes it whatever happens, in `Drop` if it must.
+//! stored); the leader ends it whatever happens. A [`Lead`] is ended through the table, which
+//! its holder passes in: the call's pending state, the only holder, keeps the layer's shared
+//! state (and so the table) anyway and ends its lead in `Drop` if nothing else did, so the
+//! lead needs no shared pointer of its own (an atomic write to copy, another to drop).
 //!
 //! What a flight costs when nobody waits (the common miss) is kept small: an entry in the
 //! table, no allocation; the channel is made by the first waiter. And the table counts the
@@ -90,9 +93,17 @@ impl Flights {
     }
 
     /// How many flights have landed so far; read before a store lookup, it tells a leader
-    /// later whether an answer may have been stored since ([`Lead::landed_since`]).
+    /// later whether an answer may have been stored since ([`landed_since`](Self::landed_since)).
     pub(crate) fn landed(&self) -> u64 {
         self.landed.load(Ordering::SeqCst)
+    }
+
+    /// Whether a flight has landed since `seen` (a [`landed`](Self::landed) read before a
+    /// new leader looked the store up): then an answer may have been stored after that
+    /// lookup, and the store is worth another look. (A flight that landed after the leader's
+    /// began counts too: a needless look, never a missed one.)
+    pub(crate) fn landed_since(&self, seen: u64) -> bool {
+        self.landed() != seen
     }
 
     /// Counts a flight that landed, under the table's lock (`_table` is its guard).
@@ -107,7 +118,7 @@ impl Flights {
     }
 
     /// Leads the flight of `key`, or waits for the one in progress.
-    pub(crate) fn join(self: &Arc<Self>, key: CacheKey) -> Join {
+    pub(crate) fn join(&self, key: CacheKey) -> Join {
         let mut table = self.lock();
         let Table { flights, next_id } = &mut *table;
         match flights.entry(key) {
@@ -125,11 +136,7 @@ impl Flights {
                     state: FlightState::Running,
                     tx: None,
                 });
-                Join::Lead(Lead {
-                    flights: self.clone(),
-                    key,
-                    id: *next_id,
-                })
+                Join::Lead(Lead { key, id: *next_id })
             }
         }
     }
@@ -150,29 +157,22 @@ impl Flights {
     }
 }
 
-/// The leader's guard: ends the flight as done, failed, or (when dropped) abandoned.
+/// The leader's part: ends the flight (in the table `flights` its holder passes) as done,
+/// failed, similar or abandoned. Every way of ending it takes it by value; its holder must end
+/// it, in its own `Drop` if nothing else did (see the module docs).
 #[derive(Debug)]
+#[must_use = "a flight that is not ended keeps its waiters waiting"]
 pub(crate) struct Lead {
-    flights: Arc<Flights>,
     key: CacheKey,
-    /// The flight's id; 0 once it ended.
     id: u64,
 }
 
 impl Lead {
-    /// Whether a flight has landed since `seen` (a [`Flights::landed`] read before the
-    /// leader looked the store up): then an answer may have been stored after that lookup,
-    /// and the store is worth another look. (A flight that landed after this one began
-    /// counts too: a needless look, never a missed one.)
-    pub(crate) fn landed_since(&self, seen: u64) -> bool {
-        self.flights.landed() != seen
-    }
-
     /// The answer is complete: serves the waiters. The flight stays in the table (done) until
     /// the returned guard is dropped, once the store has the answer.
-    pub(crate) fn done(mut self, answer: Arc<Answer>) -> Landing {
-        let id = std::mem::take(&mut self.id);
-        let mut table = self.flights.lock();
+    pub(crate) fn done(self, flights: &Arc<Flights>, answer: Arc<Answer>) -> Landing {
+        let id = self.id;
+        let mut table = flights.lock();
         let tx = match table.flights.get_mut(&self.key).filter(|f| f.id == id) {
             Some(flight) => {
                 flight.state = FlightState::Done(answer.clone());
@@ -187,54 +187,67 @@ impl Lead {
             tx.send_replace(FlightState::Done(answer));
         }
         Landing {
-            flights: self.flights.clone(),
+            flights: flights.clone(),
             key: self.key,
             id,
         }
     }
 
-    /// The answer is complete and already in the store (the in-memory one, which stores at
-    /// once): the flight ends and lands in one step, and the waiters are served the answer.
-    /// (A waiter checks an answer stored unchecked before it is served it.)
-    pub(crate) fn landed(mut self, answer: Arc<Answer>) {
-        let id = std::mem::take(&mut self.id);
-        let flights = &self.flights;
+    /// The answer is complete and the in-memory store takes it at once: `store` stores it,
+    /// and the flight ends and lands in one step, under the table's lock, so a leader that
+    /// joins after it finds the count moved and the answer stored. The waiters, if any, are
+    /// served the answer (a waiter checks an answer stored unchecked before it is served it);
+    /// without waiters the answer is handed to `store` as it is, not copied (a copy of a
+    /// shared pointer is an atomic write, and its drop another).
+    ///
+    /// The store's lock is taken inside the table's; nothing takes them the other way round.
+    pub(crate) fn landed(
+        self,
+        flights: &Flights,
+        answer: Arc<Answer>,
+        store: impl FnOnce(Arc<Answer>),
+    ) {
+        let id = self.id;
         let mut table = flights.lock();
         let tx = match table.flights.entry(self.key) {
             Slot::Occupied(slot) if slot.get().id == id => slot.remove().tx,
             _ => None,
         };
-        flights.count_landing(&table);
-        drop(table);
-        if let Some(tx) = tx {
-            tx.send_replace(FlightState::Done(answer));
+        match tx {
+            None => {
+                store(answer);
+                flights.count_landing(&table);
+            }
+            Some(tx) => {
+                store(answer.clone());
+                flights.count_landing(&table);
+                drop(table);
+                tx.send_replace(FlightState::Done(answer));
+            }
         }
     }
 
     /// The semantic cache answered: the waiters are served the same answer, with its score.
-    pub(crate) fn similar(mut self, answer: Arc<Answer>, score: f32) {
-        self.end(FlightState::Similar(answer, score));
+    pub(crate) fn similar(self, flights: &Flights, answer: Arc<Answer>, score: f32) {
+        self.end(flights, FlightState::Similar(answer, score));
     }
 
     /// The call failed or its answer is not cacheable: the waiters make their own calls.
-    pub(crate) fn failed(mut self) {
-        self.end(FlightState::Failed);
+    pub(crate) fn failed(self, flights: &Flights) {
+        self.end(flights, FlightState::Failed);
     }
 
-    fn end(&mut self, state: FlightState) {
-        let id = std::mem::take(&mut self.id);
-        if id != 0 {
-            // Out of the table first: a waiter woken by the news must not find it again.
-            if let Some(Flight { tx: Some(tx), .. }) = self.flights.remove(&self.key, id) {
-                tx.send_replace(state);
-            }
+    /// The leader went away (its call or its body dropped) before the answer was complete:
+    /// the waiters join again.
+    pub(crate) fn abandon(self, flights: &Flights) {
+        self.end(flights, FlightState::Abandoned);
+    }
+
+    fn end(self, flights: &Flights, state: FlightState) {
+        // Out of the table first: a waiter woken by the news must not find it again.
+        if let Some(Flight { tx: Some(tx), .. }) = flights.remove(&self.key, self.id) {
+            tx.send_replace(state);
         }
-    }
-}
-
-impl Drop for Lead {
-    fn drop(&mut self) {
-        self.end(FlightState::Abandoned);
     }
 }
 
@@ -256,7 +269,7 @@ impl Drop for Landing {
             }
         }
         // After the store has the answer: a leader that joins after this sees the count moved
-        // (see `Lead::landed_since`).
+        // (see `Flights::landed_since`).
         flights.count_landing(&table);
     }
 }
@@ -311,9 +324,9 @@ mod tests {
                         let key = CacheKey::from_bytes([(i % 3) as u8; 32]);
                         match flights.join(key) {
                             Join::Lead(lead) => match (i * 7 + t) % 3 {
-                                0 => drop(lead.done(answer.clone())),
-                                1 => lead.failed(),
-                                _ => drop(lead),
+                                0 => drop(lead.done(&flights, answer.clone())),
+                                1 => lead.failed(&flights),
+                                _ => lead.abandon(&flights),
                             },
                             Join::Wait(rx) => {
                                 // Every flight ends; a waiter never waits forever.
@@ -350,28 +363,29 @@ mod tests {
         let Join::Lead(lead) = flights.join(a) else {
             panic!("the first caller leads");
         };
-        assert!(!lead.landed_since(seen));
+        assert!(!flights.landed_since(seen));
         // A failed or abandoned flight stores nothing: still no need.
-        lead.failed();
+        lead.failed(&flights);
         let Join::Lead(lead) = flights.join(a) else {
             panic!("a failed flight left the table");
         };
-        drop(lead);
+        lead.abandon(&flights);
         let Join::Lead(lead) = flights.join(a) else {
             panic!("an abandoned flight left the table");
         };
-        assert!(!lead.landed_since(seen));
-        drop(lead);
+        assert!(!flights.landed_since(seen));
+        lead.abandon(&flights);
         // A flight that landed after the lookup (its answer stored) makes the leader look again.
         let Join::Lead(other) = flights.join(b) else {
             panic!("the first caller leads");
         };
-        drop(other.done(answer()));
+        drop(other.done(&flights, answer()));
         let Join::Lead(lead) = flights.join(a) else {
             panic!("the first caller leads");
         };
-        assert!(lead.landed_since(seen));
-        assert!(!lead.landed_since(flights.landed()));
+        assert!(flights.landed_since(seen));
+        assert!(!flights.landed_since(flights.landed()));
+        lead.abandon(&flights);
     }
 
     #[test]
@@ -385,7 +399,7 @@ mod tests {
             panic!("the second caller waits");
         };
         assert!(matches!(*early.borrow(), FlightState::Running));
-        lead.failed();
+        lead.failed(&flights);
         assert!(matches!(*early.borrow(), FlightState::Failed));
         assert_eq!(flights.len(), 0);
     }
@@ -397,12 +411,15 @@ mod tests {
         let Join::Lead(lead) = flights.join(key) else {
             panic!("the first caller leads");
         };
-        let landing = lead.done(answer());
+        let landing = lead.done(&flights, answer());
         let Join::Wait(rx) = flights.join(key) else {
             panic!("a caller during landing waits");
         };
         assert!(matches!(*rx.borrow(), FlightState::Done(_)));
         drop(landing);
-        assert!(matches!(flights.join(key), Join::Lead(_)));
+        let Join::Lead(lead) = flights.join(key) else {
+            panic!("a landed flight left the table");
+        };
+        lead.abandon(&flights);
     }
 }

@@ -13,7 +13,7 @@ use seawall_core::{BodyReport, CacheStatus, CallContext, ServedBy, SpareClone, U
 use tower_service::Service;
 
 use crate::answer::{Answer, Assembler, Format, Wire};
-use crate::body::{CacheBody, Filler};
+use crate::body::CacheBody;
 use crate::flight::{self, FlightState, Join, Lead};
 use crate::key::CacheKey;
 use crate::service::Shared;
@@ -35,7 +35,11 @@ pin_project_lite::pin_project! {
         // of state writes a few dozen bytes.
         upstream: Option<Pin<Box<F>>>,
         state: State,
-        call: Option<Box<Pending<S>>>,
+        // The service for a call that goes upstream after a wait, claimed from the layer's
+        // spare and cloned when it does (polled ready first); `None` once called, or for a
+        // call made in `call`.
+        svc: Option<SpareClone<S>>,
+        call: Option<Box<Pending>>,
     }
 }
 
@@ -74,18 +78,21 @@ enum State {
     Done,
 }
 
-/// A cacheable call: what it needs until its answer is stored.
-struct Pending<S> {
-    /// The service for a call that goes upstream after a wait, cloned from the layer's spare
-    /// when it does (polled ready first); `None` once called, or for a call made in `call`.
-    svc: Option<SpareClone<S>>,
+/// A cacheable call: what it needs until its answer is stored. It lives in the response
+/// future until the upstream answers, then in the body, which fills it with the answer as it
+/// passes (one allocation for the whole call).
+///
+/// It holds the lead of its key's flight, when it has one, and ends the flight in `Drop` if
+/// nothing else did (the future or the body dropped first): the flight is then abandoned, and
+/// its waiters join again.
+pub(crate) struct Pending {
     req: Option<Request<Bytes>>,
-    shared: Arc<Shared>,
-    key: CacheKey,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) key: CacheKey,
     wire: Wire,
     format: Format,
     status: CacheStatus,
-    lead: Option<Lead>,
+    pub(crate) lead: Option<Lead>,
     /// How many flights had landed before the first lookup (see `miss`).
     landed: u64,
     /// Whether this call may wait for an identical one (not after a failed flight).
@@ -93,8 +100,20 @@ struct Pending<S> {
     /// Whether the semantic cache was searched (once per call).
     searched: bool,
     /// The prompt's vector, to index the answer under once it is stored.
-    ticket: Option<crate::semantic::Ticket>,
+    pub(crate) ticket: Option<crate::semantic::Ticket>,
     context: Option<Arc<CallContext>>,
+    /// Once the upstream answered with an answer that may be stored: its assembly, and the
+    /// classifier's report of the body (whether it finished, when its content arrived).
+    pub(crate) assembler: Option<Assembler>,
+    pub(crate) report: Option<Arc<BodyReport>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(lead) = self.lead.take() {
+            lead.abandon(&self.shared.flights);
+        }
+    }
 }
 
 impl<S, F> std::fmt::Debug for ResponseFuture<S, F> {
@@ -117,6 +136,7 @@ impl<S, F> ResponseFuture<S, F> {
         ResponseFuture {
             upstream: Some(Box::pin(fut)),
             state: State::Call,
+            svc: None,
             call: None,
         }
     }
@@ -135,6 +155,7 @@ impl<S, F> ResponseFuture<S, F> {
                     format,
                 }),
             },
+            svc: None,
             call: None,
         }
     }
@@ -156,12 +177,11 @@ impl<S, F> ResponseFuture<S, F> {
             let fut = call.shared.store.get(&call.key);
             (State::Lookup { fut }, CacheStatus::Miss)
         };
-        let mut pending = Pending::new(req, call, status);
-        pending.svc = Some(svc);
         ResponseFuture {
             upstream: None,
             state,
-            call: Some(pending),
+            svc: Some(svc),
+            call: Some(Pending::new(req, call, status)),
         }
     }
 }
@@ -193,17 +213,16 @@ where
                 ResponseFuture {
                     upstream: Some(Box::pin(svc.call(req))),
                     state: State::Call,
+                    svc: None,
                     call: Some(pending),
                 }
             }
-            state => {
-                pending.svc = Some(spare.claim(svc));
-                ResponseFuture {
-                    upstream: None,
-                    state,
-                    call: Some(pending),
-                }
-            }
+            state => ResponseFuture {
+                upstream: None,
+                state,
+                svc: Some(spare.claim(svc)),
+                call: Some(pending),
+            },
         }
     }
 }
@@ -301,7 +320,7 @@ where
                     match searched {
                         crate::semantic::Searched::Found { answer, score } => {
                             if let Some(lead) = p.lead.take() {
-                                lead.similar(answer.clone(), score);
+                                lead.similar(&p.shared.flights, answer.clone(), score);
                             }
                             *this.state = State::Done;
                             let status = CacheStatus::Semantic(score);
@@ -317,14 +336,14 @@ where
                     let Some(p) = this.call.as_mut() else {
                         seawall_core::polled_after_completion();
                     };
-                    if let Err(e) = ready!(p.poll_ready(cx)) {
+                    if let Err(e) = ready!(poll_ready(this.svc, cx)) {
                         if let Some(lead) = p.lead.take() {
-                            lead.failed();
+                            lead.failed(&p.shared.flights);
                         }
                         *this.state = State::Done;
                         return Poll::Ready(Err(e));
                     }
-                    *this.upstream = Some(p.send());
+                    *this.upstream = Some(send(this.svc, p));
                     *this.state = State::Call;
                 }
                 State::Call => {
@@ -337,8 +356,10 @@ where
                     let (mut parts, body) = match ready!(fut.as_mut().poll(cx)) {
                         Ok(resp) => resp.into_parts(),
                         Err(e) => {
-                            if let Some(lead) = this.call.as_mut().and_then(|p| p.lead.take()) {
-                                lead.failed();
+                            if let Some(p) = this.call.as_mut() {
+                                if let Some(lead) = p.lead.take() {
+                                    lead.failed(&p.shared.flights);
+                                }
                             }
                             *this.upstream = None;
                             *this.state = State::Done;
@@ -367,15 +388,11 @@ where
 
 /// After a lookup (through the store's future or at once): the hit's response, or the next
 /// state set.
-fn looked<S, B>(
-    call: &mut Option<Box<Pending<S>>>,
+fn looked<B>(
+    call: &mut Option<Box<Pending>>,
     state: &mut State,
     found: Found,
-) -> Option<Response<CacheBody<B>>>
-where
-    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
-    B: http_body::Body<Data = Bytes>,
-{
+) -> Option<Response<CacheBody<B>>> {
     let Some(p) = call.as_mut() else {
         seawall_core::polled_after_completion();
     };
@@ -391,8 +408,39 @@ where
     }
 }
 
-impl<S> Pending<S> {
-    /// A cacheable call, without its service yet.
+/// Drives the service a call that waited will be sent on ready: the clone of the spare, made
+/// here.
+fn poll_ready<S, B>(
+    svc: &mut Option<SpareClone<S>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), S::Error>>
+where
+    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
+{
+    match svc.as_mut() {
+        Some(svc) => svc.get().poll_ready(cx),
+        None => Poll::Ready(Ok(())),
+    }
+}
+
+/// Sends the pending request upstream, on the service [`poll_ready`] readied.
+fn send<S, B>(svc: &mut Option<SpareClone<S>>, p: &mut Pending) -> Pin<Box<S::Future>>
+where
+    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
+{
+    // The service is called where it is kept (a move of it or of the request is a copy),
+    // and dropped once called.
+    let fut = match (svc.as_mut(), p.req.take()) {
+        (Some(svc), Some(req)) => Box::pin(svc.get().call(req)),
+        // Each call is sent once: `miss` runs at most once per future that gets this far.
+        _ => seawall_core::polled_after_completion(),
+    };
+    *svc = None;
+    fut
+}
+
+impl Pending {
+    /// A cacheable call, without its service.
     fn new(req: Request<Bytes>, call: Call, status: CacheStatus) -> Box<Self> {
         let Call {
             shared,
@@ -407,7 +455,6 @@ impl<S> Pending<S> {
             cx.update(|f| f.cache = Some(status));
         }
         Box::new(Pending {
-            svc: None,
             req: Some(req),
             shared,
             key,
@@ -420,23 +467,19 @@ impl<S> Pending<S> {
             searched: false,
             ticket: None,
             context,
+            assembler: None,
+            report: None,
         })
     }
-}
 
-impl<S, B> Pending<S>
-where
-    S: Service<Request<Bytes>, Response = Response<B>> + Clone,
-    B: http_body::Body<Data = Bytes>,
-{
     /// After a lookup: serve what it found as a hit, or go on (upstream when this call
     /// already leads its flight, else to the flight).
-    fn looked(&mut self, found: Found) -> ControlFlow<Response<CacheBody<B>>, State> {
+    fn looked<B>(&mut self, found: Found) -> ControlFlow<Response<CacheBody<B>>, State> {
         match found {
             Ok(Some(answer)) => {
                 if let Some(lead) = self.lead.take() {
                     // Found on the leader's second look: serve its waiters too.
-                    drop(lead.done(answer.clone()));
+                    drop(lead.done(&self.shared.flights, answer.clone()));
                 }
                 return ControlFlow::Break(self.hit(&answer, CacheStatus::Hit));
             }
@@ -460,7 +503,7 @@ where
         if self.may_wait && self.shared.single_flight {
             match self.shared.flights.join(self.key) {
                 Join::Lead(lead) => {
-                    let look_again = lead.landed_since(self.landed);
+                    let look_again = self.shared.flights.landed_since(self.landed);
                     self.lead = Some(lead);
                     if look_again {
                         return match self.shared.store.get_now(&self.key) {
@@ -498,30 +541,8 @@ where
         State::Send
     }
 
-    /// Drives the service the request will be sent on ready: the clone of the spare, made
-    /// here.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        match self.svc.as_mut() {
-            Some(svc) => svc.get().poll_ready(cx),
-            None => Poll::Ready(Ok(())),
-        }
-    }
-
-    /// Sends the request upstream, on the service [`poll_ready`](Self::poll_ready) readied.
-    fn send(&mut self) -> Pin<Box<S::Future>> {
-        // The service is called where it is kept (a move of it or of the request is a copy),
-        // and dropped once called.
-        let fut = match (self.svc.as_mut(), self.req.take()) {
-            (Some(svc), Some(req)) => Box::pin(svc.get().call(req)),
-            // Each call is sent once: `miss` runs at most once per future that gets this far.
-            _ => seawall_core::polled_after_completion(),
-        };
-        self.svc = None;
-        fut
-    }
-
     /// Serves `answer` as a hit (`status`: exact or semantic).
-    fn hit(&mut self, answer: &Answer, status: CacheStatus) -> Response<CacheBody<B>> {
+    fn hit<B>(&mut self, answer: &Answer, status: CacheStatus) -> Response<CacheBody<B>> {
         self.status = status;
         if let Some(cx) = &self.context {
             served(cx, status);
@@ -535,9 +556,8 @@ where
     }
 
     /// The upstream answered: marks its response and, if the answer may be stored, gives
-    /// what stores it as its body passes by (what it needs moved there, not copied: a copy of
-    /// a shared pointer is an atomic write, a few nanoseconds each).
-    fn answered(mut self: Box<Self>, parts: &mut http::response::Parts) -> Option<Box<Filler>> {
+    /// itself, ready to assemble the answer, to the body, which stores it as it passes by.
+    fn answered(mut self: Box<Self>, parts: &mut http::response::Parts) -> Option<Box<Self>> {
         // The content type, looked up once: whether the body is of a known type, and which.
         let content_type = parts
             .headers
@@ -549,23 +569,20 @@ where
         let streamed = content_type.map_or(matches!(self.format, Format::Sse { .. }), |v| {
             v.starts_with(b"text/event-stream")
         });
-        let fill = if storable {
-            Some(Box::new(Filler {
-                assembler: Assembler::new(self.wire, streamed, self.shared.max_entry_bytes),
-                lead: self.lead.take(),
-                shared: self.shared,
-                key: self.key,
-                report: parts.extensions.get::<Arc<BodyReport>>().cloned(),
-                ticket: self.ticket.take(),
-            }))
-        } else {
-            if let Some(lead) = self.lead.take() {
-                lead.failed();
-            }
-            None
-        };
         mark(parts, self.status);
-        fill
+        if !storable {
+            if let Some(lead) = self.lead.take() {
+                lead.failed(&self.shared.flights);
+            }
+            return None;
+        }
+        self.assembler = Some(Assembler::new(
+            self.wire,
+            streamed,
+            self.shared.max_entry_bytes,
+        ));
+        self.report = parts.extensions.get::<Arc<BodyReport>>().cloned();
+        Some(self)
     }
 
     /// Whether a fallback target (or a degraded last resort) gave the answer, and that is not

@@ -260,12 +260,24 @@ impl MemoryStore {
 
     /// Stores at once (what [`CacheStore::put`] does). Returns whether the answer was stored.
     pub fn insert(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> bool {
+        self.insert_at(key, answer, ttl, Instant::now())
+    }
+
+    /// As [`insert`](Self::insert), the time to live counted from `now`: when the answer
+    /// arrived, which the layer knows without reading the clock again. A `now` in the past
+    /// only makes the entry, and those it finds expired, go sooner.
+    pub(crate) fn insert_at(
+        &self,
+        key: &CacheKey,
+        answer: Arc<Answer>,
+        ttl: Duration,
+        now: Instant,
+    ) -> bool {
         let bytes = answer.size();
         let inner = &*self.inner;
         if bytes > inner.max_bytes || inner.max_entries == 0 || ttl.is_zero() {
             return false;
         }
-        let now = Instant::now();
         let expires = seawall_core::instant_after(now, ttl);
         let mut s = inner.lock();
         if !answer.is_checked() && s.map.contains_key(key) {

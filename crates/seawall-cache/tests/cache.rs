@@ -229,6 +229,27 @@ async fn entries_expire_after_their_ttl() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_entry_lives_from_when_its_answer_arrived_not_from_when_its_body_was_read() {
+    let up = Up::plain();
+    let cache = CacheLayer::builder(MemoryStore::new())
+        .ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let svc = stack(cache, &up);
+    // The answer arrives now; the caller reads its body to the end 30 seconds later, and
+    // only then is it stored.
+    let resp = send(&svc, openai(&openai_body(false))).await.unwrap();
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(read(resp).await.0, "miss");
+    tokio::time::advance(Duration::from_secs(29)).await;
+    fetch_status_is(&svc, openai(&openai_body(false)), "hit").await;
+    // 60 seconds after it arrived (30 after it was stored), it is gone.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    fetch_status_is(&svc, openai(&openai_body(false)), "miss").await;
+    assert_eq!(up.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_store_bound_evicts_the_oldest_answer() {
     let up = Up::plain();
     let svc = stack(

@@ -561,6 +561,15 @@ impl BodyReport {
         self.first_content.load(Ordering::Acquire) != 0
     }
 
+    /// When the last real content arrived, on tokio's clock, once any has.
+    pub fn last_content_at(&self) -> Option<tokio::time::Instant> {
+        if !self.has_content() {
+            return None;
+        }
+        let since = Duration::from_nanos(self.last_content.load(Ordering::Relaxed));
+        self.started.checked_add(since)
+    }
+
     /// The number of content events so far.
     pub fn content_events(&self) -> u64 {
         self.content_events.load(Ordering::Relaxed)
@@ -1160,6 +1169,25 @@ mod tests {
                 Poll::Ready(self.0.next())
             }
         }
+    }
+
+    #[test]
+    fn a_report_says_when_its_last_content_arrived() {
+        tokio_test_paused(|| async {
+            let r = BodyReport::new();
+            let start = tokio::time::Instant::now();
+            assert_eq!(r.last_content_at(), None, "no content yet");
+            tokio::time::advance(std::time::Duration::from_millis(300)).await;
+            r.record_content();
+            tokio::time::advance(std::time::Duration::from_millis(900)).await;
+            r.record_content();
+            tokio::time::advance(std::time::Duration::from_secs(5)).await;
+            // The last content's time, not the first's, nor the time it is asked.
+            assert_eq!(
+                r.last_content_at(),
+                Some(start + std::time::Duration::from_millis(1_200))
+            );
+        });
     }
 
     #[test]
