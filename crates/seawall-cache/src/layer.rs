@@ -186,7 +186,10 @@ impl CacheBuilder {
         }
     }
 
-    /// How long an answer is served after it was stored (default 10 minutes, more than 0).
+    /// How long an answer is served (default 10 minutes, more than 0). In the in-memory store
+    /// the time runs from when the answer arrived, as the classifier's report timed its last
+    /// content (from when it was stored, without a classifier); a remote store counts it from
+    /// the write.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
