@@ -37,7 +37,8 @@
 //!   against `recommended_new_questions` (each call a question not asked before, the
 //!   difference being what a miss adds over the stack), and `cache_miss_added_paired`, that
 //!   difference itself, the two timed in alternating batches so that the machine's drift
-//!   between two rows falls on both;
+//!   between two rows falls on both; `cache_miss_added_paired_under_observe` is the same with
+//!   the cache where the README puts it, under the observing layer (`observe → cache → ...`);
 //! - `tower_*`: `Retry` with a policy that never retries, `ConcurrencyLimit`, `Timeout`, and
 //!   a stack of the three; `resilience_*`: tower-resilience's retry, circuit breaker, bulkhead,
 //!   and a stack of them with tower's timeout;

@@ -287,6 +287,20 @@ pub(crate) fn seawall_recommended(
 > + Clone
 + Send
 + 'static {
+    observe().layer(recommended_under_observe(inner))
+}
+
+/// [`seawall_recommended`] below its observing layer: where the README puts the cache
+/// (`observe → cache → ...`), as the `*_under_observe` row does.
+pub(crate) fn recommended_under_observe(
+    inner: Noop,
+) -> impl Service<
+    Request<Bytes>,
+    Response = Response<impl Body<Data = Bytes, Error = impl Debug>>,
+    Error = LlmError,
+> + Clone
++ Send
++ 'static {
     let inner = ServiceBuilder::new()
         .layer(seawall::guard::ContextGuardLayer::new(windows()))
         .layer(BackoffRetryLayer::new())
@@ -296,10 +310,7 @@ pub(crate) fn seawall_recommended(
         .layer(StreamTimeoutLayer::new())
         .layer(seawall::classify::ClassifyLayer::default())
         .service(inner);
-    ServiceBuilder::new()
-        .layer(observe())
-        .layer(seawall::continuation::ContinueLayer::new())
-        .service(fallback(inner))
+    seawall::continuation::ContinueLayer::new().layer(fallback(inner))
 }
 
 /// Each call a question not asked before: the request's user message ends with a number this
@@ -458,6 +469,18 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
         NewQuestions::new(
             seawall::cache::CacheLayer::new(seawall::cache::MemoryStore::new())
                 .layer(seawall_recommended(NOOP)),
+        ),
+        NewQuestions::new(seawall_recommended(NOOP)),
+    );
+    // The same in the README's order, the cache under observe: a miss also writes its status
+    // into the call's context there.
+    v.paired(
+        "cache_miss_added_paired_under_observe",
+        NewQuestions::new(
+            observe().layer(
+                seawall::cache::CacheLayer::new(seawall::cache::MemoryStore::new())
+                    .layer(recommended_under_observe(NOOP)),
+            ),
         ),
         NewQuestions::new(seawall_recommended(NOOP)),
     );
