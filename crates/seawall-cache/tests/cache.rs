@@ -212,14 +212,19 @@ async fn fetch_status_is(svc: &Stack, req: http::Request<Bytes>, want: &str) {
     assert_eq!(status, want);
 }
 
-#[tokio::test(start_paused = true)]
-async fn entries_expire_after_their_ttl() {
-    let up = Up::plain();
+/// A cache whose answers live a minute, over `up`.
+fn minute_ttl(up: &Up) -> Stack {
     let cache = CacheLayer::builder(MemoryStore::new())
         .ttl(Duration::from_secs(60))
         .build()
         .unwrap();
-    let svc = stack(cache, &up);
+    stack(cache, up)
+}
+
+#[tokio::test(start_paused = true)]
+async fn entries_expire_after_their_ttl() {
+    let up = Up::plain();
+    let svc = minute_ttl(&up);
     fetch_status_is(&svc, openai(&openai_body(false)), "miss").await;
     tokio::time::advance(Duration::from_secs(59)).await;
     fetch_status_is(&svc, openai(&openai_body(false)), "hit").await;
@@ -231,11 +236,7 @@ async fn entries_expire_after_their_ttl() {
 #[tokio::test(start_paused = true)]
 async fn an_entry_lives_from_when_its_answer_arrived_not_from_when_its_body_was_read() {
     let up = Up::plain();
-    let cache = CacheLayer::builder(MemoryStore::new())
-        .ttl(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let svc = stack(cache, &up);
+    let svc = minute_ttl(&up);
     // The answer arrives now; the caller reads its body to the end 30 seconds later, and
     // only then is it stored.
     let resp = send(&svc, openai(&openai_body(false))).await.unwrap();
