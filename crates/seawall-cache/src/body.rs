@@ -132,12 +132,15 @@ where
     }
 }
 
+/// The storing half of a pending call: what the body does with it when it ends.
 impl Pending {
-    /// The body ended: store the answer if it is complete, and tell the flight.
+    /// The body ended: store the answer if it is complete, and tell the flight. (Without an
+    /// assembly, never the case for a body given one, the pending call's `Drop` ends a lead.)
     pub(crate) fn complete(mut self: Box<Self>) {
-        let (Some(assembler), lead) = (self.assembler.take(), self.lead.take()) else {
+        let Some(assembler) = self.assembler.take() else {
             return;
         };
+        let lead = self.lead.take();
         let flights = &*self.shared.flights;
         // The classifier's report, when there is one, must agree the stream finished.
         let report = self.report.take();

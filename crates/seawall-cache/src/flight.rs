@@ -170,8 +170,8 @@ pub(crate) struct Lead {
 impl Lead {
     /// The answer is complete: serves the waiters. The flight stays in the table (done) until
     /// the returned guard is dropped, once the store has the answer.
-    pub(crate) fn done(self, flights: &Arc<Flights>, answer: Arc<Answer>) -> Landing {
-        let id = self.id;
+    pub(crate) fn done(mut self, flights: &Arc<Flights>, answer: Arc<Answer>) -> Landing {
+        let id = std::mem::take(&mut self.id);
         let mut table = flights.lock();
         let tx = match table.flights.get_mut(&self.key).filter(|f| f.id == id) {
             Some(flight) => {
@@ -202,12 +202,12 @@ impl Lead {
     ///
     /// The store's lock is taken inside the table's; nothing takes them the other way round.
     pub(crate) fn landed(
-        self,
+        mut self,
         flights: &Flights,
         answer: Arc<Answer>,
         store: impl FnOnce(Arc<Answer>),
     ) {
-        let id = self.id;
+        let id = std::mem::take(&mut self.id);
         let mut table = flights.lock();
         let tx = match table.flights.entry(self.key) {
             Slot::Occupied(slot) if slot.get().id == id => slot.remove().tx,
@@ -243,11 +243,20 @@ impl Lead {
         self.end(flights, FlightState::Abandoned);
     }
 
-    fn end(self, flights: &Flights, state: FlightState) {
+    fn end(mut self, flights: &Flights, state: FlightState) {
+        let id = std::mem::take(&mut self.id);
         // Out of the table first: a waiter woken by the news must not find it again.
-        if let Some(Flight { tx: Some(tx), .. }) = flights.remove(&self.key, self.id) {
+        if let Some(Flight { tx: Some(tx), .. }) = flights.remove(&self.key, id) {
             tx.send_replace(state);
         }
+    }
+}
+
+/// A lead is ended by value, which zeroes its id (flight ids start at 1). One dropped with its
+/// flight still running would keep the flight's waiters waiting: tests fail on it.
+impl Drop for Lead {
+    fn drop(&mut self) {
+        debug_assert_eq!(self.id, 0, "a lead was dropped without ending its flight");
     }
 }
 
@@ -402,6 +411,17 @@ mod tests {
         lead.failed(&flights);
         assert!(matches!(*early.borrow(), FlightState::Failed));
         assert_eq!(flights.len(), 0);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "without ending its flight")]
+    fn a_lead_dropped_without_ending_its_flight_fails_a_test_build() {
+        let flights = Flights::default();
+        let Join::Lead(lead) = flights.join(CacheKey::from_bytes([4; 32])) else {
+            panic!("the first caller leads");
+        };
+        drop(lead);
     }
 
     #[test]
