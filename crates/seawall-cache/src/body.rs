@@ -8,7 +8,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::flight::Landing;
+use crate::flight::{FlightState, Landing};
 use crate::future::Pending;
 use crate::store::StoreFuture;
 
@@ -141,7 +141,6 @@ impl Pending {
             return;
         };
         let lead = self.lead.take();
-        let flights = &*self.shared.flights;
         // The classifier's report, when there is one, must agree the stream finished.
         let report = self.report.take();
         let finished = report.as_ref().is_none_or(|r| r.is_finished());
@@ -162,7 +161,7 @@ impl Pending {
             }
             Ok(_) | Err(_) => {
                 if let Some(lead) = lead {
-                    lead.failed(flights);
+                    shared.end_lead(lead, FlightState::Failed);
                 }
                 return;
             }
@@ -177,13 +176,7 @@ impl Pending {
                     .as_ref()
                     .and_then(|r| r.last_content_at())
                     .unwrap_or_else(tokio::time::Instant::now);
-                let store = |answer| {
-                    memory.insert_at(&key, answer, shared.ttl, arrived);
-                };
-                match lead {
-                    Some(lead) => lead.landed(flights, answer, store),
-                    None => store(answer),
-                }
+                memory.put(&key, answer, shared.ttl, arrived, lead);
             }
             None => {
                 let landing = lead.map(|l| l.done(&shared.flights, answer.clone()));
@@ -202,7 +195,7 @@ impl Pending {
     /// The body failed: nothing is stored; waiters make their own calls.
     pub(crate) fn failed(mut self: Box<Self>) {
         if let Some(lead) = self.lead.take() {
-            lead.failed(&self.shared.flights);
+            self.shared.end_lead(lead, FlightState::Failed);
         }
     }
 }

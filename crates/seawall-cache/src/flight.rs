@@ -26,10 +26,18 @@
 //! state (and so the table) anyway and ends its lead in `Drop` if nothing else did, so the
 //! lead needs no shared pointer of its own (an atomic write to copy, another to drop).
 //!
+//! Where the table is kept ([`FlightTable`]):
+//!
+//! - **in the in-memory store**, under the store's own lock. A lookup that misses joins the
+//!   key's flight in the same step, and a leader stores its answer and ends its flight in one
+//!   step too, so no answer can land between a caller's miss and its join, and a miss takes
+//!   the lock twice in all (look and join; store and land) instead of four times;
+//! - **beside a remote store** ([`Flights`]), whose lookups and writes are its own: the table
+//!   counts the flights that landed, so a new leader can tell whether an answer may have been
+//!   stored since it looked the store up (and only then looks again).
+//!
 //! What a flight costs when nobody waits (the common miss) is kept small: an entry in the
-//! table, no allocation; the channel is made by the first waiter. And the table counts the
-//! flights that landed, so a new leader can tell whether an answer may have been stored since
-//! it looked the store up (and only then looks again).
+//! table, no allocation; the channel is made by the first waiter.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as Slot;
@@ -63,18 +71,81 @@ struct Flight {
     tx: Option<watch::Sender<FlightState>>,
 }
 
+/// The flights of one table, by key: kept under a lock of their own ([`Flights`], beside a
+/// remote store) or under the in-memory store's (see [`FlightTable`]).
 #[derive(Debug, Default)]
-struct Table {
+pub(crate) struct Table {
     flights: HashMap<CacheKey, Flight, KeyHash>,
     next_id: u64,
 }
 
-/// The flights in progress, by key.
+impl Table {
+    /// Leads the flight of `key`, or waits for the one in progress.
+    pub(crate) fn join(&mut self, key: CacheKey) -> Join {
+        match self.flights.entry(key) {
+            Slot::Occupied(slot) => {
+                let flight = slot.into_mut();
+                let tx = flight
+                    .tx
+                    .get_or_insert_with(|| watch::Sender::new(flight.state.clone()));
+                Join::Wait(tx.subscribe())
+            }
+            Slot::Vacant(slot) => {
+                self.next_id += 1;
+                slot.insert(Flight {
+                    id: self.next_id,
+                    state: FlightState::Running,
+                    tx: None,
+                });
+                Join::Lead(Lead {
+                    key,
+                    id: self.next_id,
+                })
+            }
+        }
+    }
+
+    /// Ends `lead`'s flight: out of the table, with the channel of its waiters, if any, to tell
+    /// them how it ended (outside the lock, which no waker must ever find held).
+    pub(crate) fn end(&mut self, mut lead: Lead) -> Option<watch::Sender<FlightState>> {
+        let id = std::mem::take(&mut lead.id);
+        match self.flights.entry(lead.key) {
+            Slot::Occupied(slot) if slot.get().id == id => slot.remove().tx,
+            _ => None,
+        }
+    }
+
+    /// The number of flights in the table.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.flights.len()
+    }
+}
+
+/// Where a flight table is kept, locked for `f`.
+pub(crate) trait FlightTable {
+    fn with_table<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R;
+}
+
+impl<T: FlightTable> FlightTable for Arc<T> {
+    fn with_table<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
+        (**self).with_table(f)
+    }
+}
+
+/// The flights in progress beside a remote store, by key, under a lock of their own, and how
+/// many have landed (see [`landed_since`](Self::landed_since)).
 #[derive(Debug, Default)]
 pub(crate) struct Flights {
     table: Mutex<Table>,
     /// How many flights have landed: stored their answer and left the table.
     landed: AtomicU64,
+}
+
+impl FlightTable for Flights {
+    fn with_table<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
+        f(&mut self.lock())
+    }
 }
 
 /// What a caller of a key that missed does.
@@ -119,46 +190,18 @@ impl Flights {
 
     /// Leads the flight of `key`, or waits for the one in progress.
     pub(crate) fn join(&self, key: CacheKey) -> Join {
-        let mut table = self.lock();
-        let Table { flights, next_id } = &mut *table;
-        match flights.entry(key) {
-            Slot::Occupied(slot) => {
-                let flight = slot.into_mut();
-                let tx = flight
-                    .tx
-                    .get_or_insert_with(|| watch::Sender::new(flight.state.clone()));
-                Join::Wait(tx.subscribe())
-            }
-            Slot::Vacant(slot) => {
-                *next_id += 1;
-                slot.insert(Flight {
-                    id: *next_id,
-                    state: FlightState::Running,
-                    tx: None,
-                });
-                Join::Lead(Lead { key, id: *next_id })
-            }
-        }
+        self.lock().join(key)
     }
 
     /// The number of flights in the table.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().flights.len()
-    }
-
-    /// Removes the flight `id` from the table if it is still the one under `key`.
-    fn remove(&self, key: &CacheKey, id: u64) -> Option<Flight> {
-        let mut table = self.lock();
-        match table.flights.entry(*key) {
-            Slot::Occupied(slot) if slot.get().id == id => Some(slot.remove()),
-            _ => None,
-        }
+        self.lock().len()
     }
 }
 
-/// The leader's part: ends the flight (in the table `flights` its holder passes) as done,
-/// failed, similar or abandoned. Every way of ending it takes it by value; its holder must end
+/// The leader's part: ends the flight (in the table its holder passes) as done, failed,
+/// similar or abandoned. Every way of ending it takes it by value; its holder must end
 /// it, in its own `Drop` if nothing else did (see the module docs).
 #[derive(Debug)]
 #[must_use = "a flight that is not ended keeps its waiters waiting"]
@@ -170,6 +213,9 @@ pub(crate) struct Lead {
 impl Lead {
     /// The answer is complete: serves the waiters. The flight stays in the table (done) until
     /// the returned guard is dropped, once the store has the answer.
+    ///
+    /// For a remote store, whose write may take a while; the in-memory store stores and lands
+    /// in one step (`MemoryStore::put`).
     pub(crate) fn done(mut self, flights: &Arc<Flights>, answer: Arc<Answer>) -> Landing {
         let id = std::mem::take(&mut self.id);
         let mut table = flights.lock();
@@ -193,60 +239,10 @@ impl Lead {
         }
     }
 
-    /// The answer is complete and the in-memory store takes it at once: `store` stores it,
-    /// and the flight ends and lands in one step, under the table's lock, so a leader that
-    /// joins after it finds the count moved and the answer stored. The waiters, if any, are
-    /// served the answer (a waiter checks an answer stored unchecked before it is served it);
-    /// without waiters the answer is handed to `store` as it is, not copied (a copy of a
-    /// shared pointer is an atomic write, and its drop another).
-    ///
-    /// The store's lock is taken inside the table's; nothing takes them the other way round.
-    pub(crate) fn landed(
-        mut self,
-        flights: &Flights,
-        answer: Arc<Answer>,
-        store: impl FnOnce(Arc<Answer>),
-    ) {
-        let id = std::mem::take(&mut self.id);
-        let mut table = flights.lock();
-        let tx = match table.flights.entry(self.key) {
-            Slot::Occupied(slot) if slot.get().id == id => slot.remove().tx,
-            _ => None,
-        };
-        match tx {
-            None => {
-                store(answer);
-                flights.count_landing(&table);
-            }
-            Some(tx) => {
-                store(answer.clone());
-                flights.count_landing(&table);
-                drop(table);
-                tx.send_replace(FlightState::Done(answer));
-            }
-        }
-    }
-
-    /// The semantic cache answered: the waiters are served the same answer, with its score.
-    pub(crate) fn similar(self, flights: &Flights, answer: Arc<Answer>, score: f32) {
-        self.end(flights, FlightState::Similar(answer, score));
-    }
-
-    /// The call failed or its answer is not cacheable: the waiters make their own calls.
-    pub(crate) fn failed(self, flights: &Flights) {
-        self.end(flights, FlightState::Failed);
-    }
-
-    /// The leader went away (its call or its body dropped) before the answer was complete:
-    /// the waiters join again.
-    pub(crate) fn abandon(self, flights: &Flights) {
-        self.end(flights, FlightState::Abandoned);
-    }
-
-    fn end(mut self, flights: &Flights, state: FlightState) {
-        let id = std::mem::take(&mut self.id);
-        // Out of the table first: a waiter woken by the news must not find it again.
-        if let Some(Flight { tx: Some(tx), .. }) = flights.remove(&self.key, id) {
+    /// Ends the flight as `state`: out of the table first (a waiter woken by the news must not
+    /// find it again), then the waiters told.
+    pub(crate) fn end(self, table: &impl FlightTable, state: FlightState) {
+        if let Some(tx) = table.with_table(|t| t.end(self)) {
             tx.send_replace(state);
         }
     }
@@ -334,8 +330,8 @@ mod tests {
                         match flights.join(key) {
                             Join::Lead(lead) => match (i * 7 + t) % 3 {
                                 0 => drop(lead.done(&flights, answer.clone())),
-                                1 => lead.failed(&flights),
-                                _ => lead.abandon(&flights),
+                                1 => lead.end(&flights, FlightState::Failed),
+                                _ => lead.end(&flights, FlightState::Abandoned),
                             },
                             Join::Wait(rx) => {
                                 // Every flight ends; a waiter never waits forever.
@@ -374,16 +370,16 @@ mod tests {
         };
         assert!(!flights.landed_since(seen));
         // A failed or abandoned flight stores nothing: still no need.
-        lead.failed(&flights);
+        lead.end(&flights, FlightState::Failed);
         let Join::Lead(lead) = flights.join(a) else {
             panic!("a failed flight left the table");
         };
-        lead.abandon(&flights);
+        lead.end(&flights, FlightState::Abandoned);
         let Join::Lead(lead) = flights.join(a) else {
             panic!("an abandoned flight left the table");
         };
         assert!(!flights.landed_since(seen));
-        lead.abandon(&flights);
+        lead.end(&flights, FlightState::Abandoned);
         // A flight that landed after the lookup (its answer stored) makes the leader look again.
         let Join::Lead(other) = flights.join(b) else {
             panic!("the first caller leads");
@@ -394,7 +390,7 @@ mod tests {
         };
         assert!(flights.landed_since(seen));
         assert!(!flights.landed_since(flights.landed()));
-        lead.abandon(&flights);
+        lead.end(&flights, FlightState::Abandoned);
     }
 
     #[test]
@@ -408,7 +404,7 @@ mod tests {
             panic!("the second caller waits");
         };
         assert!(matches!(*early.borrow(), FlightState::Running));
-        lead.failed(&flights);
+        lead.end(&flights, FlightState::Failed);
         assert!(matches!(*early.borrow(), FlightState::Failed));
         assert_eq!(flights.len(), 0);
     }
@@ -440,6 +436,6 @@ mod tests {
         let Join::Lead(lead) = flights.join(key) else {
             panic!("a landed flight left the table");
         };
-        lead.abandon(&flights);
+        lead.end(&flights, FlightState::Abandoned);
     }
 }

@@ -17,7 +17,7 @@ use crate::body::CacheBody;
 use crate::flight::{self, FlightState, Join, Lead};
 use crate::key::CacheKey;
 use crate::service::Shared;
-use crate::store::{StoreError, StoreFuture};
+use crate::store::{Looked, StoreError, StoreFuture};
 
 /// The header every response of the cache carries: `hit`, `miss`, `bypass` or
 /// `semantic(0.973)` (a semantic hit, with its score).
@@ -111,7 +111,7 @@ pub(crate) struct Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(lead) = self.lead.take() {
-            lead.abandon(&self.shared.flights);
+            self.shared.end_lead(lead, FlightState::Abandoned);
         }
     }
 }
@@ -191,7 +191,8 @@ where
     S: Service<Request<Bytes>, Response = Response<B>> + Clone,
     B: http_body::Body<Data = Bytes>,
 {
-    /// A cacheable call the store found nothing for at once (the in-memory store's miss).
+    /// A cacheable call the store found nothing for at once (the in-memory store's miss, with
+    /// the flight it joined in the same step, or a remote store's that could say at once).
     ///
     /// When nothing stands between it and the upstream (it leads its key's flight, or
     /// single flight is off, and no semantic search comes first), `svc`, the ready service,
@@ -203,9 +204,10 @@ where
         spare: &mut seawall_core::Spare<S>,
         req: Request<Bytes>,
         call: Call,
+        looked: Looked,
     ) -> Self {
         let mut pending = Pending::new(req, call, CacheStatus::Miss);
-        match pending.miss() {
+        match pending.after_look(looked) {
             State::Send => {
                 let Some(req) = pending.req.take() else {
                     seawall_core::polled_after_completion();
@@ -320,7 +322,8 @@ where
                     match searched {
                         crate::semantic::Searched::Found { answer, score } => {
                             if let Some(lead) = p.lead.take() {
-                                lead.similar(&p.shared.flights, answer.clone(), score);
+                                let state = FlightState::Similar(answer.clone(), score);
+                                p.shared.end_lead(lead, state);
                             }
                             *this.state = State::Done;
                             let status = CacheStatus::Semantic(score);
@@ -338,7 +341,7 @@ where
                     };
                     if let Err(e) = ready!(poll_ready(this.svc, cx)) {
                         if let Some(lead) = p.lead.take() {
-                            lead.failed(&p.shared.flights);
+                            p.shared.end_lead(lead, FlightState::Failed);
                         }
                         *this.state = State::Done;
                         return Poll::Ready(Err(e));
@@ -358,7 +361,7 @@ where
                         Err(e) => {
                             if let Some(p) = this.call.as_mut() {
                                 if let Some(lead) = p.lead.take() {
-                                    lead.failed(&p.shared.flights);
+                                    p.shared.end_lead(lead, FlightState::Failed);
                                 }
                             }
                             *this.upstream = None;
@@ -479,7 +482,7 @@ impl Pending {
             Ok(Some(answer)) => {
                 if let Some(lead) = self.lead.take() {
                     // Found on the leader's second look: serve its waiters too.
-                    drop(lead.done(&self.shared.flights, answer.clone()));
+                    self.shared.serve_lead(lead, answer.clone());
                 }
                 return ControlFlow::Break(self.hit(&answer, CacheStatus::Hit));
             }
@@ -501,6 +504,11 @@ impl Pending {
     /// flight table counts them), the first look still holds and the leader calls at once.
     fn miss(&mut self) -> State {
         if self.may_wait && self.shared.single_flight {
+            // The in-memory store looks again and joins in one step.
+            let looked = self.shared.memory.as_ref().map(|m| m.look(&self.key, true));
+            if let Some(looked) = looked {
+                return self.after_look(looked);
+            }
             match self.shared.flights.join(self.key) {
                 Join::Lead(lead) => {
                     let look_again = self.shared.flights.landed_since(self.landed);
@@ -524,6 +532,24 @@ impl Pending {
             }
         }
         self.upstream()
+    }
+
+    /// After the in-memory store's look (and join): serve what it found, lead, wait, or (no
+    /// flight joined) go on as after any miss.
+    fn after_look(&mut self, looked: Looked) -> State {
+        match looked {
+            Looked::Hit(answer) => State::Looked {
+                found: Some(Ok(Some(answer))),
+            },
+            Looked::Lead(lead) => {
+                self.lead = Some(lead);
+                self.upstream()
+            }
+            Looked::Wait(rx) => State::Wait {
+                fut: Box::pin(flight::wait(rx)),
+            },
+            Looked::Miss => self.miss(),
+        }
     }
 
     /// On the way upstream: search the semantic cache first (once), when it is on.
@@ -572,7 +598,7 @@ impl Pending {
         mark(parts, self.status);
         if !storable {
             if let Some(lead) = self.lead.take() {
-                lead.failed(&self.shared.flights);
+                self.shared.end_lead(lead, FlightState::Failed);
             }
             return None;
         }

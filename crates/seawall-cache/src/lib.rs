@@ -112,9 +112,10 @@
 //!   a time would make the last of N waiters wait N calls when the failure repeats; the layers
 //!   inside the cache, breaker, gate and budget, protect the upstream from that burst.)
 //!
-//! A new leader looks the store up once more before it calls if a flight landed since its
-//! first look, so a caller that missed just before another flight's answer landed is served
-//! that answer instead of calling again.
+//! A caller that misses just as another flight's answer lands is served that answer instead of
+//! calling again: the in-memory store looks a key up and joins its flight under one lock,
+//! under which a flight also stores its answer and ends; over a remote store, a new leader
+//! looks once more before it calls if a flight landed since its first look.
 //! Streamed requests wait for the whole answer, then get it replayed at once.
 //!
 //! # Usage and cost

@@ -11,12 +11,12 @@ use http_body::Body;
 use seawall_core::Spare;
 use tower_service::Service;
 
-use crate::answer::{Format, Wire};
-use crate::flight::Flights;
+use crate::answer::{Answer, Format, Wire};
+use crate::flight::{FlightState, Flights, Lead};
 use crate::future::ResponseFuture;
 use crate::key::{CacheKey, KEY_HEADERS, KeyDeriver};
 use crate::layer::{BypassFn, CREDENTIAL_HEADERS, Partition};
-use crate::store::{CacheStore, MemoryStore};
+use crate::store::{CacheStore, Looked, MemoryStore};
 
 /// The state every clone of one layer's services shares.
 pub(crate) struct Shared {
@@ -144,6 +144,23 @@ pub(crate) enum Plan {
 pub(crate) const DEFAULT_TEMPERATURE: f64 = 1.0;
 
 impl Shared {
+    /// Ends `lead` as `state` in the table it came from: the in-memory store's, or the one
+    /// beside a remote store.
+    pub(crate) fn end_lead(&self, lead: Lead, state: FlightState) {
+        match &self.memory {
+            Some(memory) => lead.end(memory, state),
+            None => lead.end(&self.flights, state),
+        }
+    }
+
+    /// Ends `lead` with `answer`, found stored: its waiters are served it.
+    pub(crate) fn serve_lead(&self, lead: Lead, answer: Arc<Answer>) {
+        match &self.memory {
+            Some(memory) => lead.end(memory, FlightState::Done(answer)),
+            None => drop(lead.done(&self.flights, answer)),
+        }
+    }
+
     pub(crate) fn plan(&self, req: &Request<Bytes>) -> Plan {
         let heads = Heads::of(req.headers());
         let control = CacheControl::read(req, heads.cache_control);
@@ -273,11 +290,35 @@ where
                 format,
                 refresh,
             } => {
-                // Read before the lookup: see `Pending::miss`.
+                if let (Some(memory), false) = (&self.shared.memory, refresh) {
+                    // The in-memory store answers at once, and on a miss joins the key's
+                    // flight in the same step. A hit is served right here: no service clone,
+                    // no pending call, a future that is ready; the inner service, not called,
+                    // stays ready for the next call.
+                    let looked = memory.look(&key, self.shared.single_flight);
+                    if let Looked::Hit(answer) = &looked {
+                        let context = crate::future::context_of(&req);
+                        return ResponseFuture::hit(answer, format, context);
+                    }
+                    let call = crate::future::Call {
+                        shared: self.shared.clone(),
+                        key,
+                        wire,
+                        format,
+                        refresh,
+                        landed: 0,
+                    };
+                    // A miss may go upstream from here (see `missed`).
+                    return ResponseFuture::missed(
+                        &mut self.inner,
+                        &mut self.spare,
+                        req,
+                        call,
+                        looked,
+                    );
+                }
+                // A remote store. Read before the lookup: see `Pending::miss`.
                 let landed = self.shared.flights.landed();
-                // A store that answers at once (the in-memory one) serves a hit right here:
-                // no service clone, no pending call, a future that is ready. The inner
-                // service, not called, stays ready for the next call.
                 let found = if refresh {
                     None
                 } else {
@@ -300,8 +341,13 @@ where
                     landed,
                 };
                 if miss {
-                    // A miss known at once may go upstream from here (see `missed`).
-                    return ResponseFuture::missed(&mut self.inner, &mut self.spare, req, call);
+                    return ResponseFuture::missed(
+                        &mut self.inner,
+                        &mut self.spare,
+                        req,
+                        call,
+                        Looked::Miss,
+                    );
                 }
                 // The future may go upstream later (after a store lookup or a wait): on a
                 // clone of the spare, made then (a hit makes none); the ready service stays.

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::answer::Answer;
+use crate::flight::{FlightState, FlightTable, Join, Lead, Table};
 use crate::key::{CacheKey, KeyHash};
 
 /// The future of a store operation.
@@ -140,6 +141,10 @@ struct State {
     order: VecDeque<Place>,
     bytes: usize,
     generation: u64,
+    /// The flights of a layer (or of layers) over this store, under the same lock: a lookup
+    /// that misses joins its key's flight, and a leader stores its answer and ends its
+    /// flight, each in one step (see [`MemoryStore::look`]).
+    flights: Table,
 }
 
 /// A key's place in the order of storing.
@@ -222,61 +227,96 @@ impl MemoryStore {
 
     /// The answer under `key`, looked up at once (what [`CacheStore::get`] resolves to).
     pub fn lookup(&self, key: &CacheKey) -> Option<Arc<Answer>> {
+        match self.look(key, false) {
+            Looked::Hit(answer) => Some(answer),
+            _ => None,
+        }
+    }
+
+    /// Looks `key` up and, when nothing is stored under it and `join`, joins its flight in the
+    /// same step: under one lock, so no answer can be stored between the miss and the join
+    /// (a flight lands under that lock too, in [`put`](Self::put)), and a new leader needs no
+    /// second look.
+    pub(crate) fn look(&self, key: &CacheKey, join: bool) -> Looked {
+        let miss = |s: &mut State| match join {
+            true => match s.flights.join(*key) {
+                Join::Lead(lead) => Looked::Lead(lead),
+                Join::Wait(rx) => Looked::Wait(rx),
+            },
+            false => Looked::Miss,
+        };
         let answer = {
             let mut s = self.inner.lock();
-            let entry = s.map.get(key)?;
-            // The clock is read only for an entry found: a miss reads it once, to store.
+            let Some(entry) = s.map.get(key) else {
+                return miss(&mut s);
+            };
+            // The clock is read only for an entry found.
             if entry.expires > Instant::now() {
                 entry.answer.clone()
             } else {
                 let bytes = entry.bytes;
                 let gone = s.map.remove(key);
                 s.bytes -= bytes;
+                let looked = miss(&mut s);
                 drop(s);
                 drop(gone);
-                return None;
+                return looked;
             }
         };
         // An answer a miss stored unchecked is checked at its first use, outside the lock
         // (then it is marked, and this is a load): one that fails is never given out, and
         // leaves the store.
         if answer.checked().is_some() {
-            return Some(answer);
+            return Looked::Hit(answer);
         }
         let mut s = self.inner.lock();
+        let mut gone = None;
         if s.map
             .get(key)
             .is_some_and(|e| Arc::ptr_eq(&e.answer, &answer))
         {
-            let gone = s.map.remove(key);
+            gone = s.map.remove(key);
             if let Some(e) = &gone {
                 s.bytes -= e.bytes;
             }
-            drop(s);
-            drop(gone);
         }
-        None
+        let looked = miss(&mut s);
+        drop(s);
+        drop(gone);
+        looked
     }
 
     /// Stores at once (what [`CacheStore::put`] does). Returns whether the answer was stored.
     pub fn insert(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> bool {
-        self.insert_at(key, answer, ttl, Instant::now())
+        self.put(key, answer, ttl, Instant::now(), None)
     }
 
     /// As [`insert`](Self::insert), the time to live counted from `now`: when the answer
     /// arrived, which the layer knows without reading the clock again. A `now` in the past
-    /// only makes the entry, and those it finds expired, go sooner.
-    pub(crate) fn insert_at(
+    /// only makes the entry, and those it finds expired, go sooner. With `lead`, the flight it
+    /// leads ends as the answer is stored, under the same lock (see [`look`](Self::look)), and
+    /// its waiters are served the answer, stored or not (a waiter checks an answer stored
+    /// unchecked before it is served it); the answer is copied for them only when there are
+    /// waiters (a copy of a shared pointer is an atomic write, and its drop another).
+    pub(crate) fn put(
         &self,
         key: &CacheKey,
         answer: Arc<Answer>,
         ttl: Duration,
         now: Instant,
+        lead: Option<Lead>,
     ) -> bool {
         let bytes = answer.size();
         let inner = &*self.inner;
+        // Not stored: the flight still ends, its waiters served.
+        let refused = |lead: Option<Lead>, answer| {
+            if let Some(lead) = lead {
+                lead.end(self, FlightState::Done(answer));
+            }
+            false
+        };
         if bytes > inner.max_bytes || inner.max_entries == 0 || ttl.is_zero() {
-            return false;
+            return refused(lead, answer);
         }
         let expires = seawall_core::instant_after(now, ttl);
         let mut s = inner.lock();
@@ -286,10 +326,12 @@ impl MemoryStore {
             // back a tool call keeps the stored answer. Checked outside the lock; rare.
             drop(s);
             if answer.checked().is_none() {
-                return false;
+                return refused(lead, answer);
             }
             s = inner.lock();
         }
+        let tx = lead.and_then(|l| s.flights.end(l));
+        let for_waiters = tx.as_ref().map(|_| answer.clone());
         s.generation += 1;
         let generation = s.generation;
         // What leaves the store is dropped after the lock is let go: dropping an answer
@@ -347,8 +389,28 @@ impl MemoryStore {
         }
         drop(s);
         drop(gone);
+        if let (Some(tx), Some(answer)) = (tx, for_waiters) {
+            tx.send_replace(FlightState::Done(answer));
+        }
         true
     }
+}
+
+impl FlightTable for MemoryStore {
+    fn with_table<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
+        f(&mut self.inner.lock().flights)
+    }
+}
+
+/// What [`MemoryStore::look`] found.
+pub(crate) enum Looked {
+    Hit(Arc<Answer>),
+    /// Nothing stored; the caller leads the key's flight.
+    Lead(Lead),
+    /// Nothing stored; an identical call is in flight.
+    Wait(tokio::sync::watch::Receiver<FlightState>),
+    /// Nothing stored (and no flight joined).
+    Miss,
 }
 
 impl Inner {
@@ -411,6 +473,117 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(store.lookup(&key(1)).is_none());
         assert_eq!(store.usage(), (0, 0));
+    }
+
+    /// A look that misses leads or waits for the key's flight; the leader's `put` stores the
+    /// answer and ends the flight in one step, serving the waiter; the next look is a hit.
+    #[tokio::test(start_paused = true)]
+    async fn a_missed_look_joins_the_flight_and_the_leaders_put_lands_it() {
+        let store = MemoryStore::new();
+        let ttl = Duration::from_secs(10);
+        let Looked::Lead(lead) = store.look(&key(1), true) else {
+            panic!("the first miss leads");
+        };
+        let Looked::Wait(mut rx) = store.look(&key(1), true) else {
+            panic!("the second waits");
+        };
+        assert!(matches!(store.look(&key(1), false), Looked::Miss));
+        assert!(store.put(&key(1), answer("a"), ttl, Instant::now(), Some(lead)));
+        rx.changed().await.unwrap();
+        assert!(matches!(&*rx.borrow(), FlightState::Done(a) if a.text() == "a"));
+        assert!(matches!(store.look(&key(1), true), Looked::Hit(_)));
+        assert_eq!(store.with_table(|t| t.len()), 0);
+        // An answer the store refuses (a zero TTL) still ends the flight, its waiters served.
+        let Looked::Lead(lead) = store.look(&key(2), true) else {
+            panic!("the first miss leads");
+        };
+        let Looked::Wait(mut rx) = store.look(&key(2), true) else {
+            panic!("the second waits");
+        };
+        assert!(!store.put(
+            &key(2),
+            answer("b"),
+            Duration::ZERO,
+            Instant::now(),
+            Some(lead)
+        ));
+        rx.changed().await.unwrap();
+        assert!(matches!(&*rx.borrow(), FlightState::Done(a) if a.text() == "b"));
+        assert_eq!(store.with_table(|t| t.len()), 0);
+    }
+
+    /// Threads look up, lead, store, fail and drop flights of a few keys at once: every waiter
+    /// hears how its flight ended, a key never has two leaders at once, and the flight table
+    /// ends empty.
+    #[test]
+    fn the_stores_flight_table_never_loses_a_waiter_or_leaks_a_flight() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let store = MemoryStore::with_bounds(2, usize::MAX);
+        let leading: Arc<[std::sync::atomic::AtomicBool; 3]> = Arc::new(Default::default());
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for t in 0..8u64 {
+                let store = store.clone();
+                let leading = leading.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..2_000u64 {
+                        let k = (i % 3) as usize;
+                        match store.look(&key(k as u8), true) {
+                            Looked::Lead(lead) => {
+                                let was =
+                                    leading[k].swap(true, std::sync::atomic::Ordering::SeqCst);
+                                assert!(!was, "two leaders of one key at once");
+                                if i % 4 == 0 {
+                                    tokio::task::yield_now().await;
+                                }
+                                leading[k].store(false, std::sync::atomic::Ordering::SeqCst);
+                                match (i * 7 + t) % 3 {
+                                    0 => {
+                                        let ttl = Duration::from_millis(1);
+                                        store.put(
+                                            &key(k as u8),
+                                            answer("x"),
+                                            ttl,
+                                            Instant::now(),
+                                            Some(lead),
+                                        );
+                                    }
+                                    1 => lead.end(&store, FlightState::Failed),
+                                    _ => lead.end(&store, FlightState::Abandoned),
+                                }
+                            }
+                            Looked::Wait(mut rx) => {
+                                let state = tokio::time::timeout(Duration::from_secs(30), async {
+                                    loop {
+                                        if !matches!(*rx.borrow_and_update(), FlightState::Running)
+                                        {
+                                            return;
+                                        }
+                                        if rx.changed().await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                })
+                                .await;
+                                assert!(state.is_ok(), "a waiter heard how its flight ended");
+                            }
+                            Looked::Hit(_) | Looked::Miss => {}
+                        }
+                        if i % 16 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert_eq!(store.with_table(|t| t.len()), 0);
     }
 
     #[tokio::test(start_paused = true)]
