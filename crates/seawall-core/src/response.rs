@@ -38,8 +38,8 @@
 
 use std::any::Any;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -304,13 +304,15 @@ pub enum StreamEnd {
 /// allocation (and no second extension entry) per call for it. `seawall-stream`'s
 /// `StreamStats` is the handle users read it through.
 ///
-/// The end and the pace, written once at the end of the body, are atomics rather than
-/// once-locks: the first `set` of a once-lock takes the standard library's slow path (about 80
-/// instructions), and both are small values written once per call.
+/// Its values are atomics rather than once-locks, and the report keeps it inline behind a
+/// flag rather than in a once-lock: the first `set` of a once-lock takes the standard
+/// library's slow path (two atomic instructions and about 80 others), and these are small
+/// values written once per call.
 #[derive(Default)]
 pub struct StreamTiming {
-    ttft: Option<Duration>,
-    streamed: bool,
+    /// Nanoseconds to the first content, plus one; 0 when the body ended before any.
+    ttft: AtomicU64,
+    streamed: AtomicBool,
     /// 0 before the end; else the [`StreamEnd`]'s code (see `StreamEnd::code`).
     end: AtomicU8,
     /// Nanoseconds per output token, plus one; 0 before it is known.
@@ -320,8 +322,8 @@ pub struct StreamTiming {
 impl std::fmt::Debug for StreamTiming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamTiming")
-            .field("ttft", &self.ttft)
-            .field("streamed", &self.streamed)
+            .field("ttft", &self.time_to_first_token())
+            .field("streamed", &self.is_streamed())
             .field("end", &self.end())
             .field("tpot", &self.time_per_output_token())
             .finish()
@@ -353,20 +355,34 @@ impl StreamTiming {
     /// content), a server-sent-events stream or not.
     pub fn new(ttft: Option<Duration>, streamed: bool) -> Self {
         StreamTiming {
-            ttft,
-            streamed,
+            ttft: AtomicU64::new(ttft.map_or(0, nanos_plus_one)),
+            streamed: AtomicBool::new(streamed),
             ..StreamTiming::default()
         }
     }
 
     /// Time from the call to the first real content.
     pub fn time_to_first_token(&self) -> Option<Duration> {
-        self.ttft
+        match self.ttft.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(Duration::from_nanos(n - 1)),
+        }
     }
 
     /// Whether the body was a server-sent-events stream.
     pub fn is_streamed(&self) -> bool {
-        self.streamed
+        self.streamed.load(Ordering::Acquire)
+    }
+
+    /// Takes `other`'s values (the report's copy, written once, before it is published).
+    fn copy_from(&self, other: &StreamTiming) {
+        for (to, from) in [(&self.ttft, &other.ttft), (&self.tpot, &other.tpot)] {
+            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let streamed = other.streamed.load(Ordering::Relaxed);
+        self.streamed.store(streamed, Ordering::Relaxed);
+        self.end
+            .store(other.end.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Records how the body ended (first write wins); `false` if it was already recorded.
@@ -384,10 +400,9 @@ impl StreamTiming {
     /// Records the mean time per output token (first write wins). A pace beyond `u64::MAX`
     /// nanoseconds (five centuries) is kept as that.
     pub fn set_time_per_output_token(&self, tpot: Duration) {
-        let nanos = u64::try_from(tpot.as_nanos()).unwrap_or(u64::MAX - 1);
         let _ = self.tpot.compare_exchange(
             0,
-            nanos.min(u64::MAX - 1) + 1,
+            nanos_plus_one(tpot),
             Ordering::AcqRel,
             Ordering::Acquire,
         );
@@ -400,6 +415,15 @@ impl StreamTiming {
             n => Some(Duration::from_nanos(n - 1)),
         }
     }
+}
+
+/// A duration as nanoseconds plus one (0 stands for "none"); one beyond `u64::MAX - 1`
+/// nanoseconds (five centuries) is kept as that.
+fn nanos_plus_one(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos())
+        .unwrap_or(u64::MAX - 1)
+        .min(u64::MAX - 1)
+        + 1
 }
 
 /// Facts about a response body, written once by the body parser next to the transport and
@@ -427,8 +451,15 @@ pub struct BodyReport {
     last_content: AtomicU64,
     content_events: AtomicU64,
     started: tokio::time::Instant,
-    stream: OnceLock<StreamTiming>,
+    /// What a stream layer measured, valid once `stream_set` is [`TIMED`].
+    stream: StreamTiming,
+    stream_set: AtomicU8,
 }
+
+/// `BodyReport::stream_set`: not timed, being written, timed.
+const UNTIMED: u8 = 0;
+const TIMING: u8 = 1;
+const TIMED: u8 = 2;
 
 impl Default for BodyReport {
     /// The same as [`BodyReport::new`]: its clock starts now.
@@ -454,7 +485,8 @@ impl BodyReport {
             last_content: AtomicU64::new(0),
             content_events: AtomicU64::new(0),
             started: start,
-            stream: OnceLock::new(),
+            stream: StreamTiming::default(),
+            stream_set: AtomicU8::new(UNTIMED),
         }
     }
 
@@ -528,12 +560,22 @@ impl BodyReport {
     /// Records what a stream-timeout layer measured (first write wins); `false` if another
     /// layer already did, and `timing` was not kept.
     pub fn set_stream_timing(&self, timing: StreamTiming) -> bool {
-        self.stream.set(timing).is_ok()
+        // Claimed by one atomic instruction, written, then published by a release store.
+        if self
+            .stream_set
+            .compare_exchange(UNTIMED, TIMING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.stream.copy_from(&timing);
+        self.stream_set.store(TIMED, Ordering::Release);
+        true
     }
 
     /// What a stream-timeout layer measured, when one timed this body.
     pub fn stream_timing(&self) -> Option<&StreamTiming> {
-        self.stream.get()
+        (self.stream_set.load(Ordering::Acquire) == TIMED).then_some(&self.stream)
     }
 
     /// The usage, once known.
@@ -1227,6 +1269,31 @@ mod tests {
             assert_eq!(r.time_to_first_token(), Some(std::time::Duration::ZERO));
             assert_eq!(r.content_events(), 1);
         });
+    }
+
+    #[test]
+    fn a_report_keeps_the_first_stream_timing_set_and_shows_none_before() {
+        let r = BodyReport::new();
+        assert!(r.stream_timing().is_none());
+        let first = StreamTiming::new(Some(Duration::from_millis(40)), true);
+        first.set_time_per_output_token(Duration::from_millis(3));
+        assert!(r.set_stream_timing(first));
+        assert!(!r.set_stream_timing(StreamTiming::new(None, false)));
+        let t = r.stream_timing().expect("timed");
+        assert_eq!(t.time_to_first_token(), Some(Duration::from_millis(40)));
+        assert!(t.is_streamed());
+        assert_eq!(t.time_per_output_token(), Some(Duration::from_millis(3)));
+        assert_eq!(t.end(), None);
+        // Written through the report afterwards, as the stream layer's body does.
+        assert!(t.set_end(StreamEnd::Complete));
+        assert_eq!(
+            r.stream_timing().and_then(StreamTiming::end),
+            Some(StreamEnd::Complete)
+        );
+        // A body that ended before any content has no first token.
+        let none = BodyReport::new();
+        assert!(none.set_stream_timing(StreamTiming::new(None, false)));
+        assert_eq!(none.stream_timing().unwrap().time_to_first_token(), None);
     }
 
     #[test]
