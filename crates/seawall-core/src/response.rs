@@ -144,10 +144,35 @@ pub const REQUEST_ID_HEADERS: [http::HeaderName; 4] = [
 /// assert_eq!(seawall_core::request_id(&headers), Some("req_011"));
 /// ```
 pub fn request_id(headers: &http::HeaderMap) -> Option<&str> {
-    REQUEST_ID_HEADERS.iter().find_map(|name| {
-        let id = header(headers, name)?.to_str().ok()?.trim();
+    fn id(v: &http::HeaderValue) -> Option<&str> {
+        let id = v.to_str().ok()?.trim();
         (!id.is_empty()).then_some(id)
-    })
+    }
+    if headers.len() > 8 {
+        return REQUEST_ID_HEADERS
+            .iter()
+            .find_map(|name| headers.get(name).and_then(id));
+    }
+    // A response has a few headers: one pass over them, keeping each name's first value,
+    // costs less than a pass per name.
+    let mut best: Option<(usize, &str)> = None;
+    let mut last = None;
+    for (name, value) in headers {
+        // A name's values come together, the first first: only the first counts.
+        if last == Some(name) {
+            continue;
+        }
+        last = Some(name);
+        let Some(rank) = REQUEST_ID_HEADERS.iter().position(|n| n == name) else {
+            continue;
+        };
+        if best.is_none_or(|(b, _)| rank < b) {
+            if let Some(v) = id(value) {
+                best = Some((rank, v));
+            }
+        }
+    }
+    best.map(|(_, v)| v)
 }
 
 /// Gives an empty `Extensions` room for a handful of values in one table, so that the layers
@@ -1018,6 +1043,29 @@ mod tests {
             // An empty body is done at once: the hook fires here.
             let _resp = resp.on_complete(move |c: Completion<'_>| *sink.lock().unwrap() = c.usage);
             proptest::prop_assert_eq!(*heard.lock().unwrap(), Some(usage));
+        }
+
+        /// One pass over a response's headers finds the id a lookup per name, in
+        /// `REQUEST_ID_HEADERS`' order, finds: the first value of the first name whose first
+        /// value is not blank; whatever the headers, their order, repeats and number.
+        #[test]
+        fn one_pass_finds_the_request_id_a_lookup_per_name_finds(
+            entries in proptest::collection::vec((0usize..7, 0u8..4), 0..14),
+        ) {
+            const NAMES: [&str; 7] = [
+                "x-request-id", "request-id", "apim-request-id", "x-amzn-requestid",
+                "content-type", "x-pad", "openai-processing-ms",
+            ];
+            const VALUES: [&str; 4] = ["a", " b ", "  ", ""];
+            let mut headers = http::HeaderMap::new();
+            for (name, value) in entries {
+                headers.append(NAMES[name], http::HeaderValue::from_static(VALUES[usize::from(value)]));
+            }
+            let by_name = REQUEST_ID_HEADERS.iter().find_map(|name| {
+                let id = headers.get(name)?.to_str().ok()?.trim();
+                (!id.is_empty()).then_some(id)
+            });
+            proptest::prop_assert_eq!(request_id(&headers), by_name);
         }
     }
 
