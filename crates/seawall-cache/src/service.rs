@@ -290,48 +290,31 @@ where
                 format,
                 refresh,
             } => {
-                if let (Some(memory), false) = (&self.shared.memory, refresh) {
-                    // The in-memory store answers at once, and on a miss joins the key's
-                    // flight in the same step. A hit is served right here: no service clone,
-                    // no pending call, a future that is ready; the inner service, not called,
-                    // stays ready for the next call.
-                    let looked = memory.look(&key, self.shared.single_flight);
-                    if let Looked::Hit(answer) = &looked {
-                        let context = crate::future::context_of(&req);
-                        return ResponseFuture::hit(answer, format, context);
+                // What the store says at once. The in-memory store answers, and on a miss
+                // joins the key's flight in the same step; a remote store may answer at once
+                // (`get_now`), and a leader of its flight looks again if a flight landed
+                // since `landed` was read, before the lookup (see `Pending::miss`).
+                let (now, landed) = match (&self.shared.memory, refresh) {
+                    (Some(memory), false) => {
+                        (Some(Ok(memory.look(&key, self.shared.single_flight))), 0)
                     }
-                    let call = crate::future::Call {
-                        shared: self.shared.clone(),
-                        key,
-                        wire,
-                        format,
-                        refresh,
-                        landed: 0,
-                    };
-                    // A miss may go upstream from here (see `missed`).
-                    return ResponseFuture::missed(
-                        &mut self.inner,
-                        &mut self.spare,
-                        req,
-                        call,
-                        looked,
-                    );
+                    _ => {
+                        let landed = self.shared.flights.landed();
+                        let found = if refresh {
+                            None
+                        } else {
+                            self.shared.store.get_now(&key)
+                        };
+                        let now = found.map(|f| f.map(|a| a.map_or(Looked::Miss, Looked::Hit)));
+                        (now, landed)
+                    }
+                };
+                // A hit is served right here: no service clone, no pending call, a future
+                // that is ready; the inner service, not called, stays ready for the next call.
+                if let Some(Ok(Looked::Hit(answer))) = &now {
+                    let context = crate::future::context_of(&req);
+                    return ResponseFuture::hit(answer, format, context);
                 }
-                // A remote store. Read before the lookup: see `Pending::miss`.
-                let landed = self.shared.flights.landed();
-                let found = if refresh {
-                    None
-                } else {
-                    self.shared.store.get_now(&key)
-                };
-                let miss = match &found {
-                    Some(Ok(Some(answer))) => {
-                        let context = crate::future::context_of(&req);
-                        return ResponseFuture::hit(answer, format, context);
-                    }
-                    Some(Ok(None)) => true,
-                    _ => false,
-                };
                 let call = crate::future::Call {
                     shared: self.shared.clone(),
                     key,
@@ -340,19 +323,20 @@ where
                     refresh,
                     landed,
                 };
-                if miss {
-                    return ResponseFuture::missed(
-                        &mut self.inner,
-                        &mut self.spare,
-                        req,
-                        call,
-                        Looked::Miss,
-                    );
+                match now {
+                    // A miss known at once may go upstream from here (see `missed`).
+                    Some(Ok(looked)) => {
+                        ResponseFuture::missed(&mut self.inner, &mut self.spare, req, call, looked)
+                    }
+                    // Not known at once (a remote store's lookup, or a refresh), or a failed
+                    // lookup: the future may go upstream later, on a clone of the spare, made
+                    // then; the ready service stays.
+                    later => {
+                        let found = later.map(|r| r.map(|_| None));
+                        let svc = self.spare.claim(&self.inner);
+                        ResponseFuture::cached(svc, req, call, found)
+                    }
                 }
-                // The future may go upstream later (after a store lookup or a wait): on a
-                // clone of the spare, made then (a hit makes none); the ready service stays.
-                let later = self.spare.claim(&self.inner);
-                ResponseFuture::cached(later, req, call, found)
             }
         }
     }
