@@ -176,7 +176,7 @@ impl Pending {
                     .as_ref()
                     .and_then(|r| r.last_content_at())
                     .unwrap_or_else(tokio::time::Instant::now);
-                memory.put(&key, answer, shared.ttl, arrived, lead);
+                memory.store_landing(&key, answer, shared.ttl, arrived, lead);
             }
             None => {
                 let landing = lead.map(|l| l.done(&shared.flights, answer.clone()));

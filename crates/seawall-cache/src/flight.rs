@@ -215,7 +215,7 @@ impl Lead {
     /// the returned guard is dropped, once the store has the answer.
     ///
     /// For a remote store, whose write may take a while; the in-memory store stores and lands
-    /// in one step (`MemoryStore::put`).
+    /// in one step (`MemoryStore::store_landing`).
     pub(crate) fn done(mut self, flights: &Arc<Flights>, answer: Arc<Answer>) -> Landing {
         let id = std::mem::take(&mut self.id);
         let mut table = flights.lock();

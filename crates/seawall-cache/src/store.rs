@@ -234,9 +234,9 @@ impl MemoryStore {
     }
 
     /// Looks `key` up and, when nothing is stored under it and `join`, joins its flight in the
-    /// same step: under one lock, so no answer can be stored between the miss and the join
-    /// (a flight lands under that lock too, in [`put`](Self::put)), and a new leader needs no
-    /// second look.
+    /// same step: under one lock, so no answer can be stored between the miss and the join (a
+    /// flight lands under that lock too, in [`store_landing`](Self::store_landing)), and a new
+    /// leader needs no second look.
     pub(crate) fn look(&self, key: &CacheKey, join: bool) -> Looked {
         let miss = |s: &mut State| match join {
             true => match s.flights.join(*key) {
@@ -288,7 +288,7 @@ impl MemoryStore {
 
     /// Stores at once (what [`CacheStore::put`] does). Returns whether the answer was stored.
     pub fn insert(&self, key: &CacheKey, answer: Arc<Answer>, ttl: Duration) -> bool {
-        self.put(key, answer, ttl, Instant::now(), None)
+        self.store_landing(key, answer, ttl, Instant::now(), None)
     }
 
     /// As [`insert`](Self::insert), the time to live counted from `now`: when the answer
@@ -298,7 +298,7 @@ impl MemoryStore {
     /// its waiters are served the answer, stored or not (a waiter checks an answer stored
     /// unchecked before it is served it); the answer is copied for them only when there are
     /// waiters (a copy of a shared pointer is an atomic write, and its drop another).
-    pub(crate) fn put(
+    pub(crate) fn store_landing(
         &self,
         key: &CacheKey,
         answer: Arc<Answer>,
@@ -475,10 +475,11 @@ mod tests {
         assert_eq!(store.usage(), (0, 0));
     }
 
-    /// A look that misses leads or waits for the key's flight; the leader's `put` stores the
-    /// answer and ends the flight in one step, serving the waiter; the next look is a hit.
+    /// A look that misses leads or waits for the key's flight; the leader's `store_landing`
+    /// stores the answer and ends the flight in one step, serving the waiter; the next look is
+    /// a hit.
     #[tokio::test(start_paused = true)]
-    async fn a_missed_look_joins_the_flight_and_the_leaders_put_lands_it() {
+    async fn a_missed_look_joins_the_flight_and_the_leaders_store_lands_it() {
         let store = MemoryStore::new();
         let ttl = Duration::from_secs(10);
         let Looked::Lead(lead) = store.look(&key(1), true) else {
@@ -488,7 +489,7 @@ mod tests {
             panic!("the second waits");
         };
         assert!(matches!(store.look(&key(1), false), Looked::Miss));
-        assert!(store.put(&key(1), answer("a"), ttl, Instant::now(), Some(lead)));
+        assert!(store.store_landing(&key(1), answer("a"), ttl, Instant::now(), Some(lead)));
         rx.changed().await.unwrap();
         assert!(matches!(&*rx.borrow(), FlightState::Done(a) if a.text() == "a"));
         assert!(matches!(store.look(&key(1), true), Looked::Hit(_)));
@@ -500,7 +501,7 @@ mod tests {
         let Looked::Wait(mut rx) = store.look(&key(2), true) else {
             panic!("the second waits");
         };
-        assert!(!store.put(
+        assert!(!store.store_landing(
             &key(2),
             answer("b"),
             Duration::ZERO,
@@ -544,7 +545,7 @@ mod tests {
                                 match (i * 7 + t) % 3 {
                                     0 => {
                                         let ttl = Duration::from_millis(1);
-                                        store.put(
+                                        store.store_landing(
                                             &key(k as u8),
                                             answer("x"),
                                             ttl,
