@@ -93,7 +93,7 @@ pub(crate) struct Pending {
     format: Format,
     status: CacheStatus,
     pub(crate) lead: Option<Lead>,
-    /// How many flights had landed before the first lookup (see `miss`).
+    /// How many flights had landed before a remote store's first lookup (see `miss`).
     landed: u64,
     /// Whether this call may wait for an identical one (not after a failed flight).
     may_wait: bool,
@@ -236,7 +236,8 @@ pub(crate) struct Call {
     pub(crate) wire: Wire,
     pub(crate) format: Format,
     pub(crate) refresh: bool,
-    /// How many flights had landed before the first lookup (see `Pending::miss`).
+    /// How many flights had landed before a remote store's first lookup (see `Pending::miss`;
+    /// 0 and unread for the in-memory store).
     pub(crate) landed: u64,
 }
 
@@ -498,13 +499,14 @@ impl Pending {
 
     /// After a miss: lead or join the key's flight, or call on our own.
     ///
-    /// A new leader looks the store up once more before it calls when, between its first
-    /// look and its joining, a flight landed (stored its answer and left the table): it may
-    /// have been this key's, and the answer is then in the store. When none landed (the
-    /// flight table counts them), the first look still holds and the leader calls at once.
+    /// The in-memory store looks again and joins in one step (see `MemoryStore::look`). Over
+    /// a remote store, a new leader looks the store up once more before it calls when,
+    /// between its first look and its joining, a flight landed (stored its answer and left
+    /// the table): it may have been this key's, and the answer is then in the store. When
+    /// none landed (the flight table counts them), the first look still holds and the leader
+    /// calls at once.
     fn miss(&mut self) -> State {
         if self.may_wait && self.shared.single_flight {
-            // The in-memory store looks again and joins in one step.
             let looked = self.shared.memory.as_ref().map(|m| m.look(&self.key, true));
             if let Some(looked) = looked {
                 return self.after_look(looked);

@@ -557,20 +557,12 @@ mod tests {
                                     _ => lead.end(&store, FlightState::Abandoned),
                                 }
                             }
-                            Looked::Wait(mut rx) => {
-                                let state = tokio::time::timeout(Duration::from_secs(30), async {
-                                    loop {
-                                        if !matches!(*rx.borrow_and_update(), FlightState::Running)
-                                        {
-                                            return;
-                                        }
-                                        if rx.changed().await.is_err() {
-                                            return;
-                                        }
-                                    }
-                                })
-                                .await;
-                                assert!(state.is_ok(), "a waiter heard how its flight ended");
+                            Looked::Wait(rx) => {
+                                let wait = crate::flight::wait(rx);
+                                let state = tokio::time::timeout(Duration::from_secs(30), wait)
+                                    .await
+                                    .expect("a waiter heard how its flight ended");
+                                assert!(!matches!(state, FlightState::Running));
                             }
                             Looked::Hit(_) | Looked::Miss => {}
                         }

@@ -98,6 +98,10 @@ pub fn is_media_type(value: &[u8], media_type: &str) -> bool {
 /// How many values [`reserve_extensions`] makes room for.
 const EXTENSIONS_ROOM: usize = 7;
 
+/// Up to this many header values, a pass over them finds a name sooner than a lookup, which
+/// hashes the name ([`header`], [`request_id`]).
+const SCAN_AT_MOST: usize = 8;
+
 /// The first value of header `name`, as [`HeaderMap::get`](http::HeaderMap::get) finds it.
 ///
 /// A lookup hashes the name; a request or response has a handful of headers, and comparing
@@ -115,7 +119,7 @@ pub fn header<'a>(
     headers: &'a http::HeaderMap,
     name: &http::HeaderName,
 ) -> Option<&'a http::HeaderValue> {
-    if headers.len() <= 8 {
+    if headers.len() <= SCAN_AT_MOST {
         headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     } else {
         headers.get(name)
@@ -148,7 +152,7 @@ pub fn request_id(headers: &http::HeaderMap) -> Option<&str> {
         let id = v.to_str().ok()?.trim();
         (!id.is_empty()).then_some(id)
     }
-    if headers.len() > 8 {
+    if headers.len() > SCAN_AT_MOST {
         return REQUEST_ID_HEADERS
             .iter()
             .find_map(|name| headers.get(name).and_then(id));
