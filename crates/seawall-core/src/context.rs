@@ -4,9 +4,21 @@
 //! every inner layer that knows a fact (the gate its queue wait, the retry layer its attempts,
 //! the budget the cost, the stream layer the time to first token) writes it there. When no
 //! observer is stacked there is no context, and reporting is one failed extension lookup.
+//!
+//! The facts sit behind a spin lock (the `spin` crate's, yielding the thread while it waits),
+//! not the standard library's mutex. A call's context is locked about ten times per call, by
+//! the layers of that one call, which run one after another: two of them practically never
+//! hold it at once (a user reading a snapshot from another thread while the call runs is the
+//! exception, and waits a few nanoseconds). The standard mutex lets go with an atomic swap, to
+//! learn whether anyone sleeps on it; a spin lock lets go with a plain store. So each update
+//! costs one atomic instruction instead of two, and an atomic instruction (about 7 ns where
+//! these benches run) is most of what an uncontended lock costs. Nothing is done while the
+//! lock is held but reading or writing the facts.
 
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+use spin::relax::Yield;
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::class::FailureClass;
@@ -192,7 +204,7 @@ thread_local! {
 /// The shared, per-call context. Cheap to lock: it is touched a handful of times per call.
 #[derive(Debug, Default)]
 pub struct CallContext {
-    facts: Mutex<CallFacts>,
+    facts: SpinMutex<CallFacts, Yield>,
 }
 
 impl CallContext {
@@ -225,7 +237,7 @@ impl CallContext {
                 // emptied where it is found: each check that no one else holds it is an
                 // atomic instruction.
                 let i = r.iter_mut().position(|cx| {
-                    match Arc::get_mut(cx).and_then(|c| c.facts.get_mut().ok()) {
+                    match Arc::get_mut(cx).map(|c| c.facts.get_mut()) {
                         Some(facts) => {
                             *facts = CallFacts::default();
                             true
@@ -254,9 +266,8 @@ impl CallContext {
         });
     }
 
-    fn lock(&self) -> MutexGuard<'_, CallFacts> {
-        // A panic while holding the lock leaves plain data behind; keep using it.
-        self.facts.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> SpinMutexGuard<'_, CallFacts> {
+        self.facts.lock()
     }
 }
 
@@ -323,5 +334,31 @@ mod tests {
         let s = cx.snapshot();
         assert_eq!(s.attempts, 2);
         assert_eq!(s.queue_wait, Some(Duration::from_millis(5)));
+    }
+
+    /// Threads updating and reading one context at once: no update is lost, and a snapshot
+    /// never sees a half-made one (the two fields move together under the lock).
+    #[test]
+    fn updates_from_several_threads_at_once_are_all_kept() {
+        const THREADS: u32 = 4;
+        const EACH: u32 = 5_000;
+        let cx = Arc::new(CallContext::new());
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                let cx = &cx;
+                s.spawn(move || {
+                    for _ in 0..EACH {
+                        cx.update(|f| {
+                            f.attempts += 1;
+                            f.repairs += 1;
+                        });
+                        let seen = cx.snapshot();
+                        assert_eq!(seen.attempts, seen.repairs);
+                    }
+                });
+            }
+        });
+        let s = cx.snapshot();
+        assert_eq!((s.attempts, s.repairs), (THREADS * EACH, THREADS * EACH));
     }
 }
