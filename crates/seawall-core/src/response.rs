@@ -564,19 +564,16 @@ impl BodyReport {
 
     /// Records one event of real content (a token delta, not a keep-alive).
     ///
-    /// For the parser of the body, its one writer: the count is not kept exact under calls
-    /// from two threads at once.
+    /// For the parser of the body, its one writer: the count, and which content was first, are
+    /// not kept exact under calls from two threads at once.
     pub fn record_content(&self) {
         let since = tokio::time::Instant::now().saturating_duration_since(self.started);
         let since = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1);
-        // Only the first content's time is kept; a later one finds it set.
+        // Only the first content's time is kept; a later one finds it set. A load and a
+        // store, not a compare-and-swap (an atomic instruction per call): the one writer.
         if self.first_content.load(Ordering::Relaxed) == 0 {
-            let _ = self.first_content.compare_exchange(
-                0,
-                since.saturating_add(1),
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
+            self.first_content
+                .store(since.saturating_add(1), Ordering::Release);
         }
         // Counted by a load and a store, not an atomic add (an atomic instruction per chunk of
         // a stream): the one writer is the parser of this body, which one task polls at a

@@ -298,7 +298,14 @@ where
                 let head = Head {
                     status: resp.status().map(|s| s.as_u16()),
                     request_id: request_id(resp.headers()),
-                    served_by: resp.extensions().and_then(|e| e.get::<ServedBy>()).cloned(),
+                    // Only when the context lacks one: a fallback layer writes the same into
+                    // the context, which the record takes first, and a copy is two shared
+                    // names (an atomic write each, and one for each drop).
+                    served_by: resp
+                        .extensions()
+                        .and_then(|e| e.get::<ServedBy>())
+                        .filter(|_| !pending.context.update(|f| f.served_by.is_some()))
+                        .cloned(),
                     served_model: resp
                         .body_report()
                         .is_none()

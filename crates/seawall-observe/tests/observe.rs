@@ -117,6 +117,41 @@ async fn without_a_gate_there_is_no_queue_time_and_one_attempt() {
     assert_eq!(r.time_to_first_token, None);
 }
 
+/// Which target served, when only the response says it (a fallback layer that does not write
+/// the context), and when both do: the context's is the one the record takes.
+#[tokio::test(start_paused = true)]
+async fn the_target_comes_from_the_context_first_else_from_the_response() {
+    fn served(target: &str) -> ServedBy {
+        ServedBy {
+            target: target.into(),
+            model: Some(format!("{target}-model").into()),
+            degraded: false,
+        }
+    }
+    for context_says in [None, Some("backup")] {
+        let records = Records::default();
+        let inner = service_fn(move |req: http::Request<Bytes>| async move {
+            if let Some(t) = context_says {
+                context(&req).update(|f| f.served_by = Some(served(t)));
+            }
+            let mut resp = http::Response::new(Full::new(Bytes::from_static(b"{}")));
+            resp.extensions_mut().insert(served("primary"));
+            Ok::<_, Infallible>(resp)
+        });
+        let mut svc = layer(&records).layer(inner);
+        let resp = send(&mut svc, false).await;
+        drop(resp.into_body().collect().await.unwrap());
+        let r = records.lock().unwrap().pop().unwrap();
+        let want = context_says.unwrap_or("primary");
+        assert_eq!(r.target.as_deref(), Some(want));
+        assert_eq!(
+            r.served_model.as_deref(),
+            Some(format!("{want}-model").as_str())
+        );
+        assert_eq!(r.fallback, context_says.is_some());
+    }
+}
+
 /// A streamed body that records content in its report as the classifier's body would.
 struct Stream {
     report: Arc<BodyReport>,

@@ -84,7 +84,11 @@ pub struct TimedBody<B> {
     last_frame: Instant,
     // Boxed, as in the future: a stack with a classifier inside never has one.
     scan: Option<Box<SseScan>>,
-    report: Option<Arc<BodyReport>>,
+    /// The classifier's report, only when another stream layer timed it first (the stats are
+    /// then over a report of this layer's own). When this layer timed it, the stats hold it,
+    /// and it is read through them: a second pointer to it would cost an atomic write to copy
+    /// and one to drop.
+    apart: Option<Arc<BodyReport>>,
     stats: StreamStats,
     cx: Option<Arc<CallContext>>,
 }
@@ -99,7 +103,7 @@ pub(crate) struct Committed<B> {
     /// When the last frame before the commit point arrived: the idle timer runs from it.
     pub(crate) last_frame: Instant,
     pub(crate) scan: Option<Box<SseScan>>,
-    pub(crate) report: Option<Arc<BodyReport>>,
+    pub(crate) apart: Option<Arc<BodyReport>>,
     pub(crate) stats: StreamStats,
     pub(crate) cx: Option<Arc<CallContext>>,
 }
@@ -116,7 +120,7 @@ impl<B> TimedBody<B> {
             total_after: c.config.total(),
             last_frame: c.last_frame,
             scan: c.scan,
-            report: c.report,
+            apart: c.apart,
             stats: c.stats,
             cx: c.cx,
         };
@@ -150,9 +154,13 @@ impl<B> TimedBody<B> {
         if !timing.set_end(end) {
             return;
         }
-        let tpot = match &self.report {
-            Some(r) => r.time_per_output_token(),
-            None => self.scan.as_deref().and_then(SseScan::time_per_event),
+        // The pace from the classifier's report, else from this layer's scan of the events
+        // (made only without a classifier). Without either, the stats' report is this
+        // layer's own, which knows no pace: `None`, as the missing scan would give.
+        let tpot = match (&self.apart, self.scan.as_deref()) {
+            (Some(classifier), _) => classifier.time_per_output_token(),
+            (None, Some(scan)) => scan.time_per_event(),
+            (None, None) => self.stats.report().time_per_output_token(),
         };
         if let Some(t) = tpot {
             timing.set_time_per_output_token(t);

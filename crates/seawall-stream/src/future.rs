@@ -273,21 +273,20 @@ where
         let mut parts = self.parts;
         // Into the classifier's report when there is one (nothing to allocate), else into a
         // report of this layer's own, with its start at the call's.
-        let timing = || StreamTiming::new(ttft, self.sse);
-        let stats = match self
-            .report
-            .as_ref()
-            .and_then(|r| StreamStats::record(r, timing()))
-        {
-            Some(stats) => stats,
-            None => {
+        let sse = self.sse;
+        let timing = || StreamTiming::new(ttft, sse);
+        // The classifier's report, timed here, is handed to the stats, not copied (a copy of
+        // the pointer is an atomic write, its drop another): the body reads it through them.
+        let (stats, apart) = match self.report.map(|r| StreamStats::record(r, timing())) {
+            Some(Ok(stats)) => (stats, None),
+            other => {
                 let own = Arc::new(BodyReport::starting_at(call.start));
                 // A report of its own has no timing yet: this one is kept.
                 own.set_stream_timing(timing());
                 let stats = StreamStats::over(Arc::clone(&own));
                 seawall_core::reserve_extensions(&mut parts.extensions);
                 parts.extensions.insert(OwnReport(own));
-                stats
+                (stats, other.and_then(Result::err))
             }
         };
         let inner = match step {
@@ -302,7 +301,7 @@ where
             start: call.start,
             last_frame: self.last_frame,
             scan: self.scan,
-            report: self.report,
+            apart,
             stats,
             cx: call.cx.take(),
         });

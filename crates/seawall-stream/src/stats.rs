@@ -38,12 +38,17 @@ pub struct StreamStats {
 pub(crate) struct OwnReport(pub(crate) Arc<BodyReport>);
 
 impl StreamStats {
-    /// Records `timing` in `report` and returns the handle to it; `None` when another stream
-    /// layer already timed that report.
-    pub(crate) fn record(report: &Arc<BodyReport>, timing: StreamTiming) -> Option<Self> {
-        report
-            .set_stream_timing(timing)
-            .then(|| Self::over(Arc::clone(report)))
+    /// Records `timing` in `report` and returns the handle to it; gives `report` back when
+    /// another stream layer already timed it.
+    pub(crate) fn record(
+        report: Arc<BodyReport>,
+        timing: StreamTiming,
+    ) -> Result<Self, Arc<BodyReport>> {
+        if report.set_stream_timing(timing) {
+            Ok(Self::over(report))
+        } else {
+            Err(report)
+        }
     }
 
     /// The handle to a report whose stream timing is set.
