@@ -38,8 +38,7 @@ use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use seawall_core::{
-    BodyReport, CallContext, FailureClass, FinishReason, SpareClone, SseDecoder, SseItem,
-    as_llm_error,
+    BodyReport, FailureClass, FinishReason, SpareClone, SseDecoder, SseItem, as_llm_error,
 };
 use serde_json::Value;
 use tower_service::Service;
@@ -198,7 +197,6 @@ pub(crate) struct Splice<S, F, B: Body> {
     svc: SpareClone<S>,
     template: Template,
     config: LocalConfig,
-    context: Option<Arc<CallContext>>,
     report: Arc<BodyReport>,
     state: State<F, B>,
     framer: Framer,
@@ -263,7 +261,6 @@ impl<S, F, B: Body> Splice<S, F, B> {
         svc: SpareClone<S>,
         template: Template,
         config: LocalConfig,
-        context: Option<Arc<CallContext>>,
         report: Arc<BodyReport>,
         body: B,
     ) -> Self {
@@ -272,7 +269,6 @@ impl<S, F, B: Body> Splice<S, F, B> {
             svc,
             template,
             config,
-            context,
             report,
             state: State::Body(Box::pin(body)),
             framer: Framer::default(),
@@ -664,7 +660,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
             Why::Length => self.continuations += 1,
             Why::Resume => self.resumed += 1,
         }
-        if let Some(cx) = &self.context {
+        if let Some(cx) = self.template.call_context() {
             self.first_token = cx.update(|f| {
                 match why {
                     Why::Length => f.continuations += 1,
@@ -733,7 +729,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
         self.restarts += 1;
         // The new attempt's own time to the first token stands.
         self.first_token = None;
-        if let Some(cx) = &self.context {
+        if let Some(cx) = self.template.call_context() {
             cx.update(|f| f.restarts += 1);
         }
         tracing::debug!(
@@ -877,7 +873,9 @@ where
                     Ok(resp) if resp.status().is_success() => {
                         // A stream layer inside wrote the follow-up's time to first token
                         // over the caller's.
-                        if let (Some(cx), Some(t)) = (&self.context, self.first_token) {
+                        if let (Some(cx), Some(t)) =
+                            (self.template.call_context(), self.first_token)
+                        {
                             cx.update(|f| f.time_to_first_token = Some(t));
                         }
                         self.state = State::Body(Box::pin(resp.into_body()));

@@ -10,7 +10,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use seawall_core::{BodyReport, CallContext, FinishReason, LlmResponse, SpareClone};
+use seawall_core::{BodyReport, FinishReason, LlmResponse, SpareClone};
 use serde_json::Value;
 use tower_service::Service;
 
@@ -28,7 +28,6 @@ pub(crate) struct Job<S> {
     pub(crate) svc: SpareClone<S>,
     pub(crate) template: Template,
     pub(crate) config: LocalConfig,
-    pub(crate) context: Option<Arc<CallContext>>,
     pub(crate) stream: bool,
     pub(crate) started: tokio::time::Instant,
 }
@@ -164,7 +163,7 @@ fn spliced<S, F, B: Body>(job: Job<S>, resp: Response<B>) -> Response<ContinueBo
     let (mut parts, body) = resp.into_parts();
     let report = Arc::new(BodyReport::starting_at(job.started));
     parts.extensions.insert(report.clone());
-    let splice = Splice::new(job.svc, job.template, job.config, job.context, report, body);
+    let splice = Splice::new(job.svc, job.template, job.config, report, body);
     Response::from_parts(parts, ContinueBody::stream(splice))
 }
 
@@ -373,7 +372,7 @@ where
         };
         self.trim = trim;
         self.follow_ups += 1;
-        if let Some(cx) = &self.job.context {
+        if let Some(cx) = self.job.template.call_context() {
             self.first_token = cx.update(|f| {
                 f.continuations += 1;
                 f.time_to_first_token
@@ -392,7 +391,7 @@ where
     /// The answer as joined so far (the first one unchanged if nothing was added).
     fn joined(&mut self) -> Response<ContinueBody<S, F, B>> {
         let mut parts = self.parts.take().expect("the head is kept until the end");
-        if let (Some(cx), Some(t)) = (&self.job.context, self.first_token) {
+        if let (Some(cx), Some(t)) = (self.job.template.call_context(), self.first_token) {
             cx.update(|f| f.time_to_first_token = Some(t));
         }
         let answer = self.answer.take().filter(|_| self.joined_any);

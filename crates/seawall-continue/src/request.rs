@@ -1,9 +1,11 @@
 //! The follow-up request: the original request with the partial answer as the assistant's
 //! last turn, in the style the upstream understands.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{Method, Request};
-use seawall_core::{KeptRequest, LlmRequest, RequestMeta, RequestSizes};
+use seawall_core::{CallContext, KeptRequest, LlmRequest, RequestMeta, RequestSizes};
 use serde_json::{Map, Value};
 
 use crate::layer::{Config, ContinuationStyle};
@@ -74,6 +76,12 @@ impl Template {
             style,
             estimated_input: u64::from(sizes.estimated_input_tokens),
         }
+    }
+
+    /// The call's context, which the kept request holds (the layer keeps no copy of its own:
+    /// a copy is an atomic write, and its drop another).
+    pub(crate) fn call_context(&self) -> Option<&Arc<CallContext>> {
+        self.kept.call_context()
     }
 
     /// The original request again, for a restart.

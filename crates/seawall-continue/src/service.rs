@@ -103,14 +103,12 @@ where
             return ResponseFuture::pass(self.inner.call(req));
         };
         let template = Template::of(&req, sizes, wire, config);
-        let context = req.call_context().cloned();
         // The ready service makes this call and stays; the follow-ups clone the spare (and
         // poll their clone ready before each).
         let job = Job {
             svc: self.spare.claim(&self.inner),
             template,
             config: config.clone(),
-            context,
             stream,
             started: tokio::time::Instant::now(),
         };

@@ -75,7 +75,10 @@ struct Chain<S, Req, Resp> {
     /// that falls back has one, and inline it would add a request's size to every call's
     /// future.
     pending: Option<Box<(Req, Next<Req, Resp>)>>,
-    current_name: Arc<str>,
+    /// The current target's name once the chain left the primary (`None`: the primary's,
+    /// read from the layer's state: no copy of a shared name per call, an atomic write to
+    /// make and one to drop).
+    current_name: Option<Arc<str>>,
     current_model: Option<Arc<str>>,
     /// The list chosen by the primary's failure; `None` while the primary runs.
     list: Option<Fallback>,
@@ -107,12 +110,11 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
         // Everything else first, the primary's future last, in the struct it is kept in: the
         // future (the inner stack's, kilobytes) is then written in place, not copied in.
         let deadline = deadline_at.map(|at| Box::pin(sleep_until(at)));
-        let current_name = shared.primary_name.clone();
         ResponseFuture {
             state: State::Calling { fut: call() },
             deadline,
             chain: Chain {
-                current_name,
+                current_name: None,
                 shared,
                 original,
                 primary,
@@ -140,7 +142,7 @@ impl<F, S, Req, Resp> ResponseFuture<F, S, Req, Resp> {
             state: State::Expired { err: Some(err) },
             deadline: None,
             chain: Chain {
-                current_name: shared.primary_name.clone(),
+                current_name: None,
                 shared,
                 original: None,
                 primary: None,
@@ -167,6 +169,26 @@ fn internal() -> LlmError {
     )
 }
 
+impl<S, Req, Resp> Chain<S, Req, Resp> {
+    /// The current target's name.
+    fn name(&self) -> &Arc<str> {
+        self.current_name
+            .as_ref()
+            .unwrap_or(&self.shared.primary_name)
+    }
+}
+
+impl<S, Req: LlmRequest + Clone, Resp> Chain<S, Req, Resp> {
+    /// The call's context: the kept request's when the request is kept (not copied apart
+    /// from it: a copy is an atomic write, its drop another), else the chain's own.
+    fn context(&self) -> Option<&Arc<CallContext>> {
+        match &self.original {
+            Some(original) => original.call_context(),
+            None => self.context.as_ref(),
+        }
+    }
+}
+
 impl<S, Req, Resp> Chain<S, Req, Resp>
 where
     S: Service<Req, Response = Resp> + Clone,
@@ -179,7 +201,7 @@ where
     }
 
     fn mark(&self, resp: &mut Resp, served: ServedBy, last: Option<LastResort>) {
-        if let Some(cx) = &self.context {
+        if let Some(cx) = self.context() {
             let served = served.clone();
             cx.update(|f| f.served_by = Some(served));
         }
@@ -205,7 +227,7 @@ where
             (None, asked) => asked.clone(),
         };
         let served = ServedBy {
-            target: self.current_name.clone(),
+            target: self.name().clone(),
             model,
             degraded: false,
         };
@@ -237,12 +259,12 @@ where
         self.last_resort |= cut;
         tracing::debug!(
             target: "seawall::fallback",
-            failed = %self.current_name,
+            failed = %self.name(),
             class = %err.class(),
             "fallback target failed"
         );
         self.tried.push(Tried::new(
-            self.current_name.clone(),
+            self.name().clone(),
             self.current_model.clone(),
             err,
         ));
@@ -291,19 +313,19 @@ where
                 Route::Primary => Next::Primary,
                 Route::Service(s) => Next::Other(s.clone()),
             };
-            self.current_name = target.name_arc().clone();
+            self.current_name = Some(target.name_arc().clone());
             self.current_model = target
                 .model_arc()
                 .cloned()
                 .or_else(|| req.model().map(Arc::from));
             self.pending = Some(Box::new((req, next)));
             self.fallbacks += 1;
-            if let Some(cx) = &self.context {
+            if let Some(cx) = self.context() {
                 cx.update(|f| f.fallbacks += 1);
             }
             tracing::debug!(
                 target: "seawall::fallback",
-                next = %self.current_name,
+                next = %self.name(),
                 n = self.fallbacks,
                 "falling back"
             );
@@ -474,7 +496,7 @@ impl<F, S, Req, Resp> fmt::Debug for ResponseFuture<F, S, Req, Resp> {
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("target", &self.chain.current_name)
+            .field("target", self.chain.name())
             .field("fallbacks", &self.chain.fallbacks)
             .finish()
     }

@@ -109,10 +109,14 @@ where
             Standby::set(&mut req, true);
         }
         let cache_key = shared.cache.as_ref().and_then(|c| c.key(&req));
-        let context = req.call_context().cloned();
         let model = req.model_shared();
         // Kept in parts, not cloned: a call the primary answers allocates nothing for it.
         let original = shared.keeps_request.then(|| req.keep());
+        // The kept request holds the context; only an unkept one needs a copy of its own.
+        let context = match original {
+            Some(_) => None,
+            None => req.call_context().cloned(),
+        };
         // `self.inner` is the service that was driven ready: it takes this call. A clone of the
         // spare (made ready again inside the future) takes any later call routed to it.
         let primary = shared.uses_primary.then(|| self.spare.claim(&self.inner));

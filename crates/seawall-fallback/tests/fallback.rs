@@ -922,29 +922,33 @@ async fn dropping_the_call_midway_cancels_the_running_target_and_calls_no_other(
     assert_eq!(Arc::strong_count(&cx), 1, "nothing holds the request");
 }
 
+/// With a target to fall back to (the request is kept, its context with it) and with none
+/// (nothing kept): the context says who served either way.
 #[tokio::test]
 async fn served_by_names_the_primary_and_prefers_the_model_that_answered() {
-    let log = log();
-    let primary = Mock::new("primary", &log, |_, _| {
-        let report = Arc::new(BodyReport::new());
-        report.set_model("gpt-4o-2024-08-06");
-        let mut resp = text("hi");
-        resp.extensions_mut().insert(report);
-        Reply::Ok(resp)
-    });
-    let layer = FallbackLayer::new([Target::model("gpt-4o-mini")]);
-    let req = request("gpt-4o");
-    let cx = context(&req);
-    let resp = layer.layer(primary).oneshot(req).await.unwrap();
-    let expect = ServedBy {
-        target: "primary".into(),
-        model: Some("gpt-4o-2024-08-06".into()),
-        degraded: false,
-    };
-    assert_eq!(served(&resp), expect);
-    let facts = cx.snapshot();
-    assert_eq!(facts.served_by, Some(expect));
-    assert_eq!(facts.fallbacks, 0);
+    for targets in [vec![Target::model("gpt-4o-mini")], Vec::new()] {
+        let log = log();
+        let primary = Mock::new("primary", &log, |_, _| {
+            let report = Arc::new(BodyReport::new());
+            report.set_model("gpt-4o-2024-08-06");
+            let mut resp = text("hi");
+            resp.extensions_mut().insert(report);
+            Reply::Ok(resp)
+        });
+        let layer = FallbackLayer::new(targets);
+        let req = request("gpt-4o");
+        let cx = context(&req);
+        let resp = layer.layer(primary).oneshot(req).await.unwrap();
+        let expect = ServedBy {
+            target: "primary".into(),
+            model: Some("gpt-4o-2024-08-06".into()),
+            degraded: false,
+        };
+        assert_eq!(served(&resp), expect);
+        let facts = cx.snapshot();
+        assert_eq!(facts.served_by, Some(expect));
+        assert_eq!(facts.fallbacks, 0);
+    }
 }
 
 #[tokio::test]

@@ -74,6 +74,18 @@ impl<R: LlmRequest + Clone> KeptRequest<R> {
         }
     }
 
+    /// The kept request's [call context](LlmRequest::call_context), read without rebuilding
+    /// the request.
+    pub fn call_context(&self) -> Option<&Arc<CallContext>> {
+        match &self.kept {
+            Kept::Whole(r) => r.call_context(),
+            Kept::Parts(parts, _) => match &parts.extensions {
+                Ext::Known { context, .. } => context.as_ref(),
+                Ext::Map(map) => map.get::<Arc<CallContext>>(),
+            },
+        }
+    }
+
     /// Whether the kept request [is idempotent](LlmRequest::is_idempotent), read without
     /// rebuilding (and parsing) the request.
     pub fn is_idempotent(&self) -> bool {
