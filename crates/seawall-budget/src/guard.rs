@@ -40,6 +40,7 @@ pub struct BudgetGuard {
     time: Timestamp,
     /// Read only when a sink records the attempt's duration.
     started: Option<tokio::time::Instant>,
+    /// Read only when a sink records the attempt's number.
     attempt: Option<u32>,
     ctx: Option<Arc<CallContext>>,
     armed: bool,
@@ -61,7 +62,13 @@ impl fmt::Debug for BudgetGuard {
 impl BudgetGuard {
     /// An unarmed guard: nothing reserved yet.
     pub(crate) fn new(core: Arc<ThreadCore>, ctx: Option<Arc<CallContext>>) -> BudgetGuard {
-        let attempt = ctx.as_ref().map(|c| c.update(|f| f.attempts.max(1)));
+        // Both only for a sink's record (the attempt's number is read now: a retry counts the
+        // next one into the same context).
+        let attempt = core
+            .sink
+            .as_ref()
+            .and(ctx.as_ref())
+            .map(|c| c.update(|f| f.attempts.max(1)));
         let started = core.sink.is_some().then(tokio::time::Instant::now);
         BudgetGuard {
             time: core.clock.now(),
