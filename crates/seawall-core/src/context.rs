@@ -12,14 +12,16 @@
 //! exception, and waits a few nanoseconds). The standard mutex lets go with an atomic swap, to
 //! learn whether anyone sleeps on it; a spin lock lets go with a plain store. So each update
 //! costs one atomic instruction instead of two, and an atomic instruction (about 7 ns where
-//! these benches run) is most of what an uncontended lock costs. Nothing is done while the
-//! lock is held but reading or writing the facts.
+//! these benches run) is most of what an uncontended lock costs. The layers do nothing while
+//! they hold it but read or write the facts (a snapshot copies them), and
+//! [`update`](CallContext::update) asks the same of a user's closure.
 
-use spin::mutex::{SpinMutex, SpinMutexGuard};
-use spin::relax::Yield;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
+
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+use spin::relax::Yield;
 
 use crate::class::FailureClass;
 use crate::response::{LlmResponse, Usage};
@@ -213,7 +215,8 @@ impl CallContext {
         Self::default()
     }
 
-    /// Runs `f` on the facts.
+    /// Runs `f` on the facts, under the context's spin lock: keep `f` to reading and writing
+    /// them (another thread that wants the lock meanwhile spins and yields until `f` returns).
     pub fn update<T>(&self, f: impl FnOnce(&mut CallFacts) -> T) -> T {
         f(&mut self.lock())
     }
