@@ -436,6 +436,43 @@ async fn with_a_report_the_classifier_decides_content_finish_and_tpot() {
     );
 }
 
+/// Two stream layers over a classifier: the inner one times the classifier's report, the
+/// outer one keeps a report of its own, and both give the pace the classifier measured.
+#[tokio::test(start_paused = true)]
+async fn a_second_stream_layer_reads_the_pace_from_the_classifiers_report() {
+    let Upstream { tx, svc } = upstream(Duration::ZERO, SSE, true);
+    tx.send(data("data: CONTENT 1\n\n")).unwrap();
+    let layer = || StreamTimeoutLayer::new();
+    let resp = layer()
+        .layer(layer().layer(svc))
+        .oneshot(chat_req(true))
+        .await
+        .unwrap();
+    let report = resp.extensions().get::<Arc<BodyReport>>().unwrap().clone();
+    let inner = StreamStats::of(&resp).unwrap();
+    let mut body = resp.into_body();
+    let outer = body.stats().clone();
+    assert!(body.frame().await.unwrap().is_ok());
+    for _ in 0..4 {
+        advance(Duration::from_millis(100)).await;
+        tx.send(data("data: CONTENT\n\n")).unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+    }
+    report.set_usage(Usage {
+        input_tokens: 5,
+        output_tokens: 5,
+        cached_input_tokens: 0,
+        cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
+    });
+    report.set_finish_reason(FinishReason::Stop);
+    drop(tx);
+    assert!(body.frame().await.is_none());
+    let pace = Some(Duration::from_millis(100));
+    assert_eq!(inner.time_per_output_token(), pace);
+    assert_eq!(outer.time_per_output_token(), pace);
+}
+
 #[tokio::test(start_paused = true)]
 async fn with_a_classifier_inside_the_stats_live_in_its_report_and_add_no_extension() {
     let up = upstream(Duration::ZERO, SSE, true);
