@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Frame;
+use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use seawall_core::{BodyReport, CallContext, FailureClass, FinishReason, LlmError, Usage};
 use seawall_stream::{StreamEnd, StreamStats, StreamTimeoutLayer, StreamTimeouts, TimedBody};
@@ -385,6 +385,32 @@ async fn finish_reason_length_is_exposed_for_a_continuation() {
     assert!(stats.hit_length_limit());
 }
 
+/// Four more content events 100 ms apart, each read from `body`, then five output tokens and
+/// `finish` in the classifier's `report`: a pace of 100 ms a token.
+async fn paced_content<B>(
+    body: &mut B,
+    tx: &mpsc::UnboundedSender<Item>,
+    report: &BodyReport,
+    finish: FinishReason,
+) where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    for _ in 0..4 {
+        advance(Duration::from_millis(100)).await;
+        tx.send(data("data: CONTENT\n\n")).unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+    }
+    report.set_usage(Usage {
+        input_tokens: 5,
+        output_tokens: 5,
+        cached_input_tokens: 0,
+        cache_write_input_tokens: 0,
+        cache_write_1h_input_tokens: 0,
+    });
+    report.set_finish_reason(finish);
+}
+
 #[tokio::test(start_paused = true)]
 async fn with_a_report_the_classifier_decides_content_finish_and_tpot() {
     let up = upstream(Duration::ZERO, SSE, true);
@@ -410,19 +436,7 @@ async fn with_a_report_the_classifier_decides_content_finish_and_tpot() {
         b"data: not-yet\n\n"
     );
     assert!(body.frame().await.unwrap().is_ok());
-    for _ in 0..4 {
-        advance(Duration::from_millis(100)).await;
-        tx.send(data("data: CONTENT\n\n")).unwrap();
-        assert!(body.frame().await.unwrap().is_ok());
-    }
-    report.set_usage(Usage {
-        input_tokens: 5,
-        output_tokens: 5,
-        cached_input_tokens: 0,
-        cache_write_input_tokens: 0,
-        cache_write_1h_input_tokens: 0,
-    });
-    report.set_finish_reason(FinishReason::Length);
+    paced_content(&mut body, &tx, &report, FinishReason::Length).await;
     drop(tx); // no [DONE]: with a classifier stacked, completeness is its job
     assert!(body.frame().await.is_none());
     assert!(stats.hit_length_limit());
@@ -453,19 +467,7 @@ async fn a_second_stream_layer_reads_the_pace_from_the_classifiers_report() {
     let mut body = resp.into_body();
     let outer = body.stats().clone();
     assert!(body.frame().await.unwrap().is_ok());
-    for _ in 0..4 {
-        advance(Duration::from_millis(100)).await;
-        tx.send(data("data: CONTENT\n\n")).unwrap();
-        assert!(body.frame().await.unwrap().is_ok());
-    }
-    report.set_usage(Usage {
-        input_tokens: 5,
-        output_tokens: 5,
-        cached_input_tokens: 0,
-        cache_write_input_tokens: 0,
-        cache_write_1h_input_tokens: 0,
-    });
-    report.set_finish_reason(FinishReason::Stop);
+    paced_content(&mut body, &tx, &report, FinishReason::Stop).await;
     drop(tx);
     assert!(body.frame().await.is_none());
     let pace = Some(Duration::from_millis(100));
