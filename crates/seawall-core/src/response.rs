@@ -568,19 +568,18 @@ impl BodyReport {
     /// not kept exact under calls from two threads at once.
     pub fn record_content(&self) {
         let since = tokio::time::Instant::now().saturating_duration_since(self.started);
-        let since = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1);
+        let plus_one = nanos_plus_one(since);
         // Only the first content's time is kept; a later one finds it set. A load and a
         // store, not a compare-and-swap (an atomic instruction per call): the one writer.
         if self.first_content.load(Ordering::Relaxed) == 0 {
-            self.first_content
-                .store(since.saturating_add(1), Ordering::Release);
+            self.first_content.store(plus_one, Ordering::Release);
         }
         // Counted by a load and a store, not an atomic add (an atomic instruction per chunk of
         // a stream): the one writer is the parser of this body, which one task polls at a
         // time, and readers only look once the body has ended or for an estimate.
         let events = self.content_events.load(Ordering::Relaxed);
         self.content_events.store(events + 1, Ordering::Relaxed);
-        self.last_content.store(since, Ordering::Relaxed);
+        self.last_content.store(plus_one - 1, Ordering::Relaxed);
     }
 
     /// Records what a stream-timeout layer measured (first write wins); `false` if another
