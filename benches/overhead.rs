@@ -32,6 +32,9 @@
 //!   `seawall_stack` is the recommended stack's eight core layers, and `seawall_recommended`
 //!   the README's whole recommended stack (those eight, the continuation layer and the context
 //!   guard; `benches/summarize.awk` divides its time by tower-resilience's stack);
+//! - `*_long_prompt` (`baseline`, `ref_prepare_only`, `seawall_recommended`): each call's user
+//!   message about 4 KiB of prose instead of a sentence, where reading the request's strings
+//!   costs by the byte;
 //! - the cache over `seawall_recommended`: `cache_hit_over_recommended` (the same question
 //!   every call: all hits but the first), and `cache_miss_over_recommended_new_questions`
 //!   against `recommended_new_questions` (each call a question not asked before, the

@@ -369,6 +369,42 @@ impl<S: Service<Request<Bytes>>> Service<Request<Bytes>> for NewQuestions<S> {
     }
 }
 
+/// Each call's body a chat request whose user message is about 4 KiB of prose, the size of a
+/// real prompt (the bench's usual request has a few dozen bytes of text): what a layer's
+/// reading of the request costs per byte of its strings shows in these rows.
+#[derive(Clone, Debug)]
+pub(crate) struct LongPrompt<S>(S);
+
+impl<S> LongPrompt<S> {
+    fn body() -> Bytes {
+        static BODY: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+        BODY.get_or_init(|| {
+            let text = "The tide came in over the flats, grey and quick, and the gulls rose. "
+                .repeat(60);
+            let body = format!(
+                r#"{{"model":"gpt-4o","max_tokens":256,"messages":[{{"role":"system","content":"You are terse."}},{{"role":"user","content":"{text}"}}]}}"#
+            );
+            Bytes::from(body)
+        })
+        .clone()
+    }
+}
+
+impl<S: Service<Request<Bytes>>> Service<Request<Bytes>> for LongPrompt<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Bytes>) -> S::Future {
+        *req.body_mut() = Self::body();
+        self.0.call(req)
+    }
+}
+
 /// Runs `f` to completion on a throwaway runtime (setup only, never measured).
 fn setup<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -382,6 +418,11 @@ fn setup<F: std::future::Future>(f: F) -> F::Output {
 pub(crate) fn variants<V: Visit>(v: &mut V) {
     v.ok("baseline", NOOP);
     v.ok("ref_prepare_only", PrepareOnly::<_, false>(NOOP));
+    v.ok("baseline_long_prompt", LongPrompt(NOOP));
+    v.ok(
+        "ref_prepare_only_long_prompt",
+        LongPrompt(PrepareOnly::<_, false>(NOOP)),
+    );
     v.ok("ref_answer_checked", PrepareOnly::<_, true>(NOOP));
 
     // Each seawall layer alone, inner to outer.
@@ -441,6 +482,10 @@ pub(crate) fn variants<V: Visit>(v: &mut V) {
     );
     v.ok("seawall_stack", seawall_stack(NOOP));
     v.ok("seawall_recommended", seawall_recommended(NOOP));
+    v.ok(
+        "seawall_recommended_long_prompt",
+        LongPrompt(seawall_recommended(NOOP)),
+    );
     // The cache over the recommended stack, every call the same question: every call but the
     // first a hit, answered from memory without reaching the stack.
     v.ok(

@@ -164,6 +164,12 @@ fn bench(c: &mut Criterion) {
         let req = request(small.clone());
         b.iter(|| keys.key(&req, None).unwrap().0)
     });
+    group.bench_function("key_digest_2kb_prompt", |b| {
+        // A prompt of the size real ones have: the canonical scan's per-byte cost shows.
+        let keys = KeyDeriver::new();
+        let req = request(prompt(120, 0));
+        b.iter(|| keys.key(&req, None).unwrap().0)
+    });
     group.bench_function("sha256_of_300_bytes", |b| {
         use sha2::Digest;
         let data = [7u8; 300];
