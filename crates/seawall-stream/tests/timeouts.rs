@@ -300,6 +300,42 @@ async fn idle_timeout_after_commit_cuts_the_body_and_releases_the_upstream() {
     assert!(tx.is_closed());
 }
 
+/// With a classifier's report inside: the first content frame (the commit point) at once, then
+/// each of `frames` 2 s after the one before, the body read as they come; gives the time from
+/// the start to the idle timeout (3 s) that follows the last of them.
+async fn idle_timeout_after(frames: &[&str]) -> Duration {
+    let up = upstream(Duration::ZERO, SSE, true);
+    up.tx.send(data("data: CONTENT 0\n\n")).unwrap();
+    let start = Instant::now();
+    let t = StreamTimeouts::none().with_idle(secs(3));
+    let (tx, res) = call(up, t, chat_req(true)).await;
+    let mut body = res.unwrap().into_body();
+    assert!(body.frame().await.unwrap().is_ok());
+    for frame in frames {
+        sleep(secs(2)).await;
+        tx.send(data(frame)).unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+    }
+    let err = body.frame().await.unwrap().unwrap_err();
+    assert!(err.message().contains("idle"), "{err}");
+    start.elapsed()
+}
+
+/// The idle timer runs from the last frame, whether the classifier inside counted it as
+/// content (its time is then the one the classifier recorded) or not (a keep-alive).
+#[tokio::test(start_paused = true)]
+async fn with_a_classifier_inside_the_idle_timer_runs_from_the_last_frame_content_or_not() {
+    const KEEP_ALIVE: &str = ": keep-alive\n\n";
+    const CONTENT: &str = "data: CONTENT\n\n";
+    // The last frame content: 3 s after it, not after the first content.
+    assert_eq!(
+        idle_timeout_after(&[KEEP_ALIVE, CONTENT, KEEP_ALIVE, CONTENT]).await,
+        secs(11)
+    );
+    // The last frame a keep-alive after content: 3 s after the keep-alive, not the content.
+    assert_eq!(idle_timeout_after(&[CONTENT, KEEP_ALIVE]).await, secs(7));
+}
+
 #[tokio::test(start_paused = true)]
 async fn total_deadline_before_commit_is_a_timeout_and_after_it_interrupts() {
     // Before the commit point: an Err the retry layer may act on.
