@@ -198,6 +198,11 @@ pub(crate) struct Splice<S, F, B: Body> {
     template: Template,
     config: LocalConfig,
     report: Arc<BodyReport>,
+    /// The report the parser inside this attempt's body writes (a classifier's), if any: a
+    /// content frame's time is taken from it rather than read again (see `deliver_text`).
+    inner_report: Option<Arc<BodyReport>>,
+    /// That time, while the events of the frame it came with are handled.
+    frame_at: Option<tokio::time::Instant>,
     state: State<F, B>,
     framer: Framer,
     decoder: SseDecoder,
@@ -262,6 +267,7 @@ impl<S, F, B: Body> Splice<S, F, B> {
         template: Template,
         config: LocalConfig,
         report: Arc<BodyReport>,
+        inner_report: Option<Arc<BodyReport>>,
         body: B,
     ) -> Self {
         let holding = config.restart_within > 0 && config.resume && config.max_continuations > 0;
@@ -270,6 +276,8 @@ impl<S, F, B: Body> Splice<S, F, B> {
             template,
             config,
             report,
+            inner_report,
+            frame_at: None,
             state: State::Body(Box::pin(body)),
             framer: Framer::default(),
             decoder: SseDecoder::default(),
@@ -509,7 +517,10 @@ impl<S, F, B: Body> Splice<S, F, B> {
     }
 
     fn deliver_text(&mut self, t: &str) {
-        self.report.record_content();
+        match self.frame_at {
+            Some(at) => self.report.record_content_at(at),
+            None => self.report.record_content(),
+        }
         if self.text.len() + t.len() > self.config.max_text_bytes {
             self.unsupported = true;
         } else {
@@ -845,21 +856,30 @@ where
             }
             match &mut self.state {
                 State::Done => return Poll::Ready(None),
-                State::Body(body) => match ready!(body.as_mut().poll_frame(cx)) {
-                    Some(Ok(frame)) => {
-                        // Trailers are not part of an SSE answer: dropped.
-                        if let Ok(data) = frame.into_data() {
-                            let mut framer = std::mem::take(&mut self.framer);
-                            framer.push(&data, |piece| self.piece(piece));
-                            self.framer = framer;
-                            if self.holding {
-                                self.release_if_due(data.len());
+                State::Body(body) => {
+                    let counted = self.inner_report.as_deref().map(BodyReport::content_events);
+                    match ready!(body.as_mut().poll_frame(cx)) {
+                        Some(Ok(frame)) => {
+                            // Trailers are not part of an SSE answer: dropped.
+                            if let Ok(data) = frame.into_data() {
+                                self.frame_at = self
+                                    .inner_report
+                                    .as_deref()
+                                    .zip(counted)
+                                    .and_then(|(r, n)| r.content_since(n));
+                                let mut framer = std::mem::take(&mut self.framer);
+                                framer.push(&data, |piece| self.piece(piece));
+                                self.framer = framer;
+                                self.frame_at = None;
+                                if self.holding {
+                                    self.release_if_due(data.len());
+                                }
                             }
                         }
+                        Some(Err(e)) => self.failed(e),
+                        None => self.ended(),
                     }
-                    Some(Err(e)) => self.failed(e),
-                    None => self.ended(),
-                },
+                }
                 State::Ready(req) => match ready!(self.svc.get().poll_ready(cx)) {
                     Ok(()) => {
                         let Some(req) = req.take() else {
@@ -878,6 +898,7 @@ where
                         {
                             cx.update(|f| f.time_to_first_token = Some(t));
                         }
+                        self.inner_report = resp.extensions().get::<Arc<BodyReport>>().cloned();
                         self.state = State::Body(Box::pin(resp.into_body()));
                     }
                     _ => {

@@ -162,8 +162,10 @@ where
 fn spliced<S, F, B: Body>(job: Job<S>, resp: Response<B>) -> Response<ContinueBody<S, F, B>> {
     let (mut parts, body) = resp.into_parts();
     let report = Arc::new(BodyReport::starting_at(job.started));
-    parts.extensions.insert(report.clone());
-    let splice = Splice::new(job.svc, job.template, job.config, report, body);
+    // The first attempt's report (its classifier's) gives way to the whole answer's; the
+    // splice still reads its content times.
+    let inner = parts.extensions.insert(report.clone());
+    let splice = Splice::new(job.svc, job.template, job.config, report, inner, body);
     Response::from_parts(parts, ContinueBody::stream(splice))
 }
 

@@ -608,3 +608,85 @@ async fn the_whole_answers_usage_counts_output_that_only_the_total_holds() {
     let usage = records.lock().unwrap()[0].usage.unwrap();
     assert_eq!((usage.input_tokens, usage.output_tokens), (20, 603));
 }
+
+/// A streamed body whose parser (a classifier, stood in for here) recorded each content event
+/// in its report at `stamped`, not when the frame is read.
+struct Stamped {
+    frames: std::collections::VecDeque<Bytes>,
+    report: std::sync::Arc<seawall_core::BodyReport>,
+    stamped: tokio::time::Instant,
+}
+
+impl http_body::Body for Stamped {
+    type Data = Bytes;
+    type Error = LlmError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, LlmError>>> {
+        let frame = self.frames.pop_front();
+        if let Some(f) = &frame {
+            if f.windows(11).any(|w| w == b"\"content\":\"") {
+                self.report.record_content_at(self.stamped);
+            }
+        }
+        std::task::Poll::Ready(frame.map(|f| Ok(http_body::Frame::data(f))))
+    }
+}
+
+/// The spliced answer's report takes each content frame's time from the report of the
+/// attempt's own parser, where that parser recorded one while the frame was read.
+#[tokio::test(start_paused = true)]
+async fn the_whole_answers_content_times_are_those_the_attempts_parser_recorded() {
+    let start = tokio::time::Instant::now();
+    let svc = tower::service_fn(move |_req: http::Request<Bytes>| async move {
+        // The answer comes 5 s after the call; its parser stamped its content at 3 s.
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        let report = std::sync::Arc::new(seawall_core::BodyReport::starting_at(start));
+        let chunk = |delta: &str| {
+            Bytes::from(format!(
+                "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
+            ))
+        };
+        let frames = [
+            chunk(r#"{"role":"assistant","content":""}"#),
+            chunk(r#"{"content":"Hi"}"#),
+            chunk(r#"{"content":" there"}"#),
+            Bytes::from_static(
+                b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            ),
+            Bytes::from_static(b"data: [DONE]\n\n"),
+        ];
+        let body = Stamped {
+            frames: frames.into_iter().collect(),
+            report: report.clone(),
+            stamped: start + std::time::Duration::from_secs(3),
+        };
+        let mut resp = http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(body)
+            .unwrap();
+        resp.extensions_mut().insert(report);
+        Ok::<_, LlmError>(resp)
+    });
+    let svc = tower::Layer::layer(&ContinueLayer::new(), svc);
+    let resp = svc.oneshot(openai(true, 64)).await.unwrap();
+    let whole = resp
+        .extensions()
+        .get::<std::sync::Arc<seawall_core::BodyReport>>()
+        .unwrap()
+        .clone();
+    let (text, error) = drain(resp.into_body()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(streamed_text(&text), "Hi there");
+    assert_eq!(whole.content_events(), 2);
+    assert_eq!(
+        whole.last_content_at(),
+        Some(start + std::time::Duration::from_secs(3))
+    );
+    assert_eq!(
+        whole.time_to_first_token(),
+        Some(std::time::Duration::from_secs(3))
+    );
+}

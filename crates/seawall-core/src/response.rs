@@ -567,7 +567,14 @@ impl BodyReport {
     /// For the parser of the body, its one writer: the count, and which content was first, are
     /// not kept exact under calls from two threads at once.
     pub fn record_content(&self) {
-        let since = tokio::time::Instant::now().saturating_duration_since(self.started);
+        self.record_content_at(tokio::time::Instant::now());
+    }
+
+    /// As [`record_content`](Self::record_content), for content that arrived at `at` (as
+    /// another report recorded it: see [`content_since`](Self::content_since)), without
+    /// reading the clock again.
+    pub fn record_content_at(&self, at: tokio::time::Instant) {
+        let since = at.saturating_duration_since(self.started);
         let plus_one = nanos_plus_one(since);
         // Only the first content's time is kept; a later one finds it set. A load and a
         // store, not a compare-and-swap (an atomic instruction per call): the one writer.
@@ -640,6 +647,19 @@ impl BodyReport {
     /// The number of content events so far.
     pub fn content_events(&self) -> u64 {
         self.content_events.load(Ordering::Relaxed)
+    }
+
+    /// When the last content arrived, if any was recorded since the count was `counted` (a
+    /// [`content_events`](Self::content_events) read before polling the body this report
+    /// is the parser's of). A layer outside the parser takes a content frame's time from here
+    /// instead of reading the clock again for the same frame: a clock read is about 20 ns on
+    /// a virtual machine, a tenth of what reading and timing a streamed chunk costs.
+    pub fn content_since(&self, counted: u64) -> Option<tokio::time::Instant> {
+        if self.content_events() > counted {
+            self.last_content_at()
+        } else {
+            None
+        }
     }
 
     /// Time from the report's start to the first content.

@@ -186,17 +186,10 @@ impl<B> TimedBody<B> {
 }
 
 /// When a frame came, for the idle timeout: a content frame's time as the parser inside
-/// recorded it in `report` while this layer polled (its count grew past `counted`), else a
-/// read of the clock. A streamed answer is mostly content frames, and a clock read (about 20
-/// ns here) was a tenth of what classifying and timing a chunk costs; the parser's read is of
-/// the same frame, taken a few instructions earlier.
+/// recorded it in `report` while this layer polled (see [`BodyReport::content_since`]), else
+/// a read of the clock (a keep-alive, a role or finish event, no parser inside).
 fn arrival(report: &BodyReport, counted: u64) -> Instant {
-    if report.content_events() > counted {
-        if let Some(at) = report.last_content_at() {
-            return at;
-        }
-    }
-    Instant::now()
+    report.content_since(counted).unwrap_or_else(Instant::now)
 }
 
 impl<B> Body for TimedBody<B>
