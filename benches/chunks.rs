@@ -10,7 +10,7 @@
 //!
 //! Each row is one whole call (request, response head, every frame read, end). Per chunk:
 //! the row's time minus `bare`'s, divided by the frames of the stream (printed at the start
-//! with their bytes). For instruction counts, `CHUNKS_CALLS=<n> CHUNKS_ROW=<row>` runs one row
+//! with their bytes; `openai_stream_by_four` has four events a frame: divide by its 44 events). For instruction counts, `CHUNKS_CALLS=<n> CHUNKS_ROW=<row>` runs one row
 //! `n` times without criterion, to run under `valgrind --tool=callgrind` (the difference of
 //! two runs with different `n`, divided by the difference, is the cost of one call).
 
@@ -174,13 +174,29 @@ struct Case {
     body: &'static [u8],
 }
 
-fn cases() -> [Case; 3] {
+fn cases() -> [Case; 4] {
     let leak = |v: Vec<Bytes>| -> &'static [Bytes] { Vec::leak(v) };
     [
         Case {
             name: "openai_stream",
             upstream: Upstream {
                 frames: leak(openai_stream()),
+                content_type: "text/event-stream; charset=utf-8",
+            },
+            url: "https://api.openai.com/v1/chat/completions",
+            body: OPENAI_REQUEST,
+        },
+        // The same stream read four events at a time, as a transport hands it over when the
+        // events come faster than the caller reads them (per event: divide by 44, not 11).
+        Case {
+            name: "openai_stream_by_four",
+            upstream: Upstream {
+                frames: leak(
+                    openai_stream()
+                        .chunks(4)
+                        .map(|four| Bytes::from(four.concat()))
+                        .collect(),
+                ),
                 content_type: "text/event-stream; charset=utf-8",
             },
             url: "https://api.openai.com/v1/chat/completions",
