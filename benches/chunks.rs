@@ -10,7 +10,8 @@
 //!
 //! Each row is one whole call (request, response head, every frame read, end). Per chunk:
 //! the row's time minus `bare`'s, divided by the frames of the stream (printed at the start
-//! with their bytes; `openai_stream_by_four` has four events a frame: divide by its 44 events). For instruction counts, `CHUNKS_CALLS=<n> CHUNKS_ROW=<row>` runs one row
+//! with their bytes; `openai_stream_by_four` carries four events a frame: per event, divide
+//! by its 44 events). For instruction counts, `CHUNKS_CALLS=<n> CHUNKS_ROW=<row>` runs one row
 //! `n` times without criterion, to run under `valgrind --tool=callgrind` (the difference of
 //! two runs with different `n`, divided by the difference, is the cost of one call).
 
