@@ -609,8 +609,8 @@ async fn the_whole_answers_usage_counts_output_that_only_the_total_holds() {
     assert_eq!((usage.input_tokens, usage.output_tokens), (20, 603));
 }
 
-/// A streamed body whose parser (a classifier, stood in for here) recorded each content event
-/// in its report at `stamped`, not when the frame is read.
+/// A streamed body whose parser (a classifier, stood in for here) recorded each frame with a
+/// `content` member as content in its report at `stamped`, not when the frame is read.
 struct Stamped {
     frames: std::collections::VecDeque<Bytes>,
     report: std::sync::Arc<seawall_core::BodyReport>,
