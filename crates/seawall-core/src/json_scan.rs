@@ -84,12 +84,13 @@ pub fn plain_prefix(b: &[u8]) -> (usize, bool) {
     while let Some(chunk) = b.get(i..i + 16) {
         let v = u8x16::new(chunk.try_into().unwrap_or([0; 16]));
         // A byte below 0x20 is its own minimum with 0x1f.
-        let special = v.simd_eq(u8x16::splat(b'"'))
-            | v.simd_eq(u8x16::splat(b'\\'))
-            | v.min(u8x16::splat(0x1f)).simd_eq(v);
-        let special = special.to_bitmask();
+        let special = v.cmp_eq(u8x16::splat(b'"'))
+            | v.cmp_eq(u8x16::splat(b'\\'))
+            | v.min(u8x16::splat(0x1f)).cmp_eq(v);
+        // One bit a byte, the low sixteen of the `i32`.
+        let special = special.move_mask() as u32 & 0xffff;
         // The top bit of each byte: set on every byte of a multi-byte UTF-8 sequence.
-        let top = v.to_bitmask();
+        let top = v.move_mask() as u32 & 0xffff;
         if special != 0 {
             let n = special.trailing_zeros();
             let before = top & ((1 << n) - 1);
