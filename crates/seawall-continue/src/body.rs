@@ -862,11 +862,8 @@ where
                         Some(Ok(frame)) => {
                             // Trailers are not part of an SSE answer: dropped.
                             if let Ok(data) = frame.into_data() {
-                                self.frame_at = self
-                                    .inner_report
-                                    .as_deref()
-                                    .zip(counted)
-                                    .and_then(|(r, n)| r.content_since(n));
+                                self.frame_at = counted
+                                    .and_then(|n| self.inner_report.as_deref()?.content_since(n));
                                 let mut framer = std::mem::take(&mut self.framer);
                                 framer.push(&data, |piece| self.piece(piece));
                                 self.framer = framer;

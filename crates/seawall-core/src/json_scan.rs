@@ -87,10 +87,10 @@ pub fn plain_prefix(b: &[u8]) -> (usize, bool) {
         let special = v.cmp_eq(u8x16::splat(b'"'))
             | v.cmp_eq(u8x16::splat(b'\\'))
             | v.min(u8x16::splat(0x1f)).cmp_eq(v);
-        // One bit a byte, the low sixteen of the `i32`.
-        let special = special.move_mask() as u32 & 0xffff;
+        // One bit a byte (sixteen bits).
+        let special = special.move_mask() as u32;
         // The top bit of each byte: set on every byte of a multi-byte UTF-8 sequence.
-        let top = v.move_mask() as u32 & 0xffff;
+        let top = v.move_mask() as u32;
         if special != 0 {
             let n = special.trailing_zeros();
             let before = top & ((1 << n) - 1);

@@ -185,13 +185,6 @@ impl<B> TimedBody<B> {
     }
 }
 
-/// When a frame came, for the idle timeout: a content frame's time as the parser inside
-/// recorded it in `report` while this layer polled (see [`BodyReport::content_since`]), else
-/// a read of the clock (a keep-alive, a role or finish event, no parser inside).
-fn arrival(report: &BodyReport, counted: u64) -> Instant {
-    report.content_since(counted).unwrap_or_else(Instant::now)
-}
-
 impl<B> Body for TimedBody<B>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -220,8 +213,11 @@ where
         let counted = this.idle.map(|_| report.content_events());
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
+                // A content frame's time as the parser inside recorded it while this layer
+                // polled, else a read of the clock (a keep-alive, a role or finish event, no
+                // parser inside).
                 if let Some(counted) = counted {
-                    this.last_frame = arrival(report, counted);
+                    this.last_frame = report.content_since(counted).unwrap_or_else(Instant::now);
                 }
                 if let (Some(scan), Some(data)) = (this.scan.as_mut(), frame.data_ref()) {
                     if let Some(err) = scan.feed(data, true).error {
