@@ -170,6 +170,31 @@ fn bench(c: &mut Criterion) {
         let req = request(prompt(120, 0));
         b.iter(|| keys.key(&req, None).unwrap().0)
     });
+    group.bench_function("key_digest_sdk_order", |b| {
+        // The small request's fields in the order the OpenAI SDKs write them (`messages`,
+        // `model`, then the rest alphabetically): already in the key's order of members.
+        let keys = KeyDeriver::new();
+        let req = request(Bytes::from(format!(
+            r#"{{"messages":[{{"role":"system","content":"Be brief."}},{{"role":"user","content":"{}0"}}],"model":"gpt-4o-mini","max_tokens":64,"temperature":0}}"#,
+            "the sea is salty ".repeat(4)
+        )));
+        b.iter(|| keys.key(&req, None).unwrap().0)
+    });
+    group.bench_function("key_digest_ten_turns", |b| {
+        // A conversation: ten short turns, each a role and a content.
+        let keys = KeyDeriver::new();
+        let turns: Vec<String> = (0..10)
+            .map(|i| {
+                let role = ["user", "assistant"][i % 2];
+                format!(r#"{{"role":"{role}","content":"Turn {i}: the sea is salty."}}"#)
+            })
+            .collect();
+        let req = request(Bytes::from(format!(
+            r#"{{"messages":[{}],"model":"gpt-4o-mini","temperature":0}}"#,
+            turns.join(",")
+        )));
+        b.iter(|| keys.key(&req, None).unwrap().0)
+    });
     group.bench_function("sha256_of_300_bytes", |b| {
         use sha2::Digest;
         let data = [7u8; 300];

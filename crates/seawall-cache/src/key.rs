@@ -20,9 +20,10 @@
 //! What is hashed is kept short, since SHA-256 costs by the 64-byte block: each value is a
 //! one-byte tag and, for a string or an integer, its length or value as LEB128 (one byte
 //! below 128), so a short request's key takes a block or more fewer than with fixed
-//! eight-byte lengths. The encoding is prefix-free, so two different bodies never write the
-//! same bytes. The digest starts with a domain that names the encoding's version
-//! (`seawall-cache/3`): replicas of two releases with different encodings that share a Redis
+//! eight-byte lengths; and the names requests repeat (`messages`, `role`, `content`, ...)
+//! are one byte each (`words`). The encoding is prefix-free, so two different bodies never
+//! write the same bytes. The digest starts with a domain that names the encoding's version
+//! (`seawall-cache/4`): replicas of two releases with different encodings that share a Redis
 //! store only miss each other's entries (which expire by their time to live), never
 //! mistake one request for another.
 //!
@@ -54,6 +55,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use sha2::{Digest, Sha256};
 
 pub(crate) mod fast;
+mod words;
 
 /// The deepest nesting of arrays and objects read; deeper bodies are not cached (`serde_json`
 /// stops at 128 too).
@@ -300,7 +302,7 @@ impl KeyDeriver {
             }
             let mut facts = canon.facts;
             facts.choices = facts.choices.max(1);
-            let key = digest(b"seawall-cache/3\0", req, partition, keyed, canon);
+            let key = digest(b"seawall-cache/4\0", req, partition, keyed, canon);
             Ok((key, facts))
         })
     }
@@ -333,7 +335,7 @@ impl KeyDeriver {
                 return Err(Unkeyable::NotJson);
             }
             Ok(digest(
-                b"seawall-cache/context/3\0",
+                b"seawall-cache/context/4\0",
                 req,
                 partition,
                 true,
@@ -571,9 +573,20 @@ impl Canon {
         }
     }
 
-    fn str(&mut self, v: &str) {
-        self.buf.push(b's');
-        put_field(&mut self.buf, v.as_bytes());
+    /// Writes a string: one of the common [`words`] as its one byte (given back), any other
+    /// as its tag, length and text (0 given back).
+    fn str(&mut self, v: &str) -> u8 {
+        match words::word(v.as_bytes()) {
+            Some(word) => {
+                self.buf.push(word);
+                word
+            }
+            None => {
+                self.buf.push(b's');
+                put_field(&mut self.buf, v.as_bytes());
+                0
+            }
+        }
     }
 
     /// Puts the members written since `base` (of the object whose `{` ends at `start`) in
@@ -599,13 +612,16 @@ impl Canon {
     }
 }
 
-/// The order of two written keys: their bytes' order, decided by the first two (the tag and,
-/// below 128, the length) without a call to compare the rest when they differ, as most keys'
-/// lengths do.
+/// The order of two written keys: their bytes' order, decided by the first (a word's one
+/// byte, or a string's tag) or the second (below 128, a string's length) without a call to
+/// compare the rest when they differ, as most keys' do.
 fn key_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    match (a.get(..2), b.get(..2)) {
+    match (a.first(), b.first()) {
         (Some(x), Some(y)) if x != y => x.cmp(y),
-        _ => a.cmp(b),
+        _ => match (a.get(1), b.get(1)) {
+            (Some(x), Some(y)) if x != y => x.cmp(y),
+            _ => a.cmp(b),
+        },
     }
 }
 
@@ -651,13 +667,20 @@ enum Field {
 }
 
 impl Field {
-    /// What a top-level key is.
-    fn of(key: &[u8]) -> Field {
-        match key {
-            b"stream" => Field::Stream,
-            b"stream_options" => Field::StreamOptions,
-            b"temperature" => Field::Temperature,
-            b"n" | b"best_of" => Field::Choices,
+    const STREAM: u8 = words::token("stream");
+    const STREAM_OPTIONS: u8 = words::token("stream_options");
+    const TEMPERATURE: u8 = words::token("temperature");
+    const N: u8 = words::token("n");
+    const BEST_OF: u8 = words::token("best_of");
+
+    /// What a top-level key is, by its one-byte form (every field read is one of the words;
+    /// 0, any other key, is none of them).
+    fn of(word: u8) -> Field {
+        match word {
+            Self::STREAM => Field::Stream,
+            Self::STREAM_OPTIONS => Field::StreamOptions,
+            Self::TEMPERATURE => Field::Temperature,
+            Self::N | Self::BEST_OF => Field::Choices,
             _ => Field::Other,
         }
     }
@@ -685,10 +708,9 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
-        let field = if self.top {
-            Field::of(v.as_bytes())
-        } else {
-            Field::Other
+        let field = match words::word(v.as_bytes()) {
+            Some(word) if self.top => Field::of(word),
+            _ => Field::Other,
         };
         if !matches!(field, Field::Stream | Field::StreamOptions) {
             self.canon.str(v);
@@ -871,6 +893,34 @@ mod tests {
     }
 
     #[test]
+    fn the_names_requests_repeat_are_written_as_one_byte_each() {
+        let body = br#"{"model":"m","messages":[{"content":"hi","role":"user"}]}"#;
+        let w = words::token;
+        // Members in the words' order: `messages` before `model`, `role` before `content`.
+        let expect = [
+            &[
+                b'{',
+                w("messages"),
+                b'[',
+                b'{',
+                w("role"),
+                w("user"),
+                w("content"),
+            ][..],
+            b"s\x02hi}]",
+            &[w("model")],
+            b"s\x01m}",
+        ]
+        .concat();
+        let mut canon = Canon::default();
+        assert_eq!(fast::canonical(body, &mut canon), Some(()));
+        assert_eq!(canon.buf, expect);
+        let mut canon = Canon::default();
+        general(body, &mut canon).unwrap();
+        assert_eq!(canon.buf, expect);
+    }
+
+    #[test]
     fn a_string_is_never_confused_with_its_neighbours() {
         // Length prefixes keep the boundaries: these would collide if strings were concatenated.
         assert_ne!(key(r#"{"a":"bc","d":""}"#), key(r#"{"a":"b","d":"c"}"#));
@@ -900,6 +950,14 @@ mod tests {
             *i += len;
             Some(s.to_owned())
         }
+        fn word(b: &[u8], i: &mut usize) -> Option<String> {
+            let w = words::WORDS.get(usize::from(b.get(*i)?.checked_sub(0x80)?))?;
+            *i += 1;
+            Some((*w).to_owned())
+        }
+        if let Some(w) = word(b, i) {
+            return Some(Value::String(w));
+        }
         let tag = *b.get(*i)?;
         *i += 1;
         Some(match tag {
@@ -922,9 +980,14 @@ mod tests {
             b'{' => {
                 let mut members = serde_json::Map::new();
                 while *b.get(*i)? != b'}' {
-                    (*b.get(*i)? == b's').then_some(())?;
-                    *i += 1;
-                    let name = text(b, i)?;
+                    let name = match word(b, i) {
+                        Some(w) => w,
+                        None => {
+                            (*b.get(*i)? == b's').then_some(())?;
+                            *i += 1;
+                            text(b, i)?
+                        }
+                    };
                     members.insert(name, decode(b, i)?);
                 }
                 *i += 1;
@@ -934,8 +997,8 @@ mod tests {
         })
     }
 
-    /// Integers and strings around the widths where their LEB128 grows, and text whose bytes
-    /// look like tags and lengths.
+    /// Integers and strings around the widths where their LEB128 grows, text whose bytes look
+    /// like tags and lengths, and the words written as one byte.
     fn value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
         use serde_json::Value;
@@ -949,11 +1012,16 @@ mod tests {
             }),
             "[a-c\u{1}\u{7f}\u{80}-\u{ff}is\\[{]{0,4}".prop_map(Value::from),
             (125usize..131, "[ab]").prop_map(|(n, c)| Value::from(c.repeat(n))),
+            proptest::sample::select(&words::WORDS[..]).prop_map(Value::from),
         ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
+        let key = prop_oneof![
+            "[a-c]{0,3}",
+            proptest::sample::select(&words::WORDS[..]).prop_map(str::to_owned),
+        ];
+        leaf.prop_recursive(3, 24, 4, move |inner| {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                proptest::collection::btree_map("[a-c]{0,3}", inner, 0..4)
+                proptest::collection::btree_map(key.clone(), inner, 0..4)
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })

@@ -16,7 +16,10 @@
 
 use seawall_core::json_scan::plain_prefix;
 
-use super::{Canon, Field, Member, leb128, leb128_len};
+use super::{Canon, Field, Member, leb128, leb128_len, words};
+
+/// The one-byte form of `stream_options`' one member.
+const INCLUDE_USAGE: u8 = words::token("include_usage");
 
 /// Deeper bodies are left to the general path (which stops at 128 levels).
 const MAX_DEPTH: u32 = 64;
@@ -126,8 +129,9 @@ impl Scan<'_, '_> {
         }
     }
 
-    /// Reads a key into `canon.buf` as a string and gives back where its text starts.
-    fn key(&mut self) -> Option<usize> {
+    /// Reads a key into `canon.buf` as a string and gives back its one-byte form if it is
+    /// one of the words (0 if not).
+    fn key(&mut self) -> Option<u8> {
         self.ws();
         if self.peek()? != b'"' {
             return None;
@@ -151,12 +155,8 @@ impl Scan<'_, '_> {
         } else {
             loop {
                 let member = self.canon.buf.len();
-                let text = self.key()?;
-                let field = if top {
-                    Field::of(&self.canon.buf[text..])
-                } else {
-                    Field::Other
-                };
+                let word = self.key()?;
+                let field = if top { Field::of(word) } else { Field::Other };
                 self.eat(b':')?;
                 match field {
                     Field::Stream => {
@@ -210,8 +210,7 @@ impl Scan<'_, '_> {
                 }
                 // The key is read into the buffer's tail, then dropped.
                 let mark = self.canon.buf.len();
-                let text = self.key()?;
-                let is_flag = &self.canon.buf[text..] == b"include_usage";
+                let is_flag = self.key()? == INCLUDE_USAGE;
                 self.canon.buf.truncate(mark);
                 if !is_flag {
                     return None;
@@ -253,9 +252,9 @@ impl Scan<'_, '_> {
         Some(())
     }
 
-    /// A string whose `"` is next, written as `Canon::str` does: its tag, its length, its
-    /// text unescaped. Gives back where the text starts in the buffer.
-    fn string(&mut self) -> Option<usize> {
+    /// A string whose `"` is next, written as `Canon::str` does: one of the words as its one
+    /// byte (given back), any other as its tag, its length, its text unescaped (0 given back).
+    fn string(&mut self) -> Option<u8> {
         self.i += 1;
         // One byte is kept for the length, which is not known until the closing quote; a
         // length of 128 or more (its LEB128 takes more bytes) moves the text up.
@@ -306,9 +305,14 @@ impl Scan<'_, '_> {
         }
         let buf = &mut self.canon.buf;
         let len = buf.len() - text;
+        if let Some(word) = words::word(&buf[text..]) {
+            buf.truncate(text - 2);
+            buf.push(word);
+            return Some(word);
+        }
         if len < 0x80 {
             buf[text - 1] = len as u8;
-            return Some(text);
+            return Some(0);
         }
         let extra = leb128_len(len as u64) - 1;
         buf.resize(buf.len() + extra, 0);
@@ -318,7 +322,7 @@ impl Scan<'_, '_> {
             buf[at] = b;
             at += 1;
         });
-        Some(text + extra)
+        Some(0)
     }
 
     /// The character of a `\u` escape whose four hex digits are next (a surrogate pair as
@@ -485,6 +489,8 @@ mod tests {
             Just("n".to_owned()),
             Just("best_of".to_owned()),
             "[a-z_\"\\\\/\n\u{0}-\u{1f}é😀]{0,6}",
+            // The words written as one byte, whatever their spelling (escapes).
+            prop::sample::select(&super::super::words::WORDS[..]).prop_map(str::to_owned),
         ]
     }
 
@@ -498,6 +504,7 @@ mod tests {
                 .prop_map(|(m, e)| Value::from(m as f64 / 10f64.powi(e as i32))),
             any::<f64>().prop_map(Value::from),
             "[ a-z\"\\\\/\n\u{0}-\u{1f}\u{7f}é€😀]{0,16}".prop_map(Value::String),
+            prop::sample::select(&super::super::words::WORDS[..]).prop_map(Value::from),
             // Around 128 bytes, where a length's LEB128 grows to two bytes.
             "[ a-z\"\\\\/\n\u{0}-\u{1f}é😀]{100,140}".prop_map(Value::String),
         ];
