@@ -180,6 +180,16 @@ fn bench(c: &mut Criterion) {
         )));
         b.iter(|| keys.key(&req, None).unwrap().0)
     });
+    group.bench_function("key_digest_sampling_options", |b| {
+        // The small request with the sampling options a playground's exported code sets, in
+        // the SDKs' order: names of up to 21 bytes (`max_completion_tokens`).
+        let keys = KeyDeriver::new();
+        let req = request(Bytes::from(format!(
+            r#"{{"messages":[{{"role":"system","content":"Be brief."}},{{"role":"user","content":"{}0"}}],"model":"gpt-4.1","frequency_penalty":0,"max_completion_tokens":2048,"presence_penalty":0,"response_format":{{"type":"text"}},"temperature":1,"top_p":1}}"#,
+            "the sea is salty ".repeat(4)
+        )));
+        b.iter(|| keys.key(&req, None).unwrap().0)
+    });
     group.bench_function("key_digest_ten_turns", |b| {
         // A conversation: ten short turns, each a role and a content.
         let keys = KeyDeriver::new();

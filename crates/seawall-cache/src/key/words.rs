@@ -10,7 +10,9 @@
 //! starts with an ASCII tag (`s`, `i`, `{`, ...), and each word has its own byte. A word is
 //! found by a perfect hash of its packed bytes (two multiplications and a shift give its
 //! slot; one comparison with the word in that slot decides), so a string costs a few
-//! instructions and one load whether it is a word or not. The table is built at compile
+//! instructions and one load whether it is a word or not; the seven words of 16 to 23 bytes
+//! (`max_completion_tokens`, `additionalProperties`, ...) are compared byte for byte with
+//! the string of their length, and a longer string is none. The table is built at compile
 //! time, and hash constants that sent two words to one slot would fail the build. Why not a
 //! crate: a perfect-hash crate (`phf`) keys by string and hashes it with SipHash, which costs
 //! more than the bytes saved for a name of a few bytes.
@@ -22,9 +24,9 @@
 //! sorted.
 
 /// The words, in the order their one-byte forms sort: word `i` is written as `0x80 + i`.
-/// Each is 1 to 15 bytes long.
-pub(super) const WORDS: [&str; 83] = [
-    // Top level first, and the members of messages, parts and tools, in clients' order.
+/// Each is 1 to 23 bytes long; the few over 15 are found by their length (see [`word`]).
+pub(super) const WORDS: [&str; 93] = [
+    // Top level first, and the members of messages, parts, tools and schemas, in clients' order.
     "messages",
     "model",
     "role",
@@ -44,6 +46,7 @@ pub(super) const WORDS: [&str; 83] = [
     "items",
     "enum",
     "required",
+    "additionalProperties",
     "tool_calls",
     "tool_call_id",
     "tool_use_id",
@@ -57,15 +60,23 @@ pub(super) const WORDS: [&str; 83] = [
     "audio",
     "best_of",
     "format",
+    "frequency_penalty",
+    "function_call",
+    "functions",
     "include_usage",
     "instructions",
+    "logit_bias",
     "logprobs",
+    "max_completion_tokens",
     "max_tokens",
     "metadata",
     "modalities",
     "n",
+    "parallel_tool_calls",
     "prediction",
+    "presence_penalty",
     "reasoning",
+    "reasoning_effort",
     "effort",
     "response_format",
     "seed",
@@ -84,6 +95,7 @@ pub(super) const WORDS: [&str; 83] = [
     "top_k",
     "top_logprobs",
     "top_p",
+    "web_search_options",
     "strict",
     "schema",
     "json_schema",
@@ -115,21 +127,16 @@ pub(super) const WORDS: [&str; 83] = [
 /// The one-byte form of word `i`.
 const FIRST: u8 = 0x80;
 
-/// The perfect hash's multipliers: with them, the 83 words fall in 83 different slots of
-/// 256 (found by a search; the table's construction checks it).
+/// The perfect hash's multipliers: with them, the 86 words of up to 15 bytes fall in 86
+/// different slots of 256 (found by a search; the table's construction checks it).
 const M_LO: u64 = 0x9d3a_2ae1_124e_494d;
 const M_HI: u64 = 0xdeb6_f38e_d776_7aad;
 
-/// Each word packed as [`pack`] packs it.
-const PACKED: [(u64, u64); WORDS.len()] = {
-    let mut out = [(0, 0); WORDS.len()];
-    let mut i = 0;
-    while i < WORDS.len() {
-        out[i] = pack_slowly(WORDS[i].as_bytes());
-        i += 1;
-    }
-    out
-};
+/// The longest word packed and hashed; longer ones are found by their length.
+const PACKS: usize = 15;
+
+/// The longest word.
+const LONGEST: usize = 23;
 
 /// By hash slot: the packed word in that slot (`(0, 0)`, which no text packs to, for none),
 /// and its one-byte form. The two are read side by side, not one after the other: from a
@@ -140,7 +147,12 @@ const SLOTS: &([(u64, u64); 256], [u8; 256]) = &{
     let mut words = [0u8; 256];
     let mut i = 0;
     while i < WORDS.len() {
-        let (lo, hi) = PACKED[i];
+        let w = WORDS[i].as_bytes();
+        if w.len() > PACKS {
+            i += 1;
+            continue;
+        }
+        let (lo, hi) = pack_slowly(w);
         let slot = slot(lo, hi);
         assert!(
             words[slot] == 0,
@@ -153,6 +165,25 @@ const SLOTS: &([(u64, u64); 256], [u8; 256]) = &{
     (packed, words)
 };
 
+/// The words of 16 to 23 bytes by length: up to two each (0 for none). A name that long is
+/// rare, and a string that long rarely a name, so they are compared byte for byte.
+const LONG: [[u8; 2]; LONGEST - PACKS] = {
+    let mut long = [[0u8; 2]; LONGEST - PACKS];
+    let mut i = 0;
+    while i < WORDS.len() {
+        let n = WORDS[i].len();
+        assert!(n > 0 && n <= LONGEST, "a word of 1 to 23 bytes");
+        if n > PACKS {
+            let at = &mut long[n - PACKS - 1];
+            let free = if at[0] == 0 { 0 } else { 1 };
+            assert!(at[free] == 0, "at most two long words of a length");
+            at[free] = FIRST + i as u8;
+        }
+        i += 1;
+    }
+    long
+};
+
 const fn slot(lo: u64, hi: u64) -> usize {
     ((lo.wrapping_mul(M_LO) ^ hi.wrapping_mul(M_HI)) >> 56) as usize
 }
@@ -160,9 +191,26 @@ const fn slot(lo: u64, hi: u64) -> usize {
 /// The one-byte form of `text`, if it is one of the [`WORDS`].
 #[inline]
 pub(super) fn word(text: &[u8]) -> Option<u8> {
-    let (lo, hi) = pack(text)?;
+    let Some((lo, hi)) = pack(text) else {
+        // A prompt's text is longer than any word: it costs this one comparison.
+        return if text.len() > LONGEST {
+            None
+        } else {
+            long_word(text)
+        };
+    };
     let slot = slot(lo, hi);
     (SLOTS.0[slot] == (lo, hi)).then_some(SLOTS.1[slot])
+}
+
+/// A word of 16 to 23 bytes.
+#[cold]
+fn long_word(text: &[u8]) -> Option<u8> {
+    let candidates = LONG.get(text.len().checked_sub(PACKS + 1)?)?;
+    candidates
+        .iter()
+        .copied()
+        .find(|&w| w != 0 && WORDS[usize::from(w - FIRST)].as_bytes() == text)
 }
 
 /// The one-byte form of a word of the list (checked at compile time).
@@ -191,7 +239,7 @@ const fn eq(a: &[u8], b: &[u8]) -> bool {
     true
 }
 
-/// A text of 1 to 15 bytes as two words: its first eight bytes (little-endian, zeros after
+/// A text of 1 to 15 bytes (`None` for any other) as two words: its first eight bytes (little-endian, zeros after
 /// its end), and the rest with the length in the top byte (the length tells `a` from `a\0`).
 /// Read in at most two overlapping loads, not byte by byte.
 #[inline]
@@ -220,7 +268,7 @@ fn pack(t: &[u8]) -> Option<(u64, u64)> {
 
 /// [`pack`], a byte at a time, for the compile-time tables and as the reference.
 const fn pack_slowly(t: &[u8]) -> (u64, u64) {
-    assert!(!t.is_empty() && t.len() <= 15);
+    assert!(!t.is_empty() && t.len() <= PACKS);
     let (mut lo, mut hi) = (0u64, 0u64);
     let mut i = 0;
     while i < t.len() {
@@ -272,7 +320,9 @@ mod tests {
             }
         }
         assert_eq!(word(b""), None);
-        assert_eq!(word("a".repeat(16).as_bytes()), None);
+        for n in [16, 17, 23, 24, 200] {
+            assert_eq!(word("a".repeat(n).as_bytes()), None);
+        }
     }
 
     proptest! {
@@ -282,7 +332,7 @@ mod tests {
         }
 
         #[test]
-        fn a_text_is_a_word_exactly_when_it_is_on_the_list(t in "[a-z_]{1,15}") {
+        fn a_text_is_a_word_exactly_when_it_is_on_the_list(t in "[a-z_P]{1,24}") {
             let expect = WORDS.iter().position(|w| *w == t).map(|i| FIRST + i as u8);
             prop_assert_eq!(word(t.as_bytes()), expect);
         }
