@@ -573,18 +573,14 @@ impl Canon {
         }
     }
 
-    /// Writes a string: one of the common [`words`] as its one byte (given back), any other
-    /// as its tag, length and text (0 given back).
-    fn str(&mut self, v: &str) -> u8 {
+    /// Writes a string: one of the common [`words`] as its one byte, any other as its tag,
+    /// length and text.
+    fn str(&mut self, v: &str) {
         match words::word(v.as_bytes()) {
-            Some(word) => {
-                self.buf.push(word);
-                word
-            }
+            Some(word) => self.buf.push(word),
             None => {
                 self.buf.push(b's');
                 put_field(&mut self.buf, v.as_bytes());
-                0
             }
         }
     }
