@@ -159,52 +159,51 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("cache");
 
     let small = prompt(4, 0);
-    group.bench_function("key_digest_small_request", |b| {
-        let keys = KeyDeriver::new();
-        let req = request(small.clone());
-        b.iter(|| keys.key(&req, None).unwrap().0)
-    });
-    group.bench_function("key_digest_2kb_prompt", |b| {
-        // A prompt of the size real ones have: the canonical scan's per-byte cost shows.
-        let keys = KeyDeriver::new();
-        let req = request(prompt(120, 0));
-        b.iter(|| keys.key(&req, None).unwrap().0)
-    });
-    group.bench_function("key_digest_sdk_order", |b| {
-        // The small request's fields in the order the OpenAI SDKs write them (`messages`,
-        // `model`, then the rest alphabetically): already in the key's order of members.
-        let keys = KeyDeriver::new();
-        let req = request(Bytes::from(format!(
-            r#"{{"messages":[{{"role":"system","content":"Be brief."}},{{"role":"user","content":"{}0"}}],"model":"gpt-4o-mini","max_tokens":64,"temperature":0}}"#,
+    // Keying one request body: the small request, a 2 KiB prompt (where the canonical scan's
+    // per-byte cost shows), the small request's fields in the order the OpenAI SDKs write them
+    // (`messages`, `model`, then the rest alphabetically: already in the key's order of
+    // members), the same with the sampling options a playground's exported code sets (names
+    // of up to 21 bytes, `max_completion_tokens`), and a conversation of ten short turns.
+    let sdk = |model_and_options: &str| {
+        Bytes::from(format!(
+            r#"{{"messages":[{{"role":"system","content":"Be brief."}},{{"role":"user","content":"{}0"}}],{model_and_options}}}"#,
             "the sea is salty ".repeat(4)
-        )));
-        b.iter(|| keys.key(&req, None).unwrap().0)
-    });
-    group.bench_function("key_digest_sampling_options", |b| {
-        // The small request with the sampling options a playground's exported code sets, in
-        // the SDKs' order: names of up to 21 bytes (`max_completion_tokens`).
-        let keys = KeyDeriver::new();
-        let req = request(Bytes::from(format!(
-            r#"{{"messages":[{{"role":"system","content":"Be brief."}},{{"role":"user","content":"{}0"}}],"model":"gpt-4.1","frequency_penalty":0,"max_completion_tokens":2048,"presence_penalty":0,"response_format":{{"type":"text"}},"temperature":1,"top_p":1}}"#,
-            "the sea is salty ".repeat(4)
-        )));
-        b.iter(|| keys.key(&req, None).unwrap().0)
-    });
-    group.bench_function("key_digest_ten_turns", |b| {
-        // A conversation: ten short turns, each a role and a content.
-        let keys = KeyDeriver::new();
-        let turns: Vec<String> = (0..10)
-            .map(|i| {
-                let role = ["user", "assistant"][i % 2];
-                format!(r#"{{"role":"{role}","content":"Turn {i}: the sea is salty."}}"#)
-            })
-            .collect();
-        let req = request(Bytes::from(format!(
-            r#"{{"messages":[{}],"model":"gpt-4o-mini","temperature":0}}"#,
-            turns.join(",")
-        )));
-        b.iter(|| keys.key(&req, None).unwrap().0)
-    });
+        ))
+    };
+    let turns: Vec<String> = (0..10)
+        .map(|i| {
+            let role = ["user", "assistant"][i % 2];
+            format!(r#"{{"role":"{role}","content":"Turn {i}: the sea is salty."}}"#)
+        })
+        .collect();
+    for (name, body) in [
+        ("key_digest_small_request", small.clone()),
+        ("key_digest_2kb_prompt", prompt(120, 0)),
+        (
+            "key_digest_sdk_order",
+            sdk(r#""model":"gpt-4o-mini","max_tokens":64,"temperature":0"#),
+        ),
+        (
+            "key_digest_sampling_options",
+            sdk(concat!(
+                r#""model":"gpt-4.1","frequency_penalty":0,"max_completion_tokens":2048,"#,
+                r#""presence_penalty":0,"response_format":{"type":"text"},"temperature":1,"top_p":1"#
+            )),
+        ),
+        (
+            "key_digest_ten_turns",
+            Bytes::from(format!(
+                r#"{{"messages":[{}],"model":"gpt-4o-mini","temperature":0}}"#,
+                turns.join(",")
+            )),
+        ),
+    ] {
+        group.bench_function(name, |b| {
+            let keys = KeyDeriver::new();
+            let req = request(body.clone());
+            b.iter(|| keys.key(&req, None).unwrap().0)
+        });
+    }
     group.bench_function("sha256_of_300_bytes", |b| {
         use sha2::Digest;
         let data = [7u8; 300];

@@ -239,9 +239,9 @@ const fn eq(a: &[u8], b: &[u8]) -> bool {
     true
 }
 
-/// A text of 1 to 15 bytes (`None` for any other) as two words: its first eight bytes (little-endian, zeros after
-/// its end), and the rest with the length in the top byte (the length tells `a` from `a\0`).
-/// Read in at most two overlapping loads, not byte by byte.
+/// A text of 1 to 15 bytes (`None` for any other) as two words: its first eight bytes
+/// (little-endian, zeros after its end), and the rest with the length in the top byte (the
+/// length tells `a` from `a\0`). Read in at most two overlapping loads, not byte by byte.
 #[inline]
 fn pack(t: &[u8]) -> Option<(u64, u64)> {
     let n = t.len();
