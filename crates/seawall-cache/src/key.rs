@@ -90,6 +90,13 @@ impl CacheKey {
         &self.0
     }
 
+    /// The hash a table files the key under: 8 of the digest's bytes, as uniform as any hash.
+    pub(crate) fn table_hash(&self) -> u64 {
+        let mut first = [0; 8];
+        first.copy_from_slice(&self.0[..8]);
+        u64::from_le_bytes(first)
+    }
+
     /// The digest in lowercase hex (64 characters), for a store that keys by text.
     pub fn to_hex(&self) -> String {
         let mut s = String::with_capacity(64);
@@ -104,9 +111,7 @@ impl CacheKey {
 impl std::hash::Hash for CacheKey {
     // The key is already a uniform digest: 8 of its bytes are as good a hash as any.
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let mut first = [0; 8];
-        first.copy_from_slice(&self.0[..8]);
-        state.write_u64(u64::from_le_bytes(first));
+        state.write_u64(self.table_hash());
     }
 }
 

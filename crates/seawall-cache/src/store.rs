@@ -8,18 +8,18 @@
 //! A store that fails (a remote one that does not answer) is never the caller's problem: the
 //! layer treats a failed `get` as a miss and a failed `put` as not stored, and logs both.
 
-use std::collections::hash_map::Entry as Slot;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use crate::answer::Answer;
 use crate::flight::{FlightState, FlightTable, Join, Lead, Table};
-use crate::key::{CacheKey, KeyHash};
+use crate::key::CacheKey;
 
 /// The future of a store operation.
 pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
@@ -116,9 +116,9 @@ impl<T: CacheStore + ?Sized> CacheStore for Arc<T> {
 /// When a bound is reached the oldest entries go first. An answer larger than the byte bound
 /// is not stored. Expired entries are dropped when looked up and, oldest first, when new ones
 /// come in. With different times to live in one store (a store shared by layers with
-/// different TTLs), an expired entry stored after one still alive, or after the place a key
-/// stored again left behind, waits for that one to go first: until then it counts in
-/// [`usage`](Self::usage) and against the bounds, though it is never served. Defaults:
+/// different TTLs), an expired entry stored after one still alive waits for that one to go
+/// first: until then it counts in [`usage`](Self::usage) and against the bounds, though it is
+/// never served. Defaults:
 /// 10,000 entries, 64 MiB.
 ///
 /// Cloning shares the store.
@@ -133,26 +133,98 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// The entries, in the order they were stored, and an index of their keys.
+///
+/// Why not a map of keys to entries with a queue of keys beside it (the obvious layout, and
+/// this store's first): with a full store, every miss evicts the oldest entry, and finding
+/// that entry's key in a map of 10,000 costs a load from memory no call touched for 10,000
+/// misses (two, with the map's control bytes), and storing the new one another. Here the
+/// entries sit in a queue, one cache line each, and the index holds only their numbers:
+/// 8 bytes a slot (144 KB for the default 10,000 entries, control bytes included), small
+/// enough to stay in the CPU's nearer caches. The oldest entry is removed from
+/// the index by its number, without reading any other entry, and the new one is written
+/// beside the last stored.
 #[derive(Default)]
 struct State {
-    map: HashMap<CacheKey, Entry, KeyHash>,
-    /// Keys in the order they were stored, with the generation stored (an older generation of
-    /// a replaced key is skipped) and when it expires.
-    order: VecDeque<Place>,
+    /// Each live entry's number, filed under its key's [`table_hash`](CacheKey::table_hash).
+    index: HashTable<u64>,
+    /// The entries in the order stored: entry number `n` is `entries[n - first]`. An entry
+    /// replaced, or dropped when looked up expired, stays as a gap (its answer gone) until it
+    /// is the oldest, or the queue is compacted.
+    entries: VecDeque<Stored>,
+    /// The number of the oldest entry in the queue.
+    first: u64,
+    /// The entries with an answer (not gaps).
+    live: usize,
     bytes: usize,
-    generation: u64,
     /// The flights of a layer (or of layers) over this store, under the same lock: a lookup
     /// that misses joins its key's flight, and a leader stores its answer and ends its
     /// flight, each in one step (see [`MemoryStore::look`]).
     flights: Table,
 }
 
-/// A key's place in the order of storing.
-#[derive(Clone, Copy)]
-struct Place {
+/// An entry, aligned to a cache line: reading one never touches two lines.
+#[repr(align(64))]
+struct Stored {
     key: CacheKey,
-    generation: u64,
+    /// `None` for a gap.
+    answer: Option<Arc<Answer>>,
     expires: Instant,
+    bytes: usize,
+}
+
+impl State {
+    /// The number of the live entry under `key`.
+    fn find(&self, key: &CacheKey) -> Option<u64> {
+        let (entries, first) = (&self.entries, self.first);
+        self.index
+            .find(key.table_hash(), |&n| {
+                entries.get(slot(n, first)).is_some_and(|e| e.key == *key)
+            })
+            .copied()
+    }
+
+    fn get(&self, n: u64) -> Option<&Stored> {
+        self.entries.get(slot(n, self.first))
+    }
+
+    /// Takes entry `n` out of the index and leaves a gap in its place; its answer is given
+    /// back to be dropped once the lock is let go.
+    fn remove(&mut self, n: u64) -> Option<Arc<Answer>> {
+        let at = slot(n, self.first);
+        let e = self.entries.get_mut(at)?;
+        let answer = e.answer.take()?;
+        let hash = e.key.table_hash();
+        self.bytes -= e.bytes;
+        self.live -= 1;
+        if let Ok(found) = self.index.find_entry(hash, |&m| m == n) {
+            found.remove();
+        }
+        Some(answer)
+    }
+
+    /// Drops the gaps and renumbers the entries from `first`, the index with them.
+    fn compact(&mut self) {
+        self.entries.retain(|e| e.answer.is_some());
+        self.index.clear();
+        for (i, e) in self.entries.iter().enumerate() {
+            let n = self.first + i as u64;
+            let rehash = |&m: &u64| hash_of(&self.entries, self.first, m);
+            self.index.insert_unique(e.key.table_hash(), n, rehash);
+        }
+    }
+}
+
+/// The table hash of entry number `m`, as the index needs it when it grows.
+fn hash_of(entries: &VecDeque<Stored>, first: u64, m: u64) -> u64 {
+    entries
+        .get(slot(m, first))
+        .map_or(0, |e| e.key.table_hash())
+}
+
+/// Where entry number `n` sits in a queue whose oldest is number `first`.
+fn slot(n: u64, first: u64) -> usize {
+    usize::try_from(n.wrapping_sub(first)).unwrap_or(usize::MAX)
 }
 
 /// The answers an insert pushed out, dropped once the lock is let go. One is the usual case
@@ -170,13 +242,6 @@ impl Evicted {
             Some(_) => self.more.push(answer),
         }
     }
-}
-
-struct Entry {
-    answer: Arc<Answer>,
-    expires: Instant,
-    bytes: usize,
-    generation: u64,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -222,7 +287,7 @@ impl MemoryStore {
     /// The entries held and their bytes (expired ones not yet dropped included).
     pub fn usage(&self) -> (usize, usize) {
         let s = self.inner.lock();
-        (s.map.len(), s.bytes)
+        (s.live, s.bytes)
     }
 
     /// The answer under `key`, looked up at once (what [`CacheStore::get`] resolves to).
@@ -247,20 +312,19 @@ impl MemoryStore {
         };
         let answer = {
             let mut s = self.inner.lock();
-            let Some(entry) = s.map.get(key) else {
+            let Some((n, entry)) = s.find(key).and_then(|n| Some((n, s.get(n)?))) else {
                 return miss(&mut s);
             };
             // The clock is read only for an entry found.
-            if entry.expires > Instant::now() {
-                entry.answer.clone()
-            } else {
-                let bytes = entry.bytes;
-                let gone = s.map.remove(key);
-                s.bytes -= bytes;
-                let looked = miss(&mut s);
-                drop(s);
-                drop(gone);
-                return looked;
+            match &entry.answer {
+                Some(answer) if entry.expires > Instant::now() => answer.clone(),
+                _ => {
+                    let gone = s.remove(n);
+                    let looked = miss(&mut s);
+                    drop(s);
+                    drop(gone);
+                    return looked;
+                }
             }
         };
         // An answer a miss stored unchecked is checked at its first use, outside the lock
@@ -271,13 +335,12 @@ impl MemoryStore {
         }
         let mut s = self.inner.lock();
         let mut gone = None;
-        if s.map
-            .get(key)
-            .is_some_and(|e| Arc::ptr_eq(&e.answer, &answer))
-        {
-            gone = s.map.remove(key);
-            if let Some(e) = &gone {
-                s.bytes -= e.bytes;
+        if let Some(n) = s.find(key) {
+            if s.get(n)
+                .and_then(|e| e.answer.as_ref())
+                .is_some_and(|a| Arc::ptr_eq(a, &answer))
+            {
+                gone = s.remove(n);
             }
         }
         let looked = miss(&mut s);
@@ -320,7 +383,7 @@ impl MemoryStore {
         }
         let expires = seawall_core::instant_after(now, ttl);
         let mut s = inner.lock();
-        if !answer.is_checked() && s.map.contains_key(key) {
+        if !answer.is_checked() && s.find(key).is_some() {
             // An answer stored unchecked replaces an entry only if it passes the check, as
             // it would have had to before it was stored: a refresh (`no-cache`) that brings
             // back a tool call keeps the stored answer. Checked outside the lock; rare.
@@ -332,60 +395,47 @@ impl MemoryStore {
         }
         let tx = lead.and_then(|l| s.flights.end(l));
         let for_waiters = tx.as_ref().map(|_| answer.clone());
-        s.generation += 1;
-        let generation = s.generation;
         // What leaves the store is dropped after the lock is let go: dropping an answer
         // touches its memory (cold by then) and frees it.
         let mut gone = Evicted::default();
-        if let Some(old) = s.map.insert(
-            *key,
-            Entry {
-                answer,
-                expires,
-                bytes,
-                generation,
-            },
-        ) {
-            s.bytes -= old.bytes;
-            gone.push(old.answer);
+        if let Some(old) = s.find(key).and_then(|n| s.remove(n)) {
+            gone.push(old);
         }
-        s.bytes += bytes;
-        s.order.push_back(Place {
+        let n = s.first + s.entries.len() as u64;
+        s.entries.push_back(Stored {
             key: *key,
-            generation,
+            answer: Some(answer),
             expires,
+            bytes,
         });
-        // Drop from the oldest: the expired, then whatever the bounds need. The oldest's
-        // place says when it expires, so while nothing is over a bound and the oldest is
-        // alive, its entry is not looked up (a cache miss in a large map).
-        while let Some(&Place {
-            key: oldest,
-            generation,
-            expires,
-        }) = s.order.front()
-        {
-            let over = s.map.len() > inner.max_entries || s.bytes > inner.max_bytes;
-            if !over && expires > now {
+        s.live += 1;
+        s.bytes += bytes;
+        let State {
+            index,
+            entries,
+            first,
+            ..
+        } = &mut *s;
+        let rehash = |&m: &u64| hash_of(entries, *first, m);
+        index.insert_unique(key.table_hash(), n, rehash);
+        // Drop from the oldest: gaps, the expired, then whatever the bounds need. The oldest
+        // entry is read, not looked up: it is the queue's front.
+        while let Some(oldest) = s.entries.front() {
+            let alive = oldest.answer.is_some() && oldest.expires > now;
+            let over = s.live > inner.max_entries || s.bytes > inner.max_bytes;
+            if alive && !over {
                 break;
             }
-            s.order.pop_front();
-            // Only the entry this place was made for (not a newer one under the same key),
-            // found and removed in one probe.
-            if let Slot::Occupied(e) = s.map.entry(oldest) {
-                if e.get().generation == generation {
-                    let e = e.remove();
-                    s.bytes -= e.bytes;
-                    gone.push(e.answer);
-                }
+            let n = s.first;
+            if let Some(answer) = s.remove(n) {
+                gone.push(answer);
             }
+            s.entries.pop_front();
+            s.first += 1;
         }
-        // Keys replaced many times leave stale places behind: compact when they dominate.
-        if s.order.len() > 2 * s.map.len() + 64 {
-            let State { map, order, .. } = &mut *s;
-            order.retain(|p| {
-                map.get(&p.key)
-                    .is_some_and(|e| e.generation == p.generation)
-            });
+        // Keys replaced many times leave gaps behind: compact when they dominate.
+        if s.entries.len() > 2 * s.live + 64 {
+            s.compact();
         }
         drop(s);
         drop(gone);
@@ -655,18 +705,34 @@ mod tests {
         store.insert(&key(2), answer("b"), Duration::from_secs(10));
         assert_eq!(store.usage(), (2, answer("a").size() * 2));
         assert!(store.lookup(&key(1)).is_some());
-        assert!(store.inner.lock().order.len() < 200);
+        assert!(store.inner.lock().entries.len() < 200);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replaced_keys_old_entry_does_not_hold_back_an_expired_one_behind_it() {
+        // Key 1 for long, key 2 for a second, key 1 again: the oldest in the queue is now
+        // key 1's old entry, a gap. Once key 2 has expired, the next insert drops it.
+        let store = MemoryStore::with_bounds(10, usize::MAX);
+        store.insert(&key(1), answer("a"), Duration::from_secs(100));
+        store.insert(&key(2), answer("b"), Duration::from_secs(1));
+        store.insert(&key(1), answer("c"), Duration::from_secs(100));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        store.insert(&key(3), answer("d"), Duration::from_secs(100));
+        let bytes = answer("c").size() + answer("d").size();
+        assert_eq!(store.usage(), (2, bytes));
+        assert_eq!(store.lookup(&key(1)).unwrap().text(), "c");
+        assert!(store.lookup(&key(2)).is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn places_compacted_behind_a_long_lived_oldest_still_find_and_evict_in_order() {
         let store = MemoryStore::with_bounds(2, usize::MAX);
         store.insert(&key(1), answer("a"), Duration::from_secs(100));
-        // Each replacement leaves a stale place behind the live oldest: the order compacts.
+        // Each replacement leaves a gap behind the live oldest: the queue compacts.
         for i in 0..300 {
             store.insert(&key(2), answer(&format!("b{i}")), Duration::from_secs(100));
         }
-        assert!(store.inner.lock().order.len() < 100);
+        assert!(store.inner.lock().entries.len() < 100);
         assert_eq!(store.lookup(&key(1)).unwrap().text(), "a");
         assert_eq!(store.lookup(&key(2)).unwrap().text(), "b299");
         store.insert(&key(3), answer("c"), Duration::from_secs(100));
@@ -680,7 +746,7 @@ mod tests {
     /// One step of the model test.
     #[derive(Debug, Clone)]
     enum Op {
-        Insert { key: usize, long: bool },
+        Insert { key: usize, long: bool, ttl: u64 },
         Lookup { key: usize },
         Advance { secs: u64 },
     }
@@ -715,15 +781,15 @@ mod tests {
     proptest::proptest! {
         /// Whatever the inserts, lookups and passing time, the store answers and counts as a
         /// plain list would: bounds drop the oldest, expired entries leave when looked up or
-        /// when they are the oldest, a key stored again replaces its entry. One time to live
-        /// for the whole run, as the layer gives every answer.
+        /// when they are the oldest alive (gaps left by replaced keys do not hold them back),
+        /// a key stored again replaces its entry. Times to live differ, as in a store shared
+        /// by layers with different TTLs.
         #[test]
         fn the_store_keeps_what_a_plain_list_would(
-            ttl in 1u64..6,
             ops in proptest::collection::vec(
                 proptest::prop_oneof![
-                    (any_key(), proptest::bool::ANY)
-                        .prop_map(|(key, long)| Op::Insert { key, long }),
+                    (any_key(), proptest::bool::ANY, 1u64..6)
+                        .prop_map(|(key, long, ttl)| Op::Insert { key, long, ttl }),
                     any_key().prop_map(|key| Op::Lookup { key }),
                     (0u64..4).prop_map(|secs| Op::Advance { secs }),
                 ],
@@ -737,7 +803,7 @@ mod tests {
                 let mut model = Model::default();
                 for (step, op) in ops.into_iter().enumerate() {
                     match op {
-                        Op::Insert { key, long } => {
+                        Op::Insert { key, long, ttl } => {
                             let text = format!("{step}{}", if long { "x".repeat(300) } else { String::new() });
                             let a = answer(&text);
                             let bytes = a.size();
