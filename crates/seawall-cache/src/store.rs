@@ -689,7 +689,7 @@ mod tests {
         store.insert(&key(1), answer("a"), Duration::from_secs(10));
         store.insert(&key(2), answer("b"), Duration::from_secs(10));
         store.insert(&key(1), answer("c"), Duration::from_secs(10));
-        // Key 1's first place is the oldest, but stale: key 2 is the oldest entry.
+        // Key 1's first entry is the oldest, but a gap: key 2 is the oldest alive.
         store.insert(&key(3), answer("d"), Duration::from_secs(10));
         assert!(store.lookup(&key(2)).is_none());
         assert_eq!(store.lookup(&key(1)).unwrap().text(), "c");
@@ -725,7 +725,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn places_compacted_behind_a_long_lived_oldest_still_find_and_evict_in_order() {
+    async fn gaps_compacted_behind_a_long_lived_oldest_still_find_and_evict_in_order() {
         let store = MemoryStore::with_bounds(2, usize::MAX);
         store.insert(&key(1), answer("a"), Duration::from_secs(100));
         // Each replacement leaves a gap behind the live oldest: the queue compacts.
