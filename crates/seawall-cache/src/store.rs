@@ -140,10 +140,11 @@ struct Inner {
 /// that entry's key in a map of 10,000 costs a load from memory no call touched for 10,000
 /// misses (two, with the map's control bytes), and storing the new one another. Here the
 /// entries sit in a queue, one cache line each, and the index holds only their numbers:
-/// 8 bytes a slot (144 KB for the default 10,000 entries, control bytes included), small
-/// enough to stay in the CPU's nearer caches. The oldest entry is removed from
-/// the index by its number, without reading any other entry, and the new one is written
-/// beside the last stored.
+/// 8 bytes a slot, 144 KB for the default 10,000 entries (control bytes included) against
+/// the map's 1.2 MB, so its slots are mostly found in the CPU's shared cache rather than in
+/// memory. The oldest entry is read from the queue's front and removed from the index by
+/// its number, without reading any other entry; the new one is written beside the last
+/// stored.
 #[derive(Default)]
 struct State {
     /// Each live entry's number, filed under its key's [`table_hash`](CacheKey::table_hash).
