@@ -175,24 +175,19 @@ struct Stored {
 }
 
 impl State {
-    /// The number of the live entry under `key`.
-    fn find(&self, key: &CacheKey) -> Option<u64> {
+    /// Where the live entry under `key` sits in the queue.
+    fn find(&self, key: &CacheKey) -> Option<usize> {
         let (entries, first) = (&self.entries, self.first);
-        self.index
-            .find(key.table_hash(), |&n| {
-                entries.get(slot(n, first)).is_some_and(|e| e.key == *key)
-            })
-            .copied()
+        let n = self.index.find(key.table_hash(), |&n| {
+            entries.get(slot(n, first)).is_some_and(|e| e.key == *key)
+        })?;
+        Some(slot(*n, first))
     }
 
-    fn get(&self, n: u64) -> Option<&Stored> {
-        self.entries.get(slot(n, self.first))
-    }
-
-    /// Takes entry `n` out of the index and leaves a gap in its place; its answer is given
-    /// back to be dropped once the lock is let go.
-    fn remove(&mut self, n: u64) -> Option<Arc<Answer>> {
-        let at = slot(n, self.first);
+    /// Takes the entry at `at` out of the index and leaves a gap in its place; its answer is
+    /// given back to be dropped once the lock is let go.
+    fn remove(&mut self, at: usize) -> Option<Arc<Answer>> {
+        let n = self.first + at as u64;
         let e = self.entries.get_mut(at)?;
         let answer = e.answer.take()?;
         let hash = e.key.table_hash();
@@ -204,23 +199,30 @@ impl State {
         Some(answer)
     }
 
+    /// Files the entry at `at` in the index under its number.
+    fn index_at(&mut self, at: usize) {
+        let Some(e) = self.entries.get(at) else {
+            return;
+        };
+        let (entries, first) = (&self.entries, self.first);
+        // Growing, the index asks each number's hash again: its entry's key's.
+        let rehash = |&m: &u64| {
+            entries
+                .get(slot(m, first))
+                .map_or(0, |e| e.key.table_hash())
+        };
+        self.index
+            .insert_unique(e.key.table_hash(), first + at as u64, rehash);
+    }
+
     /// Drops the gaps and renumbers the entries from `first`, the index with them.
     fn compact(&mut self) {
         self.entries.retain(|e| e.answer.is_some());
         self.index.clear();
-        for (i, e) in self.entries.iter().enumerate() {
-            let n = self.first + i as u64;
-            let rehash = |&m: &u64| hash_of(&self.entries, self.first, m);
-            self.index.insert_unique(e.key.table_hash(), n, rehash);
+        for at in 0..self.entries.len() {
+            self.index_at(at);
         }
     }
-}
-
-/// The table hash of entry number `m`, as the index needs it when it grows.
-fn hash_of(entries: &VecDeque<Stored>, first: u64, m: u64) -> u64 {
-    entries
-        .get(slot(m, first))
-        .map_or(0, |e| e.key.table_hash())
 }
 
 /// Where entry number `n` sits in a queue whose oldest is number `first`.
@@ -313,14 +315,15 @@ impl MemoryStore {
         };
         let answer = {
             let mut s = self.inner.lock();
-            let Some((n, entry)) = s.find(key).and_then(|n| Some((n, s.get(n)?))) else {
+            let Some(at) = s.find(key) else {
                 return miss(&mut s);
             };
+            let entry = &s.entries[at];
             // The clock is read only for an entry found.
             match &entry.answer {
                 Some(answer) if entry.expires > Instant::now() => answer.clone(),
                 _ => {
-                    let gone = s.remove(n);
+                    let gone = s.remove(at);
                     let looked = miss(&mut s);
                     drop(s);
                     drop(gone);
@@ -336,12 +339,13 @@ impl MemoryStore {
         }
         let mut s = self.inner.lock();
         let mut gone = None;
-        if let Some(n) = s.find(key) {
-            if s.get(n)
-                .and_then(|e| e.answer.as_ref())
+        if let Some(at) = s.find(key) {
+            if s.entries[at]
+                .answer
+                .as_ref()
                 .is_some_and(|a| Arc::ptr_eq(a, &answer))
             {
-                gone = s.remove(n);
+                gone = s.remove(at);
             }
         }
         let looked = miss(&mut s);
@@ -384,7 +388,8 @@ impl MemoryStore {
         }
         let expires = seawall_core::instant_after(now, ttl);
         let mut s = inner.lock();
-        if !answer.is_checked() && s.find(key).is_some() {
+        let mut stored = s.find(key);
+        if stored.is_some() && !answer.is_checked() {
             // An answer stored unchecked replaces an entry only if it passes the check, as
             // it would have had to before it was stored: a refresh (`no-cache`) that brings
             // back a tool call keeps the stored answer. Checked outside the lock; rare.
@@ -393,16 +398,16 @@ impl MemoryStore {
                 return refused(lead, answer);
             }
             s = inner.lock();
+            stored = s.find(key);
         }
         let tx = lead.and_then(|l| s.flights.end(l));
         let for_waiters = tx.as_ref().map(|_| answer.clone());
         // What leaves the store is dropped after the lock is let go: dropping an answer
         // touches its memory (cold by then) and frees it.
         let mut gone = Evicted::default();
-        if let Some(old) = s.find(key).and_then(|n| s.remove(n)) {
+        if let Some(old) = stored.and_then(|at| s.remove(at)) {
             gone.push(old);
         }
-        let n = s.first + s.entries.len() as u64;
         s.entries.push_back(Stored {
             key: *key,
             answer: Some(answer),
@@ -411,14 +416,8 @@ impl MemoryStore {
         });
         s.live += 1;
         s.bytes += bytes;
-        let State {
-            index,
-            entries,
-            first,
-            ..
-        } = &mut *s;
-        let rehash = |&m: &u64| hash_of(entries, *first, m);
-        index.insert_unique(key.table_hash(), n, rehash);
+        let last = s.entries.len() - 1;
+        s.index_at(last);
         // Drop from the oldest: gaps, the expired, then whatever the bounds need. The oldest
         // entry is read, not looked up: it is the queue's front.
         while let Some(oldest) = s.entries.front() {
@@ -427,8 +426,7 @@ impl MemoryStore {
             if alive && !over {
                 break;
             }
-            let n = s.first;
-            if let Some(answer) = s.remove(n) {
+            if let Some(answer) = s.remove(0) {
                 gone.push(answer);
             }
             s.entries.pop_front();
